@@ -1,0 +1,129 @@
+"""os-ken app: proactive forwarding for every host pair on every plane, ECMP across spines.
+
+On each switch's handshake it installs that switch's whole plan from the topology spec
+(see :mod:`controllers.paths`) and confirms it with a barrier. Nothing is reactive: the
+switches run with fail_mode=secure, so forwarding keeps working when this process dies.
+Groups are added, and modified if they already exist, so a restarted controller
+resynchronizes a switch without flushing working flows.
+
+Configuration comes from the environment (set by ``python -m controllers``):
+``TESTBED_SPEC`` (spec JSON) and ``TESTBED_STATUS`` (JSON lines of events for the runner).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3
+
+from controllers.paths import PRIORITY_HOST, SwitchPlan, plan_switch
+from topologies.spec import FabricSpec
+
+ETH_IPV4 = 0x0800
+ETH_ARP = 0x0806
+
+
+class StatusLog:
+    """Append-only JSON lines the runner waits on (one writer, many threads)."""
+
+    def __init__(self, path: str | None):
+        self._path = path
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, **fields: object) -> None:
+        if not self._path:
+            return
+        line = json.dumps({"t": time.time(), "event": event, **fields})
+        with self._lock, open(self._path, "a") as f:
+            f.write(line + "\n")
+
+
+class FabricRouting(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.spec = FabricSpec.from_json(os.environ["TESTBED_SPEC"])
+        self.status = StatusLog(os.environ.get("TESTBED_STATUS"))
+        self.plans: dict[int, SwitchPlan] = {}
+        self.pending_barrier: dict[int, int] = {}
+        self.status.emit("started", pid=os.getpid(), switches=len(self.spec.switches))
+
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def on_features(self, ev) -> None:
+        dp = ev.msg.datapath
+        try:
+            plan = plan_switch(self.spec, dp.id)
+        except KeyError:
+            self.status.emit("unknown_switch", dpid=dp.id)
+            return
+        self.plans[dp.id] = plan
+        self.status.emit("connected", dpid=dp.id, name=plan.name)
+        self.install(dp, plan)
+
+    def install(self, dp, plan: SwitchPlan) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        # table miss: drop (explicit, so nothing is sent to the controller)
+        dp.send_msg(parser.OFPFlowMod(dp, priority=0, match=parser.OFPMatch(), instructions=[]))
+        for group_id, ports in plan.groups.items():
+            dp.send_msg(self.group_mod(dp, ofp.OFPGC_ADD, group_id, ports))
+        for route in plan.routes:
+            if route.group is not None:
+                actions = [parser.OFPActionGroup(route.group)]
+            else:
+                actions = [parser.OFPActionOutput(route.port)]
+            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+            for match in (
+                parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=route.ip),
+                parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=route.ip),
+            ):
+                dp.send_msg(
+                    parser.OFPFlowMod(dp, priority=PRIORITY_HOST, match=match, instructions=inst)
+                )
+        request = parser.OFPBarrierRequest(dp)
+        dp.set_xid(request)
+        self.pending_barrier[dp.id] = request.xid
+        dp.send_msg(request)
+
+    @staticmethod
+    def group_mod(dp, command: int, group_id: int, ports: list[int]):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        buckets = [
+            parser.OFPBucket(
+                weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
+                actions=[parser.OFPActionOutput(port)],
+            )
+            for port in ports
+        ]
+        return parser.OFPGroupMod(dp, command, ofp.OFPGT_SELECT, group_id, buckets)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def on_barrier(self, ev) -> None:
+        dp = ev.msg.datapath
+        if self.pending_barrier.get(dp.id) != ev.msg.xid:
+            return
+        del self.pending_barrier[dp.id]
+        plan = self.plans[dp.id]
+        self.status.emit(
+            "installed", dpid=dp.id, name=plan.name,
+            flows=2 * len(plan.routes) + 1, groups=len(plan.groups),
+        )
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def on_error(self, ev) -> None:
+        msg, dp = ev.msg, ev.msg.datapath
+        ofp = dp.ofproto
+        if msg.type == ofp.OFPET_GROUP_MOD_FAILED and msg.code == ofp.OFPGMFC_GROUP_EXISTS:
+            # resync after a controller restart: bring the existing group up to date
+            plan = self.plans.get(dp.id)
+            if plan:
+                for group_id, ports in plan.groups.items():
+                    dp.send_msg(self.group_mod(dp, ofp.OFPGC_MODIFY, group_id, ports))
+            return
+        self.status.emit("error", dpid=dp.id, type=msg.type, code=msg.code)

@@ -1,0 +1,26 @@
+"""Typed errors. The CLI turns each into one line and an exit status."""
+
+
+class TestbedError(Exception):
+    """Base of every error the testbed raises on purpose."""
+
+
+class ConfigError(TestbedError):
+    """Bad input: a scenario or parameter is malformed or impossible (exit status 2)."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class HostError(TestbedError):
+    """The host cannot run what was asked (missing package, service not running)."""
+
+
+class BringUpError(TestbedError):
+    """The fabric, controller or traffic did not come up in time."""
+
+
+class Interrupted(TestbedError):
+    """The run was stopped by SIGINT or SIGTERM; teardown still runs."""

@@ -1,0 +1,234 @@
+"""Fabric bring-up and teardown: Mininet hosts, Open vSwitch switches, shaped links.
+
+Mininet builds the namespaces and veth pairs from the spec (names, ports and MACs come
+from the spec, never from Mininet's defaults). Switches speak OpenFlow 1.3 to the run's
+controller with fail_mode=secure. The rest is set here: every link shaped to its rate with
+HTB and a short FIFO (the switch buffer), offloads off on every veth when the userspace
+datapath is used (or TCP stalls), addresses and sysctls in each host namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2.ethtool import Ethtool
+
+from testbed.capabilities import Capabilities
+from testbed.errors import BringUpError, HostError
+from testbed.naming import OVS_EXTERNAL_ID
+from testbed.procs import Helper
+from topologies.spec import FabricSpec, HostInterface
+
+log = logging.getLogger(__name__)
+
+#: ethtool feature names turned off on every veth for the userspace datapath
+OFFLOAD_WORDS = ("checksum", "segmentation", "rx-gro", "tx-scatter-gather", "rx-lro")
+OFFLOAD_FLAGS = "rx off tx off sg off tso off gso off gro off"
+HTB_MINOR = 0x10
+
+
+def _mininet():
+    try:
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+    except ImportError as exc:  # the venv must see the distribution's Mininet
+        raise HostError(
+            "Mininet is not importable: install the 'mininet' package and use the venv made "
+            "with --system-site-packages (make setup)"
+        ) from exc
+    return Mininet, OVSSwitch, RemoteController, Link, setLogLevel
+
+
+def burst_bytes(mbps: float) -> int:
+    """HTB burst: enough for one 1 ms timer tick at the rate, at least two full frames.
+
+    >>> burst_bytes(100), burst_bytes(10000)
+    (12500, 1250000)
+    """
+    return max(3028, int(mbps * 1e6 / 8 / 1000))
+
+
+@dataclass
+class FabricTimes:
+    build_s: float = 0.0
+    configure_s: float = 0.0
+    start_s: float = 0.0
+    stop_s: float = 0.0
+
+
+class Fabric:
+    """One emulated fabric, built from a spec; ``start`` then ``stop`` (always)."""
+
+    def __init__(
+        self,
+        spec: FabricSpec,
+        caps: Capabilities,
+        *,
+        run_id: str,
+        controller_port: int,
+        queue_packets: int = 100,
+    ):
+        self.spec = spec
+        self.caps = caps
+        self.run_id = run_id
+        self.controller_port = controller_port
+        self.queue_packets = queue_packets
+        self.times = FabricTimes()
+        self.net = None
+
+    # -- bring-up ----------------------------------------------------------------------
+    def start(self) -> FabricTimes:
+        if os.geteuid() != 0:
+            raise HostError("building a fabric needs root (namespaces, Open vSwitch)")
+        mininet, ovs_switch, remote, link_cls, set_log_level = _mininet()
+        set_log_level("error")
+        mininet.inited = True  # skip Mininet's fixLimits(): it rewrites host-wide sysctls
+        t0 = time.monotonic()
+        self.net = net = mininet(
+            topo=None, build=False, controller=None, autoSetMacs=False,
+            autoStaticArp=False, waitConnected=False,
+        )
+        net.addController(remote(f"{self.spec.prefix}c", ip="127.0.0.1",
+                                 port=self.controller_port))
+        for sw in self.spec.switches:
+            net.addSwitch(
+                sw.name, cls=ovs_switch, dpid=f"{sw.dpid:016x}", datapath=self.caps.ovs_datapath,
+                protocols="OpenFlow13", failMode="secure", batch=True,
+            )
+        for host in self.spec.hosts:
+            net.addHost(host.name, ip=None)
+        for lk in self.spec.links:
+            params = {}
+            if lk.kind == "host":
+                params["addr1"] = self.spec.host(lk.a).interface_by_name(lk.a_intf).mac
+            net.addLink(
+                lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
+                intfName1=lk.a_intf, intfName2=lk.b_intf, cls=link_cls, **params,
+            )
+        net.build()
+        net.start()
+        self.times.build_s = time.monotonic() - t0
+
+        t1 = time.monotonic()
+        self._tag_bridges()
+        self._configure_switch_ports()
+        for host in self.spec.hosts:
+            self._configure_host(host.name, host.interfaces)
+        self.times.configure_s = time.monotonic() - t1
+        self.times.start_s = time.monotonic() - t0
+        return self.times
+
+    def _tag_bridges(self) -> None:
+        argv = ["ovs-vsctl"]
+        for sw in self.spec.switches:
+            argv += ["--", "set", "Bridge", sw.name,
+                     f"external_ids:{OVS_EXTERNAL_ID}={self.run_id}"]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode:
+            raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
+
+    def _switch_ports(self) -> list[tuple[str, float]]:
+        ports = [(lk.b_intf, lk.mbps) for lk in self.spec.links]
+        ports += [(lk.a_intf, lk.mbps) for lk in self.spec.links if lk.kind == "uplink"]
+        return ports
+
+    def _configure_switch_ports(self) -> None:
+        """Shape every switch port (root namespace) with HTB + FIFO; offloads off."""
+        ethtool = Ethtool() if self.caps.ovs_datapath == "user" else None
+        try:
+            with IPRoute() as ipr:
+                for ifname, mbps in self._switch_ports():
+                    index = ipr.link_lookup(ifname=ifname)
+                    if not index:
+                        raise BringUpError(f"switch port {ifname} was not created")
+                    self._shape(ipr, index[0], mbps)
+                    if ethtool:
+                        features = ethtool.get_features(ifname)
+                        for name, feature in features.features.items():
+                            if any(word in name for word in OFFLOAD_WORDS):
+                                feature.enable = False
+                        ethtool.set_features(ifname, features)
+        finally:
+            if ethtool:
+                ethtool.close()
+
+    def _shape(self, ipr: IPRoute, index: int, mbps: float) -> None:
+        if not self.caps.htb:
+            return
+        rate = f"{mbps:g}mbit"
+        ipr.tc("add", "htb", index, 0x10000, default=HTB_MINOR)
+        ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,
+               rate=rate, ceil=rate, burst=burst_bytes(mbps), prio=1)
+        ipr.tc("add", "pfifo", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
+               limit=self.queue_packets)
+
+    def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
+        """Shell lines that configure a host namespace (also read by the tests)."""
+        cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+                "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
+        for intf in interfaces:
+            name = intf.name
+            cmds.append(f"ip addr add {intf.ip}/{intf.prefixlen} dev {name}")
+            if self.caps.ovs_datapath == "user":
+                cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
+            if self.caps.htb:
+                rate = f"{self.spec.link_mbps:g}mbit"
+                burst = burst_bytes(self.spec.link_mbps)
+                cmds += [
+                    f"tc qdisc add dev {name} root handle 1: htb default {HTB_MINOR:x}",
+                    f"tc class add dev {name} parent 1: classid 1:{HTB_MINOR:x} htb "
+                    f"rate {rate} ceil {rate} burst {burst}",
+                    f"tc qdisc add dev {name} parent 1:{HTB_MINOR:x} handle {HTB_MINOR:x}: "
+                    f"pfifo limit {self.queue_packets}",
+                ]
+        return cmds
+
+    def _configure_host(self, name: str, interfaces: Sequence[HostInterface]) -> None:
+        script = " && ".join(self.host_commands(interfaces)) + "; echo rc=$?"
+        out = self.net.get(name).cmd(script)
+        if "rc=0" not in out:
+            raise BringUpError(f"configuring host {name} failed: {out.strip()[-300:]}")
+
+    # -- use ---------------------------------------------------------------------------
+    def host_pid(self, name: str) -> int:
+        return self.net.get(name).pid
+
+    def run(self, host: str, argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """Run a short command inside a host's namespace and wait for it."""
+        return subprocess.run(
+            ["mnexec", "-a", str(self.host_pid(host)), *argv],
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    def spawn(self, host: str, name: str, argv: Sequence[str], *, pid_dir: Path,
+              log: Path | None = None, env: dict[str, str] | None = None,
+              stdout_pipe: bool = False) -> Helper:
+        """Start a long-running helper inside a host's namespace, in its own group."""
+        return Helper(name, ["mnexec", "-a", str(self.host_pid(host)), *argv],
+                      pid_dir=pid_dir, log=log, env=env, stdout_pipe=stdout_pipe)
+
+    def ping(self, host: str, ip: str, count: int = 1, wait_s: float = 1.0) -> bool:
+        done = self.run(host, ["ping", "-n", "-q", "-c", str(count), "-W", f"{wait_s:g}", ip],
+                        timeout=count * wait_s + 5)
+        return done.returncode == 0
+
+    # -- teardown ----------------------------------------------------------------------
+    def stop(self) -> float:
+        """Remove the fabric; returns the seconds it took. Safe to call after a failed start."""
+        t0 = time.monotonic()
+        if self.net is not None:
+            try:
+                self.net.stop()
+            finally:
+                self.net = None
+        self.times.stop_s = time.monotonic() - t0
+        return self.times.stop_s

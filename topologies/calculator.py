@@ -1,0 +1,112 @@
+"""Fabric calculator: how far a non-blocking two-tier fabric reaches, single- vs multi-plane.
+
+A switch of capacity T can be cut into ports of any speed. If each GPU's bandwidth G is
+split evenly over P planes, every plane needs ports of only G/P, so the same switch has
+P times the radix k. A non-blocking two-tier leaf-spine (leaves with k/2 ports down and
+k/2 up, spines with k ports) reaches k^2/2 hosts, so splitting into planes multiplies
+the reach by P^2.
+
+>>> r = calculate(switch_tbps=102.4, gpu_gbps=1600, planes=8)
+>>> r["single_plane"]["radix"], r["single_plane_max_gpus"]
+(64, 2048)
+>>> r["multi_plane"]["radix"], r["max_gpus"], r["reach_ratio"]
+(512, 131072, 64.0)
+>>> r["single_plane_tiers_for_same_gpus"], r["single_plane_switch_hops_for_same_gpus"]
+(4, 7)
+"""
+
+from __future__ import annotations
+
+from topologies.spec import TopologyError
+
+
+def _plane_design(switch_gbps: float, gpu_gbps: float, planes: int) -> dict:
+    port_gbps = gpu_gbps / planes
+    radix = int(switch_gbps // port_gbps)
+    if radix < 2:
+        raise TopologyError(
+            "switch_tbps", f"a {switch_gbps / 1000:g} Tb/s switch has fewer than 2 ports "
+            f"of {port_gbps:g} Gb/s"
+        )
+    radix -= radix % 2  # half the ports face down, half up
+    hosts = radix * radix // 2
+    leaves = radix  # per plane: k leaves with k/2 hosts each
+    spines = radix // 2
+    return {
+        "planes": planes,
+        "port_gbps": port_gbps,
+        "radix": radix,
+        "max_gpus": hosts,
+        "leaves_per_plane": leaves,
+        "spines_per_plane": spines,
+        "switches": planes * (leaves + spines),
+        "tiers": 2,
+        "switch_hops": 3,  # leaf, spine, leaf
+        "link_hops": 4,
+        "bisection_tbps": hosts * gpu_gbps / 2 / 1000,
+    }
+
+
+def tiers_needed(radix: int, gpus: int) -> int:
+    """Tiers of a fat-tree of radix-``radix`` switches to reach ``gpus`` (2*(k/2)^t hosts).
+
+    >>> tiers_needed(64, 2048), tiers_needed(64, 2049), tiers_needed(64, 131072)
+    (2, 3, 4)
+    """
+    tiers = 1
+    while 2 * (radix // 2) ** tiers < gpus:
+        tiers += 1
+    return tiers
+
+
+def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int) -> dict:
+    """Compare single-plane and ``planes``-plane two-tier fabrics for one switch and GPU."""
+    for name, value in (("switch_tbps", switch_tbps), ("gpu_gbps", gpu_gbps)):
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+            raise TopologyError(name, f"must be a positive number, got {value!r}")
+    if isinstance(planes, bool) or not isinstance(planes, int) or planes < 1:
+        raise TopologyError("planes", f"must be a positive integer, got {planes!r}")
+    switch_gbps = switch_tbps * 1000
+    if gpu_gbps / planes > switch_gbps / 2:
+        raise TopologyError("planes", "each plane's port is faster than half the switch")
+    single = _plane_design(switch_gbps, gpu_gbps, 1)
+    multi = _plane_design(switch_gbps, gpu_gbps, planes)
+    tiers = tiers_needed(single["radix"], multi["max_gpus"])
+    return {
+        "switch_tbps": switch_tbps,
+        "gpu_gbps": gpu_gbps,
+        "planes": planes,
+        "max_gpus": multi["max_gpus"],
+        "single_plane_max_gpus": single["max_gpus"],
+        "reach_ratio": multi["max_gpus"] / single["max_gpus"],
+        "single_plane": single,
+        "multi_plane": multi,
+        "single_plane_tiers_for_same_gpus": tiers,
+        "single_plane_switch_hops_for_same_gpus": 2 * tiers - 1,
+    }
+
+
+def format_table(result: dict) -> str:
+    """A human-readable side-by-side table of :func:`calculate`'s result."""
+    single, multi = result["single_plane"], result["multi_plane"]
+    rows = [
+        ("planes", single["planes"], multi["planes"]),
+        ("port speed (Gb/s)", f"{single['port_gbps']:g}", f"{multi['port_gbps']:g}"),
+        ("switch radix", single["radix"], multi["radix"]),
+        ("max GPUs, two tiers", f"{single['max_gpus']:,}", f"{multi['max_gpus']:,}"),
+        ("switches (all planes)", f"{single['switches']:,}", f"{multi['switches']:,}"),
+        ("switch hops", single["switch_hops"], multi["switch_hops"]),
+        ("bisection (Tb/s)", f"{single['bisection_tbps']:,.1f}", f"{multi['bisection_tbps']:,.1f}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [
+        f"{result['switch_tbps']:g} Tb/s switch, {result['gpu_gbps']:g} Gb/s per GPU",
+        f"{'':{width}}  {'single-plane':>14}  {str(result['planes']) + '-plane':>14}",
+    ]
+    lines += [f"{name:{width}}  {a!s:>14}  {b!s:>14}" for name, a, b in rows]
+    tiers = result["single_plane_tiers_for_same_gpus"]
+    lines.append(
+        f"multi-plane reach: {result['reach_ratio']:g}x single-plane; a single plane needs "
+        f"{tiers} tiers ({2 * tiers - 1} switch hops) for {result['max_gpus']:,} GPUs"
+    )
+    return "\n".join(lines)

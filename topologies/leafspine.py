@@ -1,0 +1,206 @@
+"""Builder for scaled-down, rail-optimized, multi-plane two-tier leaf-spine fabrics.
+
+Every node has ``rails`` NICs and each NIC has one port on every plane (its bandwidth
+split over the planes). Each plane is an independent leaf-spine. Nodes are split into
+``groups = leaves_per_plane / rails`` scalable units; on each plane, rail ``r`` of every
+node in group ``g`` connects to the same leaf (rail-optimized). Every leaf connects to
+every spine of its plane; the uplink rate follows from the oversubscription ratio
+(leaf downlink capacity : leaf uplink capacity).
+
+>>> spec = build_fabric(prefix="tbdemo", planes=2, rails=2, nodes=4,
+...                     leaves_per_plane=4, spines_per_plane=2, link_mbps=100)
+>>> spec.counts()
+{'switches': 12, 'hosts': 4, 'links': 32}
+>>> h = spec.hosts[3]
+>>> intf = h.interface(plane=1, rail=0)
+>>> intf.name, intf.ip, intf.leaf
+('tbdemon3p1r0', '10.1.0.4', 'tbdemop1l2')
+>>> spec.uplink_mbps  # 2 nodes per leaf at 100 Mb/s over 2 spines, 1:1
+100.0
+>>> build_fabric(prefix="tbdemo", rails=2, nodes=4, leaves_per_plane=4, spines_per_plane=2,
+...              link_mbps=100, oversubscription=4).uplink_mbps
+25.0
+"""
+
+from __future__ import annotations
+
+from topologies.spec import (
+    IFNAME_MAX,
+    FabricSpec,
+    Host,
+    HostInterface,
+    Link,
+    Switch,
+    TopologyError,
+)
+
+MAX_PLANES = 16
+MAX_RAILS = 16
+MAX_NODES = 250
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TopologyError(name, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise TopologyError(name, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _check_positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TopologyError(name, f"must be a number, got {value!r}")
+    if not value > 0:
+        raise TopologyError(name, f"must be greater than 0, got {value}")
+    return float(value)
+
+
+def _mac(plane: int, rail: int, node: int) -> str:
+    return f"02:7b:{plane:02x}:{rail:02x}:{node >> 8:02x}:{node & 0xFF:02x}"
+
+
+def _dpid(plane: int, role: str, index: int) -> int:
+    return (plane + 1) << 16 | (1 if role == "spine" else 0) << 12 | (index + 1)
+
+
+def build_fabric(
+    *,
+    prefix: str,
+    planes: int = 1,
+    rails: int = 1,
+    nodes: int = 4,
+    leaves_per_plane: int = 2,
+    spines_per_plane: int = 2,
+    oversubscription: float = 1.0,
+    link_mbps: float = 100.0,
+) -> FabricSpec:
+    """Build the spec of a rail-optimized multi-plane leaf-spine fabric.
+
+    ``prefix`` starts every name the fabric creates on the host (it carries the run id).
+    Raises :class:`TopologyError` naming the parameter when one is impossible.
+    """
+    planes = _check_int("planes", planes, 1, MAX_PLANES)
+    rails = _check_int("rails", rails, 1, MAX_RAILS)
+    nodes = _check_int("nodes", nodes, 2, MAX_NODES)
+    leaves = _check_int("leaves_per_plane", leaves_per_plane, 1, 64)
+    spines = _check_int("spines_per_plane", spines_per_plane, 1, 64)
+    ratio = _check_positive("oversubscription", oversubscription)
+    link_mbps = _check_positive("link_mbps", link_mbps)
+    if ratio < 1:
+        raise TopologyError("oversubscription", f"must be 1 (non-blocking) or more, got {ratio:g}")
+    if leaves % rails:
+        raise TopologyError(
+            "leaves_per_plane",
+            f"must be a multiple of rails ({rails}) so every rail has its own leaf, got {leaves}",
+        )
+    groups = leaves // rails
+    if nodes % groups:
+        raise TopologyError(
+            "nodes",
+            f"must split evenly over {groups} node groups (leaves_per_plane / rails), got {nodes}",
+        )
+    per_leaf = nodes // groups
+    uplink_mbps = per_leaf * link_mbps / (ratio * spines)
+    longest = f"{prefix}p{planes - 1}l{leaves - 1}e{per_leaf + spines}"
+    if len(longest) > IFNAME_MAX or len(f"{prefix}n{nodes - 1}p{planes - 1}r{rails - 1}") > IFNAME_MAX:
+        raise TopologyError(
+            "prefix", f"{prefix!r} makes interface names longer than {IFNAME_MAX} characters"
+        )
+
+    switches: list[Switch] = []
+    links: list[Link] = []
+    for plane in range(planes):
+        for i in range(leaves):
+            switches.append(
+                Switch(
+                    name=f"{prefix}p{plane}l{i}",
+                    role="leaf",
+                    plane=plane,
+                    index=i,
+                    dpid=_dpid(plane, "leaf", i),
+                    rail=i % rails,
+                    group=i // rails,
+                )
+            )
+        for i in range(spines):
+            switches.append(
+                Switch(
+                    name=f"{prefix}p{plane}s{i}",
+                    role="spine",
+                    plane=plane,
+                    index=i,
+                    dpid=_dpid(plane, "spine", i),
+                )
+            )
+
+    hosts: list[Host] = []
+    for node in range(nodes):
+        group = node // per_leaf
+        slot = node % per_leaf
+        interfaces = []
+        for plane in range(planes):
+            for rail in range(rails):
+                leaf = f"{prefix}p{plane}l{group * rails + rail}"
+                port = slot + 1
+                intf = HostInterface(
+                    name=f"{prefix}n{node}p{plane}r{rail}",
+                    plane=plane,
+                    rail=rail,
+                    ip=f"10.{plane}.{rail}.{node + 1}",
+                    prefixlen=24,
+                    mac=_mac(plane, rail, node),
+                    leaf=leaf,
+                    leaf_port=port,
+                )
+                interfaces.append(intf)
+                links.append(
+                    Link(
+                        a=f"{prefix}n{node}",
+                        a_port=len(interfaces) - 1,
+                        a_intf=intf.name,
+                        b=leaf,
+                        b_port=port,
+                        b_intf=f"{leaf}e{port}",
+                        mbps=link_mbps,
+                        kind="host",
+                        plane=plane,
+                    )
+                )
+        hosts.append(Host(name=f"{prefix}n{node}", node=node, group=group,
+                          interfaces=tuple(interfaces)))
+
+    for plane in range(planes):
+        for leaf_i in range(leaves):
+            leaf = f"{prefix}p{plane}l{leaf_i}"
+            for spine_i in range(spines):
+                spine = f"{prefix}p{plane}s{spine_i}"
+                leaf_port = per_leaf + 1 + spine_i
+                spine_port = leaf_i + 1
+                links.append(
+                    Link(
+                        a=leaf,
+                        a_port=leaf_port,
+                        a_intf=f"{leaf}e{leaf_port}",
+                        b=spine,
+                        b_port=spine_port,
+                        b_intf=f"{spine}e{spine_port}",
+                        mbps=uplink_mbps,
+                        kind="uplink",
+                        plane=plane,
+                    )
+                )
+
+    return FabricSpec(
+        prefix=prefix,
+        planes=planes,
+        rails=rails,
+        nodes=nodes,
+        leaves_per_plane=leaves,
+        spines_per_plane=spines,
+        oversubscription=ratio,
+        link_mbps=link_mbps,
+        uplink_mbps=uplink_mbps,
+        hosts=tuple(hosts),
+        switches=tuple(switches),
+        links=tuple(links),
+    )
