@@ -211,10 +211,11 @@ class Fabric:
 
     def spawn(self, host: str, name: str, argv: Sequence[str], *, pid_dir: Path,
               log: Path | None = None, env: dict[str, str] | None = None,
-              stdout_pipe: bool = False) -> Helper:
+              stdout_pipe: bool = False, stdout_file: Path | None = None) -> Helper:
         """Start a long-running helper inside a host's namespace, in its own group."""
         return Helper(name, ["mnexec", "-a", str(self.host_pid(host)), *argv],
-                      pid_dir=pid_dir, log=log, env=env, stdout_pipe=stdout_pipe)
+                      pid_dir=pid_dir, log=log, env=env, stdout_pipe=stdout_pipe,
+                      stdout_file=stdout_file)
 
     def ping(self, host: str, ip: str, count: int = 1, wait_s: float = 1.0) -> bool:
         done = self.run(host, ["ping", "-n", "-q", "-c", str(count), "-W", f"{wait_s:g}", ip],

@@ -26,15 +26,21 @@ class Helper:
         log: Path | None = None,
         env: dict[str, str] | None = None,
         stdout_pipe: bool = False,
+        stdout_file: Path | None = None,
     ):
         self.name = name
         self.argv = list(argv)
         self.pid_file = pid_dir / f"{name}.pid"
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+        self._out = open(stdout_file, "wb") if stdout_file else None  # noqa: SIM115
+        if stdout_pipe:
+            stdout = subprocess.PIPE
+        else:
+            stdout = self._out or self._log
         self.proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout_pipe else self._log,
+            stdout=stdout,
             stderr=self._log,
             env=env,
             start_new_session=True,
@@ -64,8 +70,9 @@ class Helper:
             code = None
         if self.proc.stdout:
             self.proc.stdout.close()
-        if hasattr(self._log, "close"):
-            self._log.close()
+        for f in (self._log, self._out):
+            if hasattr(f, "close"):
+                f.close()
         self.pid_file.unlink(missing_ok=True)
         return code
 

@@ -1,0 +1,165 @@
+"""The human side of a run: a results table, plots (PNG) and a short Markdown report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from testbed.results import read_jsonl  # noqa: E402
+
+
+def _fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(summary: dict) -> str:
+    """Side-by-side results of every variant, as plain text for the terminal."""
+    head = ("variant", "chains ok/all", "p50 ms", "p99 ms", "train Mb/s", "iter p50 ms",
+            "fabric up s")
+    rows = [head]
+    for run in summary["runs"]:
+        a, t, f = run["agents"], run["training"], run["fabric"]
+        rows.append((
+            run["name"],
+            f"{a['chains_completed']}/{a['chains_started']}",
+            _fmt(a["latency_ms"]["p50"]),
+            _fmt(a["latency_ms"]["p99"]),
+            _fmt(t["goodput_mbps"]) if t["iterations"] else "-",
+            _fmt(t["iteration_ms"]["p50"]) if t["iterations"] else "-",
+            _fmt(f["start_s"], 2),
+        ))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot_chain_latency(summary: dict, out: Path) -> Path | None:
+    """CDF of end-to-end chain latency per variant, log x axis, p50/p99 marked."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    drawn = False
+    for run in summary["runs"]:
+        path = out / "variants" / run["name"] / "chains.jsonl"
+        values = sorted(c["latency_ms"] for c in read_jsonl(path) if c.get("ok"))
+        if not values:
+            continue
+        n = len(values)
+        ax.plot(values, [(i + 1) / n for i in range(n)], label=(
+            f"{run['name']} (p50 {_fmt(run['agents']['latency_ms']['p50'])} ms, "
+            f"p99 {_fmt(run['agents']['latency_ms']['p99'])} ms)"))
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xscale("log")
+    ax.axhline(0.5, color="grey", lw=0.5, ls=":")
+    ax.axhline(0.99, color="grey", lw=0.5, ls=":")
+    ax.set_xlabel("agent chain latency, end to end (ms, log scale)")
+    ax.set_ylabel("fraction of chains")
+    ax.set_title(f"{summary['scenario']}: chain latency per variant")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = out / "chain_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_training(summary: dict, out: Path) -> Path | None:
+    """Iteration time of the collective over the run, one line per variant."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    drawn = False
+    for run in summary["runs"]:
+        folder = out / "variants" / run["name"]
+        by_iter: dict[int, list[dict]] = {}
+        for path in sorted(folder.glob("training-rank*.jsonl")):
+            for rec in read_jsonl(path):
+                by_iter.setdefault(rec["iteration"], []).append(rec)
+        if not by_iter:
+            continue
+        t0 = min(r["start"] for recs in by_iter.values() for r in recs)
+        xs, ys = [], []
+        for _, recs in sorted(by_iter.items()):
+            xs.append(min(r["start"] for r in recs) - t0)
+            ys.append((max(r["end"] for r in recs) - min(r["start"] for r in recs)) * 1000)
+        ax.plot(xs, ys, marker=".", label=run["name"])
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("time into the run (s)")
+    ax.set_ylabel("all-reduce iteration (ms)")
+    ax.set_title("training iterations (compute + ring all-reduce)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "training_iterations.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _findings(summary: dict) -> list[str]:
+    """Plain-language comparison against the first variant (the baseline)."""
+    runs = summary["runs"]
+    base = runs[0] if runs else None
+    lines = []
+    if not base or base["agents"]["latency_ms"]["p99"] is None:
+        return lines
+    b50, b99 = base["agents"]["latency_ms"]["p50"], base["agents"]["latency_ms"]["p99"]
+    for run in runs[1:]:
+        lat = run["agents"]["latency_ms"]
+        if lat["p99"] is None:
+            lines.append(f"- **{run['name']}**: no chain completed.")
+            continue
+        lines.append(
+            f"- **{run['name']}**: chain p50 {lat['p50'] / b50:.2f}x and p99 "
+            f"{lat['p99'] / b99:.2f}x the baseline ({base['name']}); "
+            f"{run['agents']['chains_failed']} chains failed; training goodput "
+            f"{run['training']['goodput_mbps']:.1f} Mb/s with "
+            f"{run['training']['packets_lost']} packets lost.")
+    return lines
+
+
+def write(summary: dict, out: Path) -> Path:
+    """Plots plus report.md in ``out``; returns the report's path."""
+    chain_png = plot_chain_latency(summary, out)
+    train_png = plot_training(summary, out)
+    caps = summary["capabilities"]
+    lines = [
+        f"# {summary['scenario']}",
+        "",
+        summary.get("description", ""),
+        "",
+        f"Seed {summary['seed']}, {summary['duration_s']:g} s of traffic per variant. "
+        f"Measured on kernel {caps['kernel']} with the {caps['backends']['switch datapath']}.",
+        "",
+        "## Results",
+        "",
+        "```",
+        table(summary),
+        "```",
+        "",
+        "Chain latency is end to end: a chain waits at every hop, so it is the sum of the "
+        "hops' latencies (each hop is a fresh TCP connection, request and reply).",
+        "",
+    ]
+    findings = _findings(summary)
+    if findings:
+        lines += ["## What changed against the baseline", "", *findings, ""]
+    if chain_png:
+        lines += [f"![chain latency]({chain_png.name})", ""]
+    if train_png:
+        lines += [f"![training iterations]({train_png.name})", ""]
+    lines += ["## Host capabilities in force", ""]
+    lines += [f"- {k}: {v}" for k, v in caps["backends"].items()]
+    lines += ["", "Per-chain, per-hop and per-iteration records are in `variants/NAME/`."]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,178 @@
+"""Run a scenario: every variant on its own fabric, side by side, then the report.
+
+Each variant gets a fresh run id; every resource it creates registers its undo step on
+an ExitStack right after it exists, so success, an error, Ctrl-C and SIGTERM all unwind
+the same way, in reverse order.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from testbed import report, workloads
+from testbed.capabilities import Capabilities, probe
+from testbed.errors import BringUpError, Interrupted
+from testbed.fabric import Fabric
+from testbed.naming import new_run_id, run_dir, run_prefix
+from testbed.procs import Helper, wait_for
+from testbed.results import agents_entry, read_jsonl, training_entry, write_json
+from testbed.scenario import Scenario, Variant
+
+Progress = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """Turn SIGTERM into :class:`Interrupted` so the ExitStack unwinds as on Ctrl-C."""
+
+    def handler(signum, frame):
+        raise Interrupted(f"stopped by signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _events(path: Path, event: str) -> list[dict]:
+    return [e for e in read_jsonl(path) if e.get("event") == event]
+
+
+def start_controller(spec_file: Path, out: Path, pid_dir: Path, port: int,
+                     mode: str) -> tuple[Helper, Path]:
+    status = out / "controller-events.jsonl"
+    proc = Helper(
+        "controller",
+        [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
+         "--status", str(status), "--mode", mode],
+        pid_dir=pid_dir, log=out / "controller.log",
+    )
+    return proc, status
+
+
+def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
+                caps: Capabilities, out: Path, progress: Progress) -> dict:
+    """Bring up, measure and tear down one variant; returns its ``runs`` entry."""
+    run_id = new_run_id()
+    tag = f"[{index}/{total}] {variant.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    spec = variant.fabric(run_prefix(run_id))
+    spec_file = out / "spec.json"
+    spec.to_json(spec_file)
+    pids = run_dir(run_id)
+    entry: dict = {"name": variant.name, "run_id": run_id}
+    with ExitStack() as stack:
+        pids.mkdir(parents=True, exist_ok=True)
+        stack.callback(shutil.rmtree, pids, ignore_errors=True)
+
+        port = free_port()
+        controller, status = start_controller(spec_file, out, pids, port,
+                                              variant.controller["mode"])
+        stack.callback(controller.stop)
+        if not wait_for(lambda: _events(status, "started"), 30):
+            raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
+
+        fabric = Fabric(spec, caps, run_id=run_id, controller_port=port,
+                        queue_packets=variant.topology["queue_packets"])
+        stack.callback(fabric.stop)
+        progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} switches, "
+                 f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
+        times = fabric.start()
+        t_wait = time.monotonic()
+        n = len(spec.switches)
+        if not wait_for(lambda: len({e["dpid"] for e in _events(status, "installed")}) >= n, 30):
+            got = len({e["dpid"] for e in _events(status, "installed")})
+            raise BringUpError(f"controller installed paths on {got} of {n} switches in 30 s")
+        install_s = time.monotonic() - t_wait
+        for plane in range(spec.planes):
+            a, b = spec.hosts[0], spec.hosts[-1]
+            if not fabric.ping(a.name, b.interface(plane, 0).ip, count=1, wait_s=2):
+                raise BringUpError(f"{a.name} cannot reach {b.name} on plane {plane}")
+        progress(f"{tag}: fabric up in {times.start_s:.2f} s, paths installed in "
+                 f"{install_s:.2f} s; traffic for {scenario.duration_s:g} s")
+
+        work = workloads.start(fabric, variant, out=out, pid_dir=pids,
+                               duration_s=scenario.duration_s, seed=scenario.seed, stack=stack)
+        last = [0.0]
+
+        def tick(elapsed: float, chains: int) -> None:
+            if elapsed - last[0] >= 5:
+                last[0] = elapsed
+                progress(f"{tag}: {elapsed:4.0f} s  chains finished: {chains}")
+
+        workloads.wait_done(work, scenario.duration_s, tick)
+        stack.close()  # teardown now, so its time is measured
+        entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
+                           "stop_s": round(fabric.times.stop_s, 3),
+                           "paths_installed_s": round(install_s, 3)}
+    entry["agents"] = agents_entry(work.chains_file)
+    entry["training"] = training_entry(
+        [work.rank_file(r) for r in range(len(work.ranks or []))])
+    a, t = entry["agents"], entry["training"]
+    lat = a["latency_ms"]
+    line = f"{tag}: done; chains {a['chains_completed']}/{a['chains_started']}"
+    if lat["p50"] is not None:
+        line += f", p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms"
+    if t["iterations"]:
+        line += f"; training {t['goodput_mbps']:.1f} Mb/s"
+    progress(line)
+    return entry
+
+
+def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
+    """Run every variant of ``scenario`` into ``out``; returns the summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    with sigterm_as_interrupt():
+        caps = probe(new_run_id())
+        progress(f"{scenario.name}: {len(scenario.variants)} variants, switch datapath "
+                 f"{caps.ovs_datapath}; results in {out}")
+        summary = {
+            "scenario": scenario.name,
+            "description": scenario.description,
+            "seed": scenario.seed,
+            "duration_s": scenario.duration_s,
+            "capabilities": caps.to_dict(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "runs": [],
+        }
+        write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
+        total = len(scenario.variants)
+        for i, variant in enumerate(scenario.variants, 1):
+            entry = run_variant(variant, index=i, total=total, scenario=scenario, caps=caps,
+                                out=out / "variants" / variant.name, progress=progress)
+            summary["runs"].append(entry)
+            write_json(out / "summary.json", summary)
+    summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    write_json(out / "summary.json", summary)
+    report.write(summary, out)
+    return summary
+
+
+def default_out(results_root: Path, name: str) -> Path:
+    """``results/NAME/TIMESTAMP``; ``results/latest`` will point there."""
+    return results_root / name / time.strftime("%Y%m%d-%H%M%S")
+
+
+def link_latest(results_root: Path, out: Path) -> None:
+    latest = results_root / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(out.resolve())

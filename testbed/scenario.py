@@ -1,0 +1,235 @@
+"""Scenario files: YAML that names the topology, controller, traffic mix and variants.
+
+Each variant deep-merges its overrides onto the scenario's base sections. Validation is
+pure (it touches nothing on the host) and stops at the first problem with a
+:class:`ConfigError` whose ``field`` is the dotted path, e.g.
+``variants[2].topology.oversubscription``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.errors import ConfigError
+from topologies.leafspine import build_fabric
+from topologies.spec import FabricSpec, TopologyError
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
+SERVICES = ("retriever", "tool", "model", "agent")
+
+# field -> (types, check, default); check returns an error text or None
+_pos = (lambda v: None if v > 0 else "must be greater than 0")
+_nonneg = (lambda v: None if v >= 0 else "must be 0 or more")
+NUM = (int, float)
+
+SCHEMA: dict[str, dict[str, tuple]] = {
+    "topology": {
+        "planes": (int, _pos, 2),
+        "rails": (int, _pos, 1),
+        "nodes": (int, _pos, 8),
+        "leaves_per_plane": (int, _pos, 2),
+        "spines_per_plane": (int, _pos, 2),
+        "oversubscription": (NUM, _pos, 1),
+        "link_mbps": (NUM, lambda v: None if 1 <= v <= 10000 else "must be 1..10000", 100),
+        "queue_packets": (int, lambda v: None if 2 <= v <= 10000 else "must be 2..10000", 100),
+    },
+    "controller": {
+        "mode": (str, lambda v: None if v == "ecmp" else "must be 'ecmp'", "ecmp"),
+    },
+    "agents": {
+        "enabled": (bool, None, True),
+        "driver": (int, _nonneg, 0),
+        "services": (dict, None, {}),
+        "concurrency": (int, lambda v: None if 1 <= v <= 256 else "must be 1..256", 8),
+        "timeout_ms": (NUM, _pos, 2000),
+        "service_us": (int, _nonneg, 0),
+    },
+    "training": {
+        "enabled": (bool, None, False),
+        "ranks": (list, None, []),
+        "bytes": (int, lambda v: None if 1000 <= v <= 10**9 else "must be 1000..1e9", 2_000_000),
+        "compute_ms": (NUM, _nonneg, 50),
+        "rate_mbps": (NUM, _pos, 80),
+        "payload": (int, lambda v: None if 64 <= v <= 1400 else "must be 64..1400", 1024),
+        "step_timeout_ms": (NUM, _pos, 500),
+    },
+}
+TOP_LEVEL = {"name", "description", "seed", "duration_s", "topology", "controller", "agents",
+             "training", "variants"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One side of a comparison: fully resolved sections plus the topology it builds."""
+
+    name: str
+    topology: dict[str, Any]
+    controller: dict[str, Any]
+    agents: dict[str, Any]
+    training: dict[str, Any]
+
+    def fabric(self, prefix: str) -> FabricSpec:
+        topo = {k: v for k, v in self.topology.items() if k != "queue_packets"}
+        return build_fabric(prefix=prefix, **topo)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    duration_s: float
+    variants: tuple[Variant, ...]
+    source: dict[str, Any]
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+              dict: "a mapping", list: "a list"}
+
+
+def _type_name(types) -> str:
+    return "a number" if types == NUM else TYPE_WORDS[types]
+
+
+def _check_section(section: str, data: Any, where: str) -> dict[str, Any]:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(where, "must be a mapping")
+    schema = SCHEMA[section]
+    for key in data:
+        if key not in schema:
+            raise ConfigError(f"{where}.{key}", f"unknown field (known: {', '.join(schema)})")
+    out = {}
+    for key, (types, check, default) in schema.items():
+        value = data.get(key, copy.deepcopy(default))
+        is_bool = isinstance(value, bool)
+        if (is_bool and types is not bool) or not isinstance(value, types):
+            raise ConfigError(f"{where}.{key}", f"must be {_type_name(types)}, got {value!r}")
+        if check and (problem := check(value)):
+            raise ConfigError(f"{where}.{key}", f"{problem}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def _check_nodes(where: str, value: Any, nodes: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < nodes:
+        raise ConfigError(where, f"must be a node index 0..{nodes - 1}, got {value!r}")
+    return value
+
+
+def _check_variant(name: str, sections: dict, where: str) -> Variant:
+    resolved = {s: _check_section(s, sections.get(s), f"{where}.{s}" if where else s)
+                for s in SCHEMA}
+    prefix = f"{where}." if where else ""
+    topo = resolved["topology"]
+    try:
+        spec = build_fabric(prefix="tb0000", **{k: v for k, v in topo.items()
+                                                 if k != "queue_packets"})
+    except TopologyError as exc:
+        raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from exc
+    nodes = spec.nodes
+    agents = resolved["agents"]
+    if agents["enabled"]:
+        _check_nodes(f"{prefix}agents.driver", agents["driver"], nodes)
+        services = agents["services"]
+        for svc in SERVICES:
+            if svc not in services:
+                raise ConfigError(f"{prefix}agents.services.{svc}", "missing: give its node index")
+        for svc, node in services.items():
+            if svc not in SERVICES:
+                raise ConfigError(f"{prefix}agents.services.{svc}",
+                                  f"unknown service (known: {', '.join(SERVICES)})")
+            _check_nodes(f"{prefix}agents.services.{svc}", node, nodes)
+    training = resolved["training"]
+    if training["enabled"]:
+        ranks = training["ranks"]
+        if len(ranks) < 2:
+            raise ConfigError(f"{prefix}training.ranks", "needs at least 2 node indices")
+        for i, node in enumerate(ranks):
+            _check_nodes(f"{prefix}training.ranks[{i}]", node, nodes)
+        if len(set(ranks)) != len(ranks):
+            raise ConfigError(f"{prefix}training.ranks", f"node indices repeat: {ranks}")
+    return Variant(name=name, **resolved)
+
+
+def parse(data: Any, duration_override: float | None = None) -> Scenario:
+    """Validate a scenario already loaded from YAML; raises :class:`ConfigError`."""
+    if not isinstance(data, dict):
+        raise ConfigError("scenario", "must be a YAML mapping")
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise ConfigError(key, f"unknown field (known: {', '.join(sorted(TOP_LEVEL))})")
+    name = data.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ConfigError("name", f"must be lowercase letters, digits, '-' or '_', got {name!r}")
+    seed = data.get("seed", 1)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError("seed", f"must be an integer, got {seed!r}")
+    duration = data.get("duration_s", 30) if duration_override is None else duration_override
+    if isinstance(duration, bool) or not isinstance(duration, NUM) or not 1 <= duration <= 3600:
+        where = "DURATION" if duration_override is not None else "duration_s"
+        raise ConfigError(where, f"must be 1..3600 seconds, got {duration!r}")
+    base = {s: data.get(s) or {} for s in SCHEMA}
+    for s, v in base.items():
+        if not isinstance(v, dict):
+            raise ConfigError(s, "must be a mapping")
+    raw_variants = data.get("variants") or [{"name": name}]
+    if not isinstance(raw_variants, list):
+        raise ConfigError("variants", "must be a list")
+    variants, seen = [], set()
+    for i, raw in enumerate(raw_variants):
+        where = f"variants[{i}]"
+        if not isinstance(raw, dict):
+            raise ConfigError(where, "must be a mapping")
+        vname = raw.get("name")
+        if not isinstance(vname, str) or not NAME.match(vname):
+            raise ConfigError(f"{where}.name", f"must be a short lowercase name, got {vname!r}")
+        if vname in seen:
+            raise ConfigError(f"{where}.name", f"repeats {vname!r}")
+        seen.add(vname)
+        for key in raw:
+            if key != "name" and key not in SCHEMA:
+                raise ConfigError(f"{where}.{key}", "unknown field")
+        merged = {s: _merge(base[s], raw.get(s) or {}) for s in SCHEMA}
+        for s in SCHEMA:
+            if raw.get(s) is not None and not isinstance(raw.get(s), dict):
+                raise ConfigError(f"{where}.{s}", "must be a mapping")
+        variants.append(_check_variant(vname, merged, where))
+    return Scenario(
+        name=name, description=str(data.get("description", "")).strip(), seed=seed,
+        duration_s=float(duration), variants=tuple(variants), source=data,
+    )
+
+
+def load(path: Path | str, duration_override: float | None = None) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), exc.strerror or "cannot be read") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path.name}:{mark.line + 1}" if mark else path.name
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError(where, f"YAML syntax: {problem}") from exc
+    return parse(data, duration_override)
