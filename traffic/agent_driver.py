@@ -142,7 +142,9 @@ class Driver:
             mains = [self._spawn(self._open_loop())]
         else:
             mains = [self._spawn(self._worker()) for _ in range(self.config.concurrency)]
-        await asyncio.gather(*mains, return_exceptions=True)
+        for result in await asyncio.gather(*mains, return_exceptions=True):
+            if isinstance(result, Exception):  # a bug, not a network error: surface it
+                raise result
         return self._summary(time.monotonic() - began)
 
     def _spawn(self, coro) -> asyncio.Task:

@@ -91,7 +91,7 @@ class AgentService:
             self.stats.errors += 1
             self.stats.malformed += 1
             log.debug("malformed request: %s", exc)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except (asyncio.IncompleteReadError, OSError) as exc:
             self.stats.errors += 1
             self.stats.aborted += 1
             log.debug("connection aborted: %s", exc)
