@@ -10,6 +10,7 @@ planes deterministically; templates are drawn by weight with a seeded RNG.
 Closed loop (default): ``concurrency`` workers each start a new chain as soon
 as theirs ends. Open loop (``rate``): Poisson arrivals at ``rate`` chains/s;
 an arrival that finds ``concurrency`` chains in flight is skipped and counted.
+(With ``rate``, ``chains`` counts arrivals, skipped ones included.)
 New chains start until ``duration`` ends or ``chains`` have started; in-flight
 chains then finish or time out (``timeout_ms`` bounds each hop). ``interrupt()``
 (SIGTERM/SIGINT) cancels in-flight chains, recorded as failed ``interrupted``.
