@@ -1,0 +1,139 @@
+"""CLI for the agent-chain workload: ``agent-service`` and ``agent-driver``.
+
+``python -m traffic agent-service --listen IP:PORT [--listen ...] --role NAME
+[--stats FILE.json]`` serves requests (see ``traffic.agent_protocol``) and
+prints ``ready`` once every listener is bound.
+
+``python -m traffic agent-driver --plan FILE.json --hops-out FILE.jsonl
+--chains-out FILE.jsonl (--duration S | --chains N) [--concurrency C]
+[--rate PER_S] [--seed N] [--timeout-ms T] [--ecn]`` runs chains (see
+``traffic.agent_driver``) and prints one JSON summary line on stdout.
+
+Exit codes: 0 ok (also after SIGTERM/SIGINT), 1 runtime failure (cannot bind,
+cannot write output), 2 bad arguments or invalid plan (one stderr line naming
+the field). ``--ecn`` is recorded in the summary with this namespace's
+net.ipv4.tcp_ecn: Linux negotiates ECN for TCP per network namespace, so the
+runner must set ``sysctl net.ipv4.tcp_ecn=1`` in the driver's namespace (the
+services accept ECN with the default 2); TOS bits are not set per socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+
+from traffic.agent_driver import Driver, DriverConfig
+from traffic.agent_plan import PlanError, default_plan, validate_plan
+from traffic.agent_service import parse_listen, run_service
+
+__all__ = ["default_plan", "main"]
+
+
+def _listen(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _service_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m traffic agent-service")
+    parser.add_argument("--listen", type=_listen, action="append", required=True,
+                        metavar="IP:PORT", help="address to listen on (repeat, one per plane)")
+    parser.add_argument("--role", required=True, help="service role, e.g. retriever")
+    parser.add_argument("--stats", metavar="FILE.json", help="write counters here on exit")
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(run_service(args.role, args.listen, args.stats))
+    except OSError as exc:
+        print(f"agent-service: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def _driver_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m traffic agent-driver")
+    p.add_argument("--plan", required=True, metavar="FILE.json")
+    p.add_argument("--hops-out", required=True, metavar="FILE.jsonl")
+    p.add_argument("--chains-out", required=True, metavar="FILE.jsonl")
+    p.add_argument("--duration", type=_positive(float), metavar="S",
+                   help="start chains for S seconds")
+    p.add_argument("--chains", type=_positive(int), metavar="N", help="run exactly N chains")
+    p.add_argument("--concurrency", type=_positive(int), default=8, metavar="C",
+                   help="chains in flight (default 8)")
+    p.add_argument("--rate", type=_positive(float), metavar="PER_S",
+                   help="open loop: Poisson chain arrivals per second, capped by --concurrency")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout-ms", type=_positive(float), default=2000.0, metavar="T",
+                   help="per-hop timeout including connect (default 2000)")
+    p.add_argument("--ecn", action="store_true", help="record that ECN is requested")
+    return p
+
+
+def load_plan(path: str) -> dict:
+    """Read and validate a plan file; ``PlanError`` names the bad field."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except OSError as exc:
+        raise PlanError("plan", f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError("plan", f"invalid JSON in {path}: {exc}") from None
+    return validate_plan(raw)
+
+
+async def _drive(driver: Driver) -> dict:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, driver.interrupt)
+    return await driver.run()
+
+
+def _driver_main(argv: list[str]) -> int:
+    parser = _driver_parser()
+    args = parser.parse_args(argv)
+    if args.duration is None and args.chains is None:
+        parser.error("one of --duration or --chains is required")
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as exc:
+        print(f"agent-driver: invalid plan: {exc}", file=sys.stderr)
+        return 2
+    config = DriverConfig(
+        duration=args.duration, chains=args.chains, concurrency=args.concurrency,
+        seed=args.seed, timeout_ms=args.timeout_ms, ecn=args.ecn, rate=args.rate,
+    )
+    try:
+        with open(args.hops_out, "w", encoding="utf-8") as hops, \
+                open(args.chains_out, "w", encoding="utf-8") as chains:
+            result = asyncio.run(_drive(Driver(plan, config, hops, chains)))
+    except OSError as exc:
+        print(f"agent-driver: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch on ``argv[0]`` (``agent-service`` or ``agent-driver``)."""
+    if not argv or argv[0] not in ("agent-service", "agent-driver"):
+        print("usage: python -m traffic {agent-service,agent-driver} ...", file=sys.stderr)
+        return 2
+    if argv[0] == "agent-service":
+        return _service_main(argv[1:])
+    return _driver_main(argv[1:])
