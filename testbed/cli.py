@@ -1,0 +1,147 @@
+"""``testbed`` command line: run, validate, doctor, calc, clean.
+
+Bad input ends with one line naming the field and the problem, exit status 2; a host
+that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
+the teardown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from testbed.errors import ConfigError, Interrupted, TestbedError
+from topologies.spec import TopologyError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def scenario_path(name: str) -> Path:
+    """A scenario given by name (``scenarios/NAME.yaml``) or by path."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    for base in (Path.cwd() / "scenarios", REPO / "scenarios"):
+        if (base / f"{name}.yaml").exists():
+            return base / f"{name}.yaml"
+    known = sorted(p.stem for p in (REPO / "scenarios").glob("*.yaml"))
+    raise ConfigError("SCENARIO", f"no scenario named {name!r} (known: {', '.join(known)})")
+
+
+def cmd_validate(args) -> int:
+    from testbed import scenario
+
+    sc = scenario.load(scenario_path(args.file))
+    print(f"{sc.name}: valid, {len(sc.variants)} variants "
+          f"({', '.join(v.name for v in sc.variants)})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from testbed import report, runner, scenario
+
+    duration = None
+    if args.duration not in (None, ""):
+        try:
+            duration = float(args.duration)
+        except ValueError:
+            raise ConfigError("DURATION", f"must be a number of seconds, got {args.duration!r}")
+    sc = scenario.load(scenario_path(args.scenario), duration_override=duration)
+    if os.geteuid() != 0:
+        raise ConfigError("user", "running a scenario needs root (namespaces, Open vSwitch)")
+    results_root = Path(args.results)
+    out = Path(args.out) if args.out else runner.default_out(results_root, sc.name)
+    if args.out and out.exists() and any(out.iterdir()):
+        raise ConfigError("OUT", f"{out} exists and is not empty")
+    summary = runner.run(sc, out)
+    if not args.out:
+        runner.link_latest(results_root, out)
+    print()
+    print(report.table(summary))
+    print()
+    print(f"results: {out}  (report.md, summary.json, chain_latency.png)")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from testbed.capabilities import format_report, probe
+
+    if os.geteuid() != 0:
+        raise ConfigError("user", "the probe needs root (it creates a test namespace)")
+    caps = probe()
+    print(json.dumps(caps.to_dict(), indent=2) if args.json else format_report(caps))
+    return 0
+
+
+def cmd_calc(args) -> int:
+    from topologies.calculator import calculate, format_table
+
+    result = calculate(switch_tbps=args.switch_tbps, gpu_gbps=args.gpu_gbps, planes=args.planes)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from testbed.cleanup import clean
+
+    removed = clean(dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for item in removed:
+        print(f"{verb} {item}")
+    print(f"{len(removed)} testbed leftovers {verb}" if removed else "nothing to clean")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a scenario and write its results")
+    p.add_argument("scenario", nargs="?", default="agents-vs-training",
+                   help="scenario name (scenarios/NAME.yaml) or file")
+    p.add_argument("--duration", help="seconds of traffic per variant (overrides the file)")
+    p.add_argument("--out", help="write results straight into this folder")
+    p.add_argument("--results", default="results", help="results root (default: results)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a scenario file without touching the host")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("doctor", help="kernel features, versions and chosen backends")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics")
+    p.add_argument("--switch-tbps", type=float, required=True, help="switch capacity, Tb/s")
+    p.add_argument("--gpu-gbps", type=float, required=True, help="bandwidth per GPU, Gb/s")
+    p.add_argument("--planes", type=int, required=True, help="planes the GPU's bandwidth is split over")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calc)
+
+    p = sub.add_parser("clean", help="remove what testbed runs left behind (by name prefix)")
+    p.add_argument("--dry-run", action="store_true")
+    p.set_defaults(func=cmd_clean)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, TopologyError) as exc:
+        print(f"testbed: error: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        print("testbed: interrupted; everything the run created was removed", file=sys.stderr)
+        return 130
+    except TestbedError as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
