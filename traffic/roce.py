@@ -12,6 +12,7 @@ frame costs one crc32 over BTH and payload.
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 import zlib
@@ -114,14 +115,24 @@ def parse(
     opcode, dqpn, psn = _bth_fields(mv)
     if src is None or dst is None:
         return Bth(opcode, dqpn, psn, None)
-    udp_len = UDP_LEN + len(mv)
+    prefix = _udp_prefix_crc(src, dst, len(mv), ip_id, dont_fragment)
+    crc = zlib.crc32(mv[BTH_LEN:-ICRC_LEN], zlib.crc32(_masked_bth(mv), prefix))
+    return Bth(opcode, dqpn, psn, struct.pack("<I", crc) == bytes(mv[-ICRC_LEN:]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _udp_prefix_crc(
+    src: tuple[str, int], dst: tuple[str, int], udp_payload_len: int, ip_id: int, df: bool
+) -> int:
+    """CRC state after the masked pseudo header of a rebuilt IPv4/UDP header (cached)."""
+    udp_len = UDP_LEN + udp_payload_len
     ip_hdr = struct.pack(
         "!BBHHHBBH4s4s",
         0x45,
         0,
         IP_LEN + udp_len,
         ip_id,
-        0x4000 if dont_fragment else 0,
+        0x4000 if df else 0,
         0,
         socket.IPPROTO_UDP,
         0,
@@ -129,10 +140,7 @@ def parse(
         socket.inet_aton(dst[0]),
     )
     udp_hdr = _PSEUDO_UDP_HDR.pack(src[1], dst[1], udp_len, 0)
-    crc = zlib.crc32(_masked_ip_udp(ip_hdr + udp_hdr))
-    crc = zlib.crc32(_masked_bth(mv), crc)
-    crc = zlib.crc32(mv[BTH_LEN:-ICRC_LEN], crc)
-    return Bth(opcode, dqpn, psn, struct.pack("<I", crc) == bytes(mv[-ICRC_LEN:]))
+    return zlib.crc32(_masked_ip_udp(ip_hdr + udp_hdr))
 
 
 def parse_frame(frame: bytes | bytearray | memoryview) -> Bth:
