@@ -1,0 +1,503 @@
+"""``python -m traffic training``: one rank of a synchronized ring all-reduce.
+
+Each iteration is a compute phase (idle for ``compute_ms``) followed by the
+2*(n-1) steps of a ring all-reduce.  In every step this rank sends a chunk
+(ceil(bytes/n) payload bytes, split evenly over its channels) to rank r+1 as
+RoCEv2 SEND_FIRST/MIDDLE/LAST packets, each channel paced at ``rate_mbps``,
+then waits until the chunk of the same step from rank r-1 is complete on
+every channel, or ``step_timeout_ms`` passes (missing packets count as lost).
+The BTH dest QP carries a step sequence number (iteration*steps+step mod
+2**24), so late packets of an old step are not mistaken for new ones and
+early packets of a future step are kept for it.  Received traffic arrives on
+ordinary UDP sockets bound to (channel ip, 4791), drained while waiting.
+One JSON line per iteration goes to ``--out``; a JSON summary to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import selectors
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from traffic import roce
+from traffic.rawsock import RawSender, TokenBucket
+
+log = logging.getLogger("traffic.training")
+
+EXIT_USAGE = 2
+SPORT_BASE = 49152
+RCVBUF_BYTES = 32 * 1024 * 1024
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SEQ_MASK = 0xFFFFFF
+SEQ_HALF = 0x800000
+BURST_S = 0.001
+MAX_PAYLOAD = 9000 - 20 - 8 - 12 - 4
+LAST_OPCODES = (roce.SEND_LAST, roce.SEND_ONLY)
+
+
+class UsageError(Exception):
+    """Bad command line or config; the message names the option and the reason."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One NIC of a rank: interface name, IPv4 address, MAC (optional next-hop MAC)."""
+
+    iface: str
+    ip: str
+    mac: str
+    gw_mac: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """The runner's JSON config, validated."""
+
+    bytes: int
+    compute_ms: float
+    rate_mbps: float
+    step_timeout_ms: float
+    payload: int
+    ranks: list[list[Channel]]
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a training config; raise UsageError naming what is wrong."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise UsageError(f"argument --config: no such file: {path}") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"argument --config: cannot read {path}: {exc}") from exc
+    try:
+        cfg = Config(
+            bytes=int(raw["bytes"]),
+            compute_ms=float(raw["compute_ms"]),
+            rate_mbps=float(raw["rate_mbps"]),
+            step_timeout_ms=float(raw["step_timeout_ms"]),
+            payload=int(raw.get("payload", 1024)),
+            ranks=[
+                [Channel(c["iface"], c["ip"], c["mac"], c.get("gw_mac")) for c in r["channels"]]
+                for r in raw["ranks"]
+            ],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"argument --config: missing or bad field {exc}") from exc
+    checks = [
+        (cfg.bytes > 0, "bytes must be > 0"),
+        (cfg.compute_ms >= 0, "compute_ms must be >= 0"),
+        (cfg.rate_mbps > 0, "rate_mbps must be > 0"),
+        (cfg.step_timeout_ms > 0, "step_timeout_ms must be > 0"),
+        (1 <= cfg.payload <= MAX_PAYLOAD, f"payload must be 1..{MAX_PAYLOAD}"),
+        (len(cfg.ranks) >= 1, "ranks must not be empty"),
+        (all(cfg.ranks), "every rank needs at least one channel"),
+        (len({len(r) for r in cfg.ranks}) <= 1, "all ranks need the same number of channels"),
+    ]
+    for ok, reason in checks:
+        if not ok:
+            raise UsageError(f"argument --config: {reason}")
+    return cfg
+
+
+def split_chunk(chunk: int, channels: int, payload: int) -> list[list[int]]:
+    """Payload sizes of the packets each channel sends for one chunk.
+
+    The chunk is split evenly (the first ``chunk % channels`` channels carry one
+    byte more); each channel's share is cut into ``payload``-byte packets plus a
+    shorter last one.
+    """
+    plan = []
+    for k in range(channels):
+        share = chunk // channels + (1 if k < chunk % channels else 0)
+        full, rest = divmod(share, payload)
+        plan.append([payload] * full + ([rest] if rest else []))
+    return plan
+
+
+def opcode_for(index: int, count: int) -> int:
+    """RC SEND opcode of packet ``index`` of a ``count``-packet message."""
+    if count == 1:
+        return roce.SEND_ONLY
+    if index == 0:
+        return roce.SEND_FIRST
+    return roce.SEND_LAST if index == count - 1 else roce.SEND_MIDDLE
+
+
+@dataclass
+class _Rx:
+    """Reception state of one step on one channel."""
+
+    packets: int = 0
+    bytes: int = 0
+    last_seen: bool = False
+
+
+@dataclass
+class IterStats:
+    """Counters of one iteration (one JSON line)."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    packets_sent: int = 0
+    packets_received: int = 0
+    packets_lost: int = 0
+    timeouts: int = 0
+    icrc_errors: int = 0
+    stale_packets: int = 0
+    foreign_packets: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RingRank:
+    """One rank: its send sockets, receive sockets and the iteration loop."""
+
+    def __init__(self, cfg: Config, rank: int) -> None:
+        n = len(cfg.ranks)
+        if not 0 <= rank < n:
+            raise UsageError(f"argument --rank: must be 0..{n - 1}, got {rank}")
+        self.cfg = cfg
+        self.rank = rank
+        self.n = n
+        self.steps = 2 * (n - 1)
+        self.chunk = math.ceil(cfg.bytes / n)
+        self.me = cfg.ranks[rank]
+        self.succ = cfg.ranks[(rank + 1) % n]
+        self.pred = cfg.ranks[(rank - 1) % n]
+        self.nch = len(self.me)
+        self.plan = split_chunk(self.chunk, self.nch, cfg.payload)
+        self.expected = [len(p) for p in self.plan]
+        self.stop_requested = False
+        self.stats = IterStats()
+        self.expect_seq = 0
+        self.pending: dict[int, list[_Rx]] = {}
+        self.psn = [0] * self.nch
+        self.enobufs = 0
+        self._rxbuf = bytearray(65536)
+        self._rxmv = memoryview(self._rxbuf)
+        self.sel = selectors.DefaultSelector()
+        self.rx_socks: list[socket.socket] = []
+        self.senders: list[RawSender] = []
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        rate = cfg.rate_mbps * 1e6
+        max_bits = (cfg.payload + roce.OVERHEAD) * 8
+        self.buckets = [TokenBucket(rate, max(max_bits, rate * BURST_S)) for _ in self.me]
+
+    def _open(self) -> None:
+        """Bind receive sockets first (peers may start any time), then senders and templates."""
+        for k, ch in enumerate(self.me):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.rx_socks.append(sock)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+            except PermissionError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            sock.bind((ch.ip, roce.ROCE_PORT))
+            sock.setblocking(False)
+            self.sel.register(sock, selectors.EVENT_READ, k)
+        self.pred_ips = [ch.ip for ch in self.pred]
+        self.templates: list[dict[int, roce.FrameTemplate]] = []
+        for k, ch in enumerate(self.me):
+            self.senders.append(RawSender(ch.iface))
+            peer = self.succ[k]
+            by_len = {}
+            for size in set(self.plan[k]):
+                by_len[size] = roce.FrameTemplate(
+                    src_mac=ch.mac,
+                    dst_mac=ch.gw_mac or peer.mac,
+                    src_ip=ch.ip,
+                    dst_ip=peer.ip,
+                    sport=SPORT_BASE + (self.rank * 64 + k) % 16384,
+                    dqpn=0,
+                    payload_len=size,
+                )
+            self.templates.append(by_len)
+
+    def close(self) -> None:
+        for sock in self.rx_socks:
+            sock.close()
+        for sender in self.senders:
+            sender.close()
+        self.sel.close()
+
+    # --- receive -------------------------------------------------------------
+
+    def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for traffic and consume all that is queued."""
+        for key, _ in self.sel.select(max(timeout, 0.0)):
+            sock: socket.socket = key.fileobj  # type: ignore[assignment]
+            k: int = key.data
+            local = (self.me[k].ip, roce.ROCE_PORT)
+            while True:
+                try:
+                    nbytes, addr = sock.recvfrom_into(self._rxbuf)
+                except BlockingIOError:
+                    break
+                self._on_packet(k, self._rxmv[:nbytes], addr, local)
+
+    def _on_packet(self, k: int, data: memoryview, addr: tuple[str, int], local: tuple) -> None:
+        st = self.stats
+        if addr[0] != self.pred_ips[k] or len(data) < roce.BTH_LEN + roce.ICRC_LEN:
+            st.foreign_packets += 1
+            return
+        bth = roce.parse(data, addr, local)
+        if not bth.icrc_ok:
+            st.icrc_errors += 1
+            return
+        delta = (bth.dqpn - self.expect_seq) & SEQ_MASK
+        if delta >= SEQ_HALF:
+            st.stale_packets += 1
+            return
+        seq = self.expect_seq + delta
+        rx = self.pending.get(seq)
+        if rx is None:
+            rx = self.pending[seq] = [_Rx() for _ in range(self.nch)]
+        slot = rx[k]
+        slot.packets += 1
+        slot.bytes += len(data) - roce.BTH_LEN - roce.ICRC_LEN
+        if bth.opcode in LAST_OPCODES:
+            slot.last_seen = True
+
+    def _complete(self, seq: int) -> bool:
+        rx = self.pending.get(seq)
+        if rx is None:
+            return all(e == 0 for e in self.expected)
+        return all(
+            e == 0 or (r.last_seen and r.packets >= e)
+            for r, e in zip(rx, self.expected, strict=True)
+        )
+
+    # --- send ----------------------------------------------------------------
+
+    def _send_step(self, seq: int) -> None:
+        """Send this step's chunk on all channels, interleaved and paced per channel."""
+        dqpn = seq & SEQ_MASK
+        idx = [0] * self.nch
+        active = [k for k in range(self.nch) if self.plan[k]]
+        clock = time.perf_counter
+        st = self.stats
+        while active and not self.stop_requested:
+            now = clock()
+            tokens = [b.refill(now) for b in self.buckets]
+            progressed = True
+            while progressed:
+                progressed = False
+                for k in active:
+                    i = idx[k]
+                    sizes = self.plan[k]
+                    if i >= len(sizes):
+                        continue
+                    size = sizes[i]
+                    tmpl = self.templates[k][size]
+                    cost = len(tmpl) * 8
+                    if tokens[k] < cost:
+                        continue
+                    frame = tmpl.frame_into(self.psn[k], opcode_for(i, len(sizes)), dqpn)
+                    self.senders[k].send(frame)
+                    self.psn[k] = (self.psn[k] + 1) & roce.PSN_MASK
+                    tokens[k] -= cost
+                    idx[k] = i + 1
+                    st.packets_sent += 1
+                    st.bytes_sent += size
+                    progressed = True
+            wait = math.inf
+            for k, b in enumerate(self.buckets):
+                b.tokens = tokens[k]
+            active = [k for k in active if idx[k] < len(self.plan[k])]
+            for k in active:
+                b = self.buckets[k]
+                cost = len(self.templates[k][self.plan[k][idx[k]]]) * 8
+                wait = min(wait, b.wait_for(max(cost, b.burst / 2)))
+            self.drain(0.0 if wait == math.inf else wait)
+
+    # --- iterations ------------------------------------------------------------
+
+    def _wait_until(self, deadline: float, seq: int | None = None) -> bool:
+        """Drain receives until ``deadline`` (perf_counter) or step ``seq`` completes."""
+        while not self.stop_requested:
+            if seq is not None and self._complete(seq):
+                return True
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            self.drain(min(left, 0.05))
+        return False
+
+    def _account(self, seq: int) -> None:
+        rx = self.pending.pop(seq, None) or [_Rx() for _ in range(self.nch)]
+        st = self.stats
+        for r, e in zip(rx, self.expected, strict=True):
+            st.packets_received += r.packets
+            st.bytes_received += r.bytes
+            st.packets_lost += max(0, e - r.packets)
+
+    def run_iteration(self, it: int) -> dict[str, Any]:
+        """Run compute then the ring steps of iteration ``it``; return its record."""
+        self.stats = IterStats()
+        wall_start = time.time()
+        t0 = time.perf_counter()
+        self.expect_seq = it * self.steps
+        self._wait_until(t0 + self.cfg.compute_ms / 1000)
+        t1 = time.perf_counter()
+        timeout = self.cfg.step_timeout_ms / 1000
+        done_steps = 0
+        for step in range(self.steps):
+            if self.stop_requested:
+                break
+            seq = it * self.steps + step
+            self.expect_seq = seq
+            self._send_step(seq)
+            if not self._wait_until(time.perf_counter() + timeout, seq):
+                if self.stop_requested:
+                    break
+                self.stats.timeouts += 1
+            self._account(seq)
+            done_steps += 1
+        self.expect_seq = (it + 1) * self.steps
+        for old in [s for s in self.pending if s < self.expect_seq]:
+            self.stats.stale_packets += sum(r.packets for r in self.pending.pop(old))
+        t2 = time.perf_counter()
+        st = self.stats
+        return {
+            "rank": self.rank,
+            "iteration": it,
+            "start": round(wall_start, 6),
+            "end": round(wall_start + (t2 - t0), 6),
+            "iteration_ms": round((t2 - t0) * 1000, 3),
+            "comm_ms": round((t2 - t1) * 1000, 3),
+            "compute_ms": round((t1 - t0) * 1000, 3),
+            "bytes_sent": st.bytes_sent,
+            "bytes_received": st.bytes_received,
+            "packets_sent": st.packets_sent,
+            "packets_received": st.packets_received,
+            "packets_lost": st.packets_lost,
+            "timeouts": st.timeouts,
+            "icrc_errors": st.icrc_errors,
+            "stale_packets": st.stale_packets,
+            "foreign_packets": st.foreign_packets,
+            "steps": done_steps,
+            "complete": done_steps == self.steps,
+        }
+
+    def run(
+        self,
+        out: TextIO,
+        iterations: int | None,
+        duration: float | None,
+        start_at: float | None,
+    ) -> dict[str, Any]:
+        """Run iterations until a limit or a stop request; return the summary."""
+        if start_at is not None:
+            lag = time.time() - start_at
+            if lag > 0:
+                log.warning("rank %d: --start-at is %.3f s in the past", self.rank, lag)
+            else:
+                self._wait_until(time.perf_counter() - lag)
+        begin = time.time() if start_at is None else max(start_at, time.time())
+        records: list[dict[str, Any]] = []
+        it = 0
+        while not self.stop_requested:
+            if iterations is not None and it >= iterations:
+                break
+            if duration is not None and time.time() >= begin + duration:
+                break
+            rec = self.run_iteration(it)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            records.append(rec)
+            it += 1
+        return self.summary(records)
+
+    def summary(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """Totals over the iterations written."""
+        def total(key: str) -> int:
+            return sum(r[key] for r in records)
+
+        comm_s = sum(r["comm_ms"] for r in records) / 1000
+        iter_ms = sorted(r["iteration_ms"] for r in records if r["complete"])
+        return {
+            "rank": self.rank,
+            "ranks": self.n,
+            "channels": self.nch,
+            "iterations": len(records),
+            "complete_iterations": len(iter_ms),
+            "bytes_sent": total("bytes_sent"),
+            "bytes_received": total("bytes_received"),
+            "expected_bytes_per_iteration": self.steps * self.chunk,
+            "packets_sent": total("packets_sent"),
+            "packets_received": total("packets_received"),
+            "packets_lost": total("packets_lost"),
+            "timeouts": total("timeouts"),
+            "icrc_errors": total("icrc_errors"),
+            "comm_s": round(comm_s, 6),
+            "goodput_mbps": round(total("bytes_received") * 8 / comm_s / 1e6, 3)
+            if comm_s > 0 else 0.0,
+            "mean_iteration_ms": round(sum(iter_ms) / len(iter_ms), 3) if iter_ms else None,
+            "median_iteration_ms": iter_ms[len(iter_ms) // 2] if iter_ms else None,
+            "max_iteration_ms": iter_ms[-1] if iter_ms else None,
+            "enobufs": sum(s.enobufs for s in self.senders),
+        }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m traffic training", description=__doc__)
+    p.add_argument("--rank", type=int, required=True, help="this rank's index in the config")
+    p.add_argument("--config", required=True, help="JSON config written by the runner")
+    p.add_argument("--out", required=True, help="JSON-lines file, one line per iteration")
+    p.add_argument("--iterations", type=int, help="stop after this many iterations")
+    p.add_argument("--duration", type=float, help="seconds after start to stop starting "
+                   "new iterations")
+    p.add_argument("--start-at", type=float, help="UNIX time at which iteration 0 starts")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Run one rank; return the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    try:
+        args = build_parser().parse_args(argv)
+        if args.iterations is not None and args.iterations < 1:
+            raise UsageError(f"argument --iterations: must be >= 1, got {args.iterations}")
+        if args.duration is not None and args.duration <= 0:
+            raise UsageError(f"argument --duration: must be > 0, got {args.duration}")
+        cfg = load_config(args.config)
+        out_path = Path(args.out)
+        if not out_path.parent.is_dir():
+            raise UsageError(f"argument --out: no such directory: {out_path.parent}")
+        rank = RingRank(cfg, args.rank)
+    except UsageError as exc:
+        print(f"training: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"training: error: opening sockets: {exc}", file=sys.stderr)
+        return 1
+
+    def request_stop(signum: int, _frame: object) -> None:
+        rank.stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        with out_path.open("a") as out:
+            summary = rank.run(out, args.iterations, args.duration, args.start_at)
+    finally:
+        rank.close()
+    print(json.dumps(summary))
+    return 0
