@@ -13,12 +13,15 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
+from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
@@ -28,10 +31,16 @@ from topologies.spec import FabricSpec, HostInterface
 
 log = logging.getLogger(__name__)
 
+# pyroute2 0.9 has no bfifo plugin; bfifo's options are pfifo's (struct tc_fifo_qopt)
+tc_plugins.setdefault("bfifo", sched_pfifo)
+
 #: ethtool feature names turned off on every veth for the userspace datapath
 OFFLOAD_WORDS = ("checksum", "segmentation", "rx-gro", "tx-scatter-gather", "rx-lro")
 OFFLOAD_FLAGS = "rx off tx off sg off tso off gso off gro off"
 HTB_MINOR = 0x10
+#: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
+OVS_SOCKET_BUFFER = 8 * 1024 * 1024
+SYSCTL_CORE = Path("/proc/sys/net/core")
 
 
 def _mininet():
@@ -48,13 +57,37 @@ def _mininet():
     return Mininet, OVSSwitch, RemoteController, Link, setLogLevel
 
 
-def burst_bytes(mbps: float) -> int:
-    """HTB burst: enough for one 1 ms timer tick at the rate, at least two full frames.
+def burst_bytes(mbps: float, mtu: int) -> int:
+    """HTB burst: one 1 ms timer tick at the rate, and at least two full frames.
 
-    >>> burst_bytes(100), burst_bytes(10000)
-    (12500, 1250000)
+    >>> burst_bytes(100, 1500), burst_bytes(100, 9000), burst_bytes(10000, 9000)
+    (12500, 18028, 1250000)
     """
-    return max(3028, int(mbps * 1e6 / 8 / 1000))
+    return max(2 * (mtu + 14), int(mbps * 1e6 / 8 / 1000))
+
+
+@contextmanager
+def socket_buffer_defaults(size: int):
+    """Raise ``net.core.{r,w}mem_default`` to ``size`` for a moment, then restore them.
+
+    The userspace datapath reads and writes every port through AF_PACKET sockets that
+    ovs-vswitchd opens when a port is added (receive) and on its first send (one socket
+    shared by all ports). With the 208 KB default, a few milliseconds in which
+    ovs-vswitchd is not scheduled overflow them and drop packets that no emulated queue
+    dropped; and all egress queues of all switches share one 208 KB send budget. Sockets
+    keep the size they were created with, so the host's defaults go back at once.
+    """
+    saved = {}
+    try:
+        for name in ("rmem_default", "wmem_default"):
+            path = SYSCTL_CORE / name
+            saved[path] = path.read_text()
+            if int(saved[path]) < size:
+                path.write_text(str(size))
+        yield
+    finally:
+        for path, value in saved.items():
+            path.write_text(value)
 
 
 @dataclass
@@ -62,6 +95,7 @@ class FabricTimes:
     build_s: float = 0.0
     configure_s: float = 0.0
     start_s: float = 0.0
+    paths_s: float = 0.0
     stop_s: float = 0.0
 
 
@@ -75,18 +109,22 @@ class Fabric:
         *,
         run_id: str,
         controller_port: int,
-        queue_packets: int = 100,
     ):
         self.spec = spec
         self.caps = caps
         self.run_id = run_id
         self.controller_port = controller_port
-        self.queue_packets = queue_packets
         self.times = FabricTimes()
         self.net = None
 
     # -- bring-up ----------------------------------------------------------------------
-    def start(self) -> FabricTimes:
+    def start(self, await_paths: Callable[[], None] | None = None) -> FabricTimes:
+        """Build, configure and check the fabric.
+
+        ``await_paths`` blocks until the controller has installed the paths; the first
+        packets then cross the fabric (a ping on every plane) while the socket buffers are
+        raised, so that ovs-vswitchd's shared send socket is created large as well.
+        """
         if os.geteuid() != 0:
             raise HostError("building a fabric needs root (namespaces, Open vSwitch)")
         mininet, ovs_switch, remote, link_cls, set_log_level = _mininet()
@@ -114,18 +152,32 @@ class Fabric:
                 lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
                 intfName1=lk.a_intf, intfName2=lk.b_intf, cls=link_cls, **params,
             )
-        net.build()
-        net.start()
-        self.times.build_s = time.monotonic() - t0
-
-        t1 = time.monotonic()
-        self._tag_bridges()
-        self._configure_switch_ports()
-        for host in self.spec.hosts:
-            self._configure_host(host.name, host.interfaces)
-        self.times.configure_s = time.monotonic() - t1
-        self.times.start_s = time.monotonic() - t0
+        buffers = (socket_buffer_defaults(OVS_SOCKET_BUFFER) if self.caps.ovs_datapath == "user"
+                   else nullcontext())
+        with buffers:
+            net.build()
+            net.start()
+            self.times.build_s = time.monotonic() - t0
+            t1 = time.monotonic()
+            self._tag_bridges()
+            self._configure_switch_ports()
+            for host in self.spec.hosts:
+                self._configure_host(host.name, host.interfaces)
+            self.times.configure_s = time.monotonic() - t1
+            self.times.start_s = time.monotonic() - t0
+            if await_paths is not None:
+                t2 = time.monotonic()
+                await_paths()
+                self.times.paths_s = time.monotonic() - t2
+                self.check_reachability()
         return self.times
+
+    def check_reachability(self) -> None:
+        """First and last host reach each other on every plane, or BringUpError."""
+        a, b = self.spec.hosts[0], self.spec.hosts[-1]
+        for plane in range(self.spec.planes):
+            if not self.ping(a.name, b.interface(plane, 0).ip, count=1, wait_s=2):
+                raise BringUpError(f"{a.name} cannot reach {b.name} on plane {plane}")
 
     def _tag_bridges(self) -> None:
         argv = ["ovs-vsctl"]
@@ -150,6 +202,7 @@ class Fabric:
                     index = ipr.link_lookup(ifname=ifname)
                     if not index:
                         raise BringUpError(f"switch port {ifname} was not created")
+                    ipr.link("set", index=index[0], mtu=self.spec.mtu)
                     self._shape(ipr, index[0], mbps)
                     if ethtool:
                         features = ethtool.get_features(ifname)
@@ -167,9 +220,9 @@ class Fabric:
         rate = f"{mbps:g}mbit"
         ipr.tc("add", "htb", index, 0x10000, default=HTB_MINOR)
         ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,
-               rate=rate, ceil=rate, burst=burst_bytes(mbps), prio=1)
-        ipr.tc("add", "pfifo", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
-               limit=self.queue_packets)
+               rate=rate, ceil=rate, burst=burst_bytes(mbps, self.spec.mtu), prio=1)
+        ipr.tc("add", "bfifo", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
+               limit=self.spec.queue_kb * 1000)
 
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
         """Shell lines that configure a host namespace (also read by the tests)."""
@@ -177,18 +230,19 @@ class Fabric:
                 "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
         for intf in interfaces:
             name = intf.name
+            cmds.append(f"ip link set dev {name} mtu {self.spec.mtu}")
             cmds.append(f"ip addr add {intf.ip}/{intf.prefixlen} dev {name}")
             if self.caps.ovs_datapath == "user":
                 cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
             if self.caps.htb:
                 rate = f"{self.spec.link_mbps:g}mbit"
-                burst = burst_bytes(self.spec.link_mbps)
+                burst = burst_bytes(self.spec.link_mbps, self.spec.mtu)
                 cmds += [
                     f"tc qdisc add dev {name} root handle 1: htb default {HTB_MINOR:x}",
                     f"tc class add dev {name} parent 1: classid 1:{HTB_MINOR:x} htb "
                     f"rate {rate} ceil {rate} burst {burst}",
                     f"tc qdisc add dev {name} parent 1:{HTB_MINOR:x} handle {HTB_MINOR:x}: "
-                    f"pfifo limit {self.queue_packets}",
+                    f"bfifo limit {self.spec.queue_kb * 1000}",
                 ]
         return cmds
 

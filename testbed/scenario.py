@@ -19,6 +19,9 @@ import yaml
 from testbed.errors import ConfigError
 from topologies.leafspine import build_fabric
 from topologies.spec import FabricSpec, TopologyError
+from traffic.roce import OVERHEAD as ROCE_OVERHEAD
+
+ETHERNET_HEADER = 14
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
 SERVICES = ("retriever", "tool", "model", "agent")
@@ -37,7 +40,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "spines_per_plane": (int, _pos, 2),
         "oversubscription": (NUM, _pos, 1),
         "link_mbps": (NUM, lambda v: None if 1 <= v <= 10000 else "must be 1..10000", 100),
-        "queue_packets": (int, lambda v: None if 2 <= v <= 10000 else "must be 2..10000", 100),
+        "mtu": (int, lambda v: None if 1280 <= v <= 9000 else "must be 1280..9000", 9000),
+        "queue_kb": (int, _pos, 64),
     },
     "controller": {
         "mode": (str, lambda v: None if v == "ecmp" else "must be 'ecmp'", "ecmp"),
@@ -56,7 +60,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "bytes": (int, lambda v: None if 1000 <= v <= 10**9 else "must be 1000..1e9", 2_000_000),
         "compute_ms": (NUM, _nonneg, 50),
         "rate_mbps": (NUM, _pos, 80),
-        "payload": (int, lambda v: None if 64 <= v <= 1400 else "must be 64..1400", 1024),
+        "payload": (int, lambda v: None if 64 <= v <= 8192 else "must be 64..8192", 4096),
         "step_timeout_ms": (NUM, _pos, 500),
     },
 }
@@ -75,8 +79,7 @@ class Variant:
     training: dict[str, Any]
 
     def fabric(self, prefix: str) -> FabricSpec:
-        topo = {k: v for k, v in self.topology.items() if k != "queue_packets"}
-        return build_fabric(prefix=prefix, **topo)
+        return build_fabric(prefix=prefix, **self.topology)
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,7 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
     prefix = f"{where}." if where else ""
     topo = resolved["topology"]
     try:
-        spec = build_fabric(prefix="tb0000", **{k: v for k, v in topo.items()
-                                                 if k != "queue_packets"})
+        spec = build_fabric(prefix="tb0000", **topo)
     except TopologyError as exc:
         raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from exc
     nodes = spec.nodes
@@ -166,6 +168,11 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
             _check_nodes(f"{prefix}training.ranks[{i}]", node, nodes)
         if len(set(ranks)) != len(ranks):
             raise ConfigError(f"{prefix}training.ranks", f"node indices repeat: {ranks}")
+        frame = training["payload"] + ROCE_OVERHEAD - ETHERNET_HEADER
+        if frame > spec.mtu:
+            raise ConfigError(f"{prefix}training.payload",
+                              f"{training['payload']} bytes make {frame}-byte IP packets, "
+                              f"over the MTU of {spec.mtu}")
     return Variant(name=name, **resolved)
 
 

@@ -90,7 +90,7 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
             _wait_ready(proc, svc)
         (out / "agent-plan.json").write_text(json.dumps(agent_plan(spec, agents["services"])))
 
-    start_at = time.time() + 1.0
+    start_at = time.time() + 3.0  # ranks import Scapy and build templates first
     if training["enabled"]:
         config = out / "training.json"
         config.write_text(json.dumps(training_config(spec, training), indent=1))

@@ -73,10 +73,14 @@ def build_fabric(
     spines_per_plane: int = 2,
     oversubscription: float = 1.0,
     link_mbps: float = 100.0,
+    mtu: int = 9000,
+    queue_kb: int = 64,
 ) -> FabricSpec:
     """Build the spec of a rail-optimized multi-plane leaf-spine fabric.
 
     ``prefix`` starts every name the fabric creates on the host (it carries the run id).
+    ``mtu`` is every link's MTU (AI fabrics run jumbo frames; RoCE uses 4096-byte
+    payloads); ``queue_kb`` is each switch port's egress buffer.
     Raises :class:`TopologyError` naming the parameter when one is impossible.
     """
     planes = _check_int("planes", planes, 1, MAX_PLANES)
@@ -86,6 +90,8 @@ def build_fabric(
     spines = _check_int("spines_per_plane", spines_per_plane, 1, 64)
     ratio = _check_positive("oversubscription", oversubscription)
     link_mbps = _check_positive("link_mbps", link_mbps)
+    mtu = _check_int("mtu", mtu, 1280, 9000)
+    queue_kb = _check_int("queue_kb", queue_kb, 2 * mtu // 1000 + 1, 100_000)
     if ratio < 1:
         raise TopologyError("oversubscription", f"must be 1 (non-blocking) or more, got {ratio:g}")
     if leaves % rails:
@@ -200,6 +206,8 @@ def build_fabric(
         oversubscription=ratio,
         link_mbps=link_mbps,
         uplink_mbps=uplink_mbps,
+        mtu=mtu,
+        queue_kb=queue_kb,
         hosts=tuple(hosts),
         switches=tuple(switches),
         links=tuple(links),

@@ -99,6 +99,8 @@ class FabricSpec:
     oversubscription: float
     link_mbps: float
     uplink_mbps: float
+    mtu: int
+    queue_kb: int
     hosts: tuple[Host, ...]
     switches: tuple[Switch, ...]
     links: tuple[Link, ...] = field(default_factory=tuple)
