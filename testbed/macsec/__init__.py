@@ -6,8 +6,11 @@ of ``cryptography``'s AES-GCM and has no system dependency; :mod:`.link` and
 """
 
 from .cipher import CipherSuite, SaKey
+from .config import LinkConfig, SideConfig
 from .errors import BackendError, ConfigError, FrameError, MacsecError, TransmitError
 from .frame import ETH_P_MACSEC, ParsedFrame, SecTag, make_sci, parse
+from .kernel import KernelMacsecLink, create_link, kernel_macsec_available
+from .link import UserspaceLink
 from .secy import (
     RX_DELIVERED,
     RX_DISPOSITIONS,
@@ -27,6 +30,8 @@ __all__ = [
     "CipherSuite",
     "ConfigError",
     "FrameError",
+    "KernelMacsecLink",
+    "LinkConfig",
     "MacsecError",
     "ParsedFrame",
     "RxSA",
@@ -35,9 +40,13 @@ __all__ = [
     "SecTag",
     "SecY",
     "SecYCounters",
+    "SideConfig",
     "TransmitError",
     "TxSA",
+    "UserspaceLink",
     "ValidateFrames",
+    "create_link",
+    "kernel_macsec_available",
     "make_sci",
     "parse",
 ]
