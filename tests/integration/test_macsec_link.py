@@ -181,6 +181,19 @@ def test_rotation_during_traffic_loses_nothing(link: UserspaceLink, tmp_path: Pa
     assert " 0% packet loss" in ping(link, 3)
 
 
+def test_stats_file_written_on_sigterm(tmp_path: Path) -> None:
+    cfg = LinkConfig.generate(run_id(), suite="gcm-aes-xpn-256", encrypt=False)
+    link = UserspaceLink(cfg, tmp_path / "link")
+    with link:
+        _spawned.extend(link.procs.values())  # type: ignore[arg-type]
+        assert " 0% packet loss" in ping(link, 3)
+        live = settle(link)[1]
+    final = link.saved_stats("b")
+    assert final["counters"] == live  # written at SIGTERM, after the last frame
+    assert final["counters"]["OutPktsProtected"] >= 3 and final["counters"]["InPktsOK"] >= 3
+    assert cfg.a.netns not in run(["ip", "netns", "list"]).stdout
+
+
 def plain_veth_throughput(mtu: int, workdir: Path) -> dict[str, float]:
     rid = run_id()
     ns = [f"{PREFIX}{rid[2:]}p", f"{PREFIX}{rid[2:]}q"]
