@@ -79,7 +79,8 @@ def cmd_doctor(args) -> int:
 def cmd_calc(args) -> int:
     from topologies.calculator import calculate, format_table
 
-    result = calculate(switch_tbps=args.switch_tbps, gpu_gbps=args.gpu_gbps, planes=args.planes)
+    result = calculate(switch_tbps=args.switch_tbps, gpu_gbps=args.gpu_gbps, planes=args.planes,
+                       lane_gbps=args.lane_gbps)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 
@@ -95,8 +96,18 @@ def cmd_clean(args) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ai-fabric-testbed")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"testbed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a scenario and write its results")
@@ -118,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics")
     p.add_argument("--switch-tbps", type=float, required=True, help="switch capacity, Tb/s")
     p.add_argument("--gpu-gbps", type=float, required=True, help="bandwidth per GPU, Gb/s")
-    p.add_argument("--planes", type=int, required=True, help="planes the GPU's bandwidth is split over")
+    p.add_argument("--planes", type=int, required=True,
+                   help="planes the GPU's bandwidth is split over")
+    p.add_argument("--lane-gbps", type=float, default=200.0,
+                   help="SerDes lane speed, the smallest port (default 200)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calc)
 

@@ -148,7 +148,7 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
         raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from exc
     nodes = spec.nodes
     agents = resolved["agents"]
-    if agents["enabled"]:
+    if agents["enabled"] or agents["services"]:
         _check_nodes(f"{prefix}agents.driver", agents["driver"], nodes)
         services = agents["services"]
         for svc in SERVICES:
@@ -160,7 +160,7 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
                                   f"unknown service (known: {', '.join(SERVICES)})")
             _check_nodes(f"{prefix}agents.services.{svc}", node, nodes)
     training = resolved["training"]
-    if training["enabled"]:
+    if training["enabled"] or training["ranks"]:
         ranks = training["ranks"]
         if len(ranks) < 2:
             raise ConfigError(f"{prefix}training.ranks", "needs at least 2 node indices")
@@ -197,6 +197,7 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
     for s, v in base.items():
         if not isinstance(v, dict):
             raise ConfigError(s, "must be a mapping")
+    _check_variant(name, base, "")  # name base errors by their own path
     raw_variants = data.get("variants") or [{"name": name}]
     if not isinstance(raw_variants, list):
         raise ConfigError("variants", "must be a list")

@@ -1,4 +1,10 @@
-"""Shared fixtures: root tests skip with a reason where the host cannot run them."""
+"""Shared test set-up: root and Open vSwitch tests skip with a stated reason elsewhere.
+
+Markers: ``root`` needs root (namespaces, veth); ``ovs`` needs root, a running
+Open vSwitch and Mininet (real fabrics).
+"""
+
+from __future__ import annotations
 
 import os
 import shutil
@@ -7,25 +13,28 @@ import subprocess
 import pytest
 
 
-def _ovs_ready() -> str | None:
-    """Return why Open vSwitch cannot be used here, or None when it can."""
+def _ovs_missing() -> str | None:
+    """Why a fabric cannot be built here, or None when it can."""
+    if os.geteuid() != 0:
+        return "needs root"
     if shutil.which("ovs-vsctl") is None:
         return "Open vSwitch is not installed (ovs-vsctl missing)"
-    probe = subprocess.run(["ovs-vsctl", "-t", "2", "show"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return "ovsdb-server is not running (ovs-vsctl show failed)"
+    if subprocess.run(["ovs-vsctl", "-t", "2", "show"], capture_output=True).returncode:
+        return "Open vSwitch is not running (ovs-vsctl show failed)"
+    if shutil.which("mnexec") is None:
+        return "Mininet is not installed (mnexec missing)"
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return "Mininet is not importable from this Python"
     return None
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = None
-    if os.geteuid() != 0:
-        reason = "needs root"
-    else:
-        reason = _ovs_ready()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=reason)
+    no_root = None if os.geteuid() == 0 else "needs root"
+    no_ovs = _ovs_missing() if any("ovs" in i.keywords for i in items) else None
     for item in items:
-        if "root" in item.keywords:
-            item.add_marker(skip)
+        if "ovs" in item.keywords and no_ovs:
+            item.add_marker(pytest.mark.skip(reason=no_ovs))
+        elif "root" in item.keywords and no_root:
+            item.add_marker(pytest.mark.skip(reason=no_root))

@@ -59,9 +59,15 @@ def tiers_needed(radix: int, gpus: int) -> int:
     return tiers
 
 
-def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int) -> dict:
-    """Compare single-plane and ``planes``-plane two-tier fabrics for one switch and GPU."""
-    for name, value in (("switch_tbps", switch_tbps), ("gpu_gbps", gpu_gbps)):
+def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int,
+              lane_gbps: float = 200.0) -> dict:
+    """Compare single-plane and ``planes``-plane two-tier fabrics for one switch and GPU.
+
+    A port is at least one SerDes lane (``lane_gbps``, 200 Gb/s in today's 102.4 Tb/s
+    switches), so the radix is at most capacity / lane speed.
+    """
+    for name, value in (("switch_tbps", switch_tbps), ("gpu_gbps", gpu_gbps),
+                        ("lane_gbps", lane_gbps)):
         if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
             raise TopologyError(name, f"must be a positive number, got {value!r}")
     if isinstance(planes, bool) or not isinstance(planes, int) or planes < 1:
@@ -69,6 +75,10 @@ def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int) -> dict:
     switch_gbps = switch_tbps * 1000
     if gpu_gbps / planes > switch_gbps / 2:
         raise TopologyError("planes", "each plane's port is faster than half the switch")
+    if gpu_gbps / planes < lane_gbps:
+        raise TopologyError(
+            "planes", f"{planes} planes give {gpu_gbps / planes:g} Gb/s ports, slower than one "
+            f"{lane_gbps:g} Gb/s SerDes lane (at most {int(switch_gbps // lane_gbps)} ports)")
     single = _plane_design(switch_gbps, gpu_gbps, 1)
     multi = _plane_design(switch_gbps, gpu_gbps, planes)
     tiers = tiers_needed(single["radix"], multi["max_gpus"])

@@ -1,0 +1,33 @@
+# Thin front door: everything real lives in scripts/ and the testbed CLI.
+SCENARIO ?= agents-vs-training
+DURATION ?=
+OUT ?=
+VENV := .venv
+TESTBED := $(VENV)/bin/testbed
+
+.PHONY: setup run-scenario test bench clean doctor validate lint
+
+setup:
+	@./scripts/setup.sh
+
+run-scenario: setup
+	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out $(OUT))
+
+test: setup
+	$(VENV)/bin/python -m pytest
+
+bench: setup
+	$(VENV)/bin/python -m bench
+
+doctor: setup
+	$(TESTBED) doctor
+
+validate: setup
+	$(TESTBED) validate scenarios/$(SCENARIO).yaml
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; \
+	else echo "no .venv: no testbed run can have left anything behind"; fi

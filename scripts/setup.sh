@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Set up what is missing for the testbed on Debian 12 / Ubuntu 24.04, as root:
+# distribution packages, Open vSwitch running, and the venv at .venv (made from the
+# distribution's python3 with --system-site-packages, so it sees Mininet) with the
+# project installed. Safe to run again: each step checks first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (the testbed creates namespaces and switches)"
+command -v apt-get >/dev/null || die "needs a Debian or Ubuntu machine (apt-get not found)"
+
+PACKAGES=(mininet openvswitch-switch iperf3 tcpdump tcpreplay tshark ethtool iproute2
+          iputils-ping net-tools nftables python3 python3-venv python3-pip)
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! ovs-vsctl -t 2 show >/dev/null 2>&1; then
+    say "starting Open vSwitch"
+    if [ -d /run/systemd/system ]; then
+        systemctl start openvswitch-switch
+    else
+        # no systemd (containers, CI): start ovsdb-server and ovs-vswitchd directly;
+        # where the kernel has no openvswitch module the userspace datapath is used
+        /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
+    fi
+    for _ in $(seq 50); do ovs-vsctl -t 1 show >/dev/null 2>&1 && break; sleep 0.2; done
+    ovs-vsctl -t 2 show >/dev/null || die "Open vSwitch did not start (see /var/log/openvswitch)"
+fi
+
+PY=/usr/bin/python3
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv from $PY (--system-site-packages, to see the distribution's Mininet)"
+    "$PY" -m venv --system-site-packages .venv
+fi
+stamp=.venv/.installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -x .venv/bin/testbed ]; then
+    say "installing the project and its pinned dependencies into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+    echo "$want" > "$stamp"
+fi
+.venv/bin/python -c "import mininet.net" 2>/dev/null \
+    || die "the venv cannot import Mininet: is the 'mininet' package installed for $PY?"
+say "ready: $(.venv/bin/testbed --version 2>/dev/null || echo testbed) in .venv"

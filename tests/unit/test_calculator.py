@@ -1,0 +1,57 @@
+"""The fabric calculator reproduces the published multi-plane claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.cli import main
+from topologies.calculator import calculate
+from topologies.spec import TopologyError
+
+
+def test_published_claim_128k_gpus_64_times_single_plane():
+    r = calculate(switch_tbps=102.4, gpu_gbps=1600, planes=8)
+    assert r["single_plane_max_gpus"] == 2048  # radix 64: 64^2 / 2
+    assert r["max_gpus"] == 131072  # radix 512: "about 128,000"
+    assert r["reach_ratio"] == 64
+    assert r["multi_plane"]["switch_hops"] == 3
+    assert r["multi_plane"]["bisection_tbps"] == pytest.approx(131072 * 1.6 / 2)
+
+
+@pytest.mark.parametrize(("planes", "ratio"), [(1, 1), (2, 4), (4, 16)])
+def test_reach_grows_with_the_square_of_the_planes(planes, ratio):
+    assert calculate(switch_tbps=51.2, gpu_gbps=800, planes=planes)["reach_ratio"] == ratio
+
+
+def test_cli_json_has_the_documented_keys(capsys):
+    assert main(["calc", "--switch-tbps", "102.4", "--gpu-gbps", "1600", "--planes", "8",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["max_gpus"] == 131072 and out["single_plane_max_gpus"] == 2048
+
+
+def test_cli_table_is_readable(capsys):
+    assert main(["calc", "--switch-tbps", "102.4", "--gpu-gbps", "1600", "--planes", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "131,072" in text and "2,048" in text and "64x" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [(["--switch-tbps", "0"], "switch_tbps"), (["--gpu-gbps", "-1"], "gpu_gbps"),
+     (["--planes", "0"], "planes"), (["--planes", "1000"], "planes")],
+)
+def test_cli_bad_input_exits_2_naming_the_field(args, field, capsys):
+    base = {"--switch-tbps": "102.4", "--gpu-gbps": "1600", "--planes": "8"}
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    argv = ["calc"] + [x for kv in base.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0]
+
+
+def test_impossible_switch_is_refused():
+    with pytest.raises(TopologyError):
+        calculate(switch_tbps=0.001, gpu_gbps=1600, planes=1)

@@ -1,0 +1,127 @@
+"""Scenario validation: every shipped scenario is valid; bad ones name the field."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.errors import ConfigError
+from testbed.scenario import load, parse
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "scenarios" / "agents-vs-training.yaml"
+
+
+def base() -> dict:
+    return yaml.safe_load(DEFAULT.read_text())
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_scenarios_are_valid(path):
+    load(path)
+
+
+def test_default_scenario_has_the_three_variants():
+    sc = load(DEFAULT)
+    assert [v.name for v in sc.variants] == ["agents-only", "training-1to1", "training-4to1"]
+    over = [v.topology["oversubscription"] for v in sc.variants]
+    assert over == [1, 1, 4]
+    assert [v.training["enabled"] for v in sc.variants] == [False, True, True]
+    # same hosts and link rates in every variant: only the uplinks change
+    specs = [v.fabric("tb0000") for v in sc.variants]
+    assert len({(s.nodes, s.link_mbps, s.planes) for s in specs}) == 1
+    assert specs[2].uplink_mbps * 4 == specs[1].uplink_mbps
+
+
+def mutate(path: str, value):
+    data = base()
+    node = data
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
+    node[keys[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("name", "Bad Name!", "name"),
+        ("duration_s", 0, "duration_s"),
+        ("topology.planes", 0, "topology.planes"),
+        ("topology.nodes", 7, "topology.nodes"),
+        ("topology.oversubscription", "lots", "topology.oversubscription"),
+        ("topology.link_mbps", -5, "topology.link_mbps"),
+        ("topology.colour", "red", "topology.colour"),
+        ("controller.mode", "magic", "controller.mode"),
+        ("agents.driver", 99, "agents.driver"),
+        ("agents.concurrency", 0, "agents.concurrency"),
+        ("training.ranks", [0], "training.ranks"),
+        ("training.payload", 9000, "training.payload"),
+        ("variants.2.topology.oversubscription", 0.5, "variants[2].topology.oversubscription"),
+        ("variants.1.training.ranks", [0, 0], "variants[1].training.ranks"),
+        ("variants.1.name", "agents-only", "variants[1].name"),
+        ("surprise", 1, "surprise"),
+    ],
+)
+def test_bad_field_is_named(path, value, field):
+    with pytest.raises(ConfigError) as err:
+        parse(mutate(path, value))
+    assert err.value.field == field
+
+
+def test_missing_service_is_named():
+    data = base()
+    del data["agents"]["services"]["tool"]
+    with pytest.raises(ConfigError) as err:
+        parse(data)
+    assert err.value.field == "agents.services.tool"
+
+
+def test_variant_override_does_not_leak_into_base():
+    data = base()
+    before = copy.deepcopy(data)
+    parse(data)
+    assert data == before
+
+
+def test_validate_cli_one_line_exit_2_and_nothing_created(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(mutate("topology.spines_per_plane", -1)))
+    before = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(bad)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "topology.spines_per_plane" in lines[0]
+    assert subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout == before
+
+
+def test_validate_cli_accepts_the_default(capsys):
+    from testbed.cli import main
+
+    assert main(["validate", str(DEFAULT)]) == 0
+    assert "3 variants" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["name: [unclosed", "- just\n- a list\n"])
+def test_malformed_yaml_is_one_line(tmp_path, text, capsys):
+    from testbed.cli import main
+
+    f = tmp_path / "x.yaml"
+    f.write_text(text)
+    assert main(["validate", str(f)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_run_with_bad_duration_exits_2_before_touching_the_host(capsys):
+    from testbed.cli import main
+
+    assert main(["run", "agents-vs-training", "--duration", "abc"]) == 2
+    assert "DURATION" in capsys.readouterr().err
+    assert main(["run", "no-such-scenario"]) == 2
