@@ -45,8 +45,7 @@ class Capabilities:
                 else "Open vSwitch userspace datapath (netdev), offloads off on every veth"
             ),
             "link rate": "HTB" if self.htb else "not shaped (HTB missing)",
-            "link delay/loss": "netem" if self.netem else "not applied (netem missing); loss via nftables",
-            "ECN marking": "RED in switch queues" if self.red else "controller marks CE (set_field ip_ecn)",
+            "link delay": "netem" if self.netem else "not applied (netem missing)",
             "MACsec": "kernel MACsec" if self.macsec else "userspace 802.1AE",
         }
 

@@ -48,7 +48,8 @@ def cmd_run(args) -> int:
         try:
             duration = float(args.duration)
         except ValueError:
-            raise ConfigError("DURATION", f"must be a number of seconds, got {args.duration!r}")
+            raise ConfigError(
+                "DURATION", f"must be a number of seconds, got {args.duration!r}") from None
     sc = scenario.load(scenario_path(args.scenario), duration_override=duration)
     if os.geteuid() != 0:
         raise ConfigError("user", "running a scenario needs root (namespaces, Open vSwitch)")

@@ -256,7 +256,8 @@ class Fabric:
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 
-    def run(self, host: str, argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProcess:
+    def run(self, host: str, argv: Sequence[str],
+            timeout: float = 30.0) -> subprocess.CompletedProcess:
         """Run a short command inside a host's namespace and wait for it."""
         return subprocess.run(
             ["mnexec", "-a", str(self.host_pid(host)), *argv],
@@ -284,6 +285,9 @@ class Fabric:
             try:
                 self.net.stop()
             finally:
+                # Mininet's RemoteController.stop() does nothing: its shell would outlive us
+                for controller in self.net.controllers:
+                    controller.terminate()
                 self.net = None
         self.times.stop_s = time.monotonic() - t0
         return self.times.stop_s

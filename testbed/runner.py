@@ -14,16 +14,18 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError, Interrupted
-from testbed.fabric import Fabric
+from testbed.fabric import Fabric, FabricTimes
 from testbed.naming import new_run_id, run_dir, run_prefix
 from testbed.procs import Helper, wait_for
 from testbed.results import agents_entry, read_jsonl, training_entry, write_json
 from testbed.scenario import Scenario, Variant
+from topologies.spec import FabricSpec
 
 Progress = Callable[[str], None]
 
@@ -56,16 +58,60 @@ def _events(path: Path, event: str) -> list[dict]:
     return [e for e in read_jsonl(path) if e.get("event") == event]
 
 
-def start_controller(spec_file: Path, out: Path, pid_dir: Path, port: int,
-                     mode: str) -> tuple[Helper, Path]:
+@dataclass
+class LiveFabric:
+    """A fabric with its controller, up and checked; torn down by the stack it was given."""
+
+    fabric: Fabric
+    controller: Helper
+    status: Path
+    pid_dir: Path
+    times: FabricTimes
+
+    @property
+    def spec(self) -> FabricSpec:
+        return self.fabric.spec
+
+
+def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, out: Path,
+             stack: ExitStack) -> LiveFabric:
+    """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
+
+    Returns once the controller has installed the paths on every switch and the first
+    and last host reach each other on every plane.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    spec_file = out / "spec.json"
+    spec.to_json(spec_file)
+    pids = run_dir(run_id)
+    pids.mkdir(parents=True, exist_ok=True)
+    stack.callback(shutil.rmtree, pids, ignore_errors=True)
+
+    port = free_port()
     status = out / "controller-events.jsonl"
-    proc = Helper(
+    controller = Helper(
         "controller",
         [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
          "--status", str(status), "--mode", mode],
-        pid_dir=pid_dir, log=out / "controller.log",
+        pid_dir=pids, log=out / "controller.log",
     )
-    return proc, status
+    stack.callback(controller.stop)
+    if not wait_for(lambda: _events(status, "started"), 30):
+        raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
+
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port)
+    stack.callback(fabric.stop)
+    n = len(spec.switches)
+
+    def await_paths() -> None:
+        installed = lambda: {e["dpid"] for e in _events(status, "installed")}  # noqa: E731
+        if not wait_for(lambda: len(installed()) >= n, 30):
+            raise BringUpError(
+                f"controller installed paths on {len(installed())} of {n} switches in 30 s")
+
+    times = fabric.start(await_paths)
+    return LiveFabric(fabric=fabric, controller=controller, status=status, pid_dir=pids,
+                      times=times)
 
 
 def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
@@ -73,41 +119,18 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
     """Bring up, measure and tear down one variant; returns its ``runs`` entry."""
     run_id = new_run_id()
     tag = f"[{index}/{total}] {variant.name}"
-    out.mkdir(parents=True, exist_ok=True)
     spec = variant.fabric(run_prefix(run_id))
-    spec_file = out / "spec.json"
-    spec.to_json(spec_file)
-    pids = run_dir(run_id)
     entry: dict = {"name": variant.name, "run_id": run_id}
     with ExitStack() as stack:
-        pids.mkdir(parents=True, exist_ok=True)
-        stack.callback(shutil.rmtree, pids, ignore_errors=True)
-
-        port = free_port()
-        controller, status = start_controller(spec_file, out, pids, port,
-                                              variant.controller["mode"])
-        stack.callback(controller.stop)
-        if not wait_for(lambda: _events(status, "started"), 30):
-            raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
-
-        fabric = Fabric(spec, caps, run_id=run_id, controller_port=port)
-        stack.callback(fabric.stop)
         progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} switches, "
                  f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
-        n = len(spec.switches)
-
-        def await_paths() -> None:
-            installed = lambda: {e["dpid"] for e in _events(status, "installed")}  # noqa: E731
-            if not wait_for(lambda: len(installed()) >= n, 30):
-                raise BringUpError(
-                    f"controller installed paths on {len(installed())} of {n} switches in 30 s")
-
-        times = fabric.start(await_paths)
-        install_s = times.paths_s
+        live = bring_up(spec, caps, run_id=run_id, mode=variant.controller["mode"], out=out,
+                        stack=stack)
+        fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, paths installed in "
-                 f"{install_s:.2f} s; traffic for {scenario.duration_s:g} s")
+                 f"{times.paths_s:.2f} s; traffic for {scenario.duration_s:g} s")
 
-        work = workloads.start(fabric, variant, out=out, pid_dir=pids,
+        work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=scenario.seed, stack=stack)
         last = [0.0]
 
@@ -120,7 +143,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
                            "stop_s": round(fabric.times.stop_s, 3),
-                           "paths_installed_s": round(install_s, 3)}
+                           "paths_installed_s": round(times.paths_s, 3)}
     entry["agents"] = agents_entry(work.chains_file)
     entry["training"] = training_entry(
         [work.rank_file(r) for r in range(len(work.ranks or []))])

@@ -26,9 +26,17 @@ ETHERNET_HEADER = 14
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
 SERVICES = ("retriever", "tool", "model", "agent")
 
+
+
 # field -> (types, check, default); check returns an error text or None
-_pos = (lambda v: None if v > 0 else "must be greater than 0")
-_nonneg = (lambda v: None if v >= 0 else "must be 0 or more")
+def _pos(v) -> str | None:
+    return None if v > 0 else "must be greater than 0"
+
+
+def _nonneg(v) -> str | None:
+    return None if v >= 0 else "must be 0 or more"
+
+
 NUM = (int, float)
 
 SCHEMA: dict[str, dict[str, tuple]] = {

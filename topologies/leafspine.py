@@ -107,8 +107,9 @@ def build_fabric(
         )
     per_leaf = nodes // groups
     uplink_mbps = per_leaf * link_mbps / (ratio * spines)
-    longest = f"{prefix}p{planes - 1}l{leaves - 1}e{per_leaf + spines}"
-    if len(longest) > IFNAME_MAX or len(f"{prefix}n{nodes - 1}p{planes - 1}r{rails - 1}") > IFNAME_MAX:
+    longest_switch_port = f"{prefix}p{planes - 1}l{leaves - 1}e{per_leaf + spines}"
+    longest_host_port = f"{prefix}n{nodes - 1}p{planes - 1}r{rails - 1}"
+    if max(len(longest_switch_port), len(longest_host_port)) > IFNAME_MAX:
         raise TopologyError(
             "prefix", f"{prefix!r} makes interface names longer than {IFNAME_MAX} characters"
         )

@@ -1,0 +1,46 @@
+"""Fixtures for fabric tests: a real fabric with its controller, and a leftovers check."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from testbed.naming import new_run_id, run_prefix
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Everything on the host whose name starts with ``prefix`` (a run's own prefix)."""
+    found = []
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    found += [m for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if m.startswith(prefix)]
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [n.split()[0] for n in netns.splitlines() if n.startswith(prefix)]
+    bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+    found += [b for b in bridges.split() if b.startswith(prefix)]
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    found += [p for p in procs.splitlines() if f"mininet:{prefix}" in p or f"/{prefix[2:]}/" in p]
+    if Path(f"/run/testbed/{prefix[2:]}").exists():
+        found.append(f"/run/testbed/{prefix[2:]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory) -> Iterator:
+    """A 2-plane, 4-node fabric with 2 leaves and 2 spines per plane, controller running."""
+    from testbed.capabilities import probe
+    from testbed.runner import bring_up
+    from topologies.leafspine import build_fabric
+
+    run_id = new_run_id()
+    prefix = run_prefix(run_id)
+    spec = build_fabric(prefix=prefix, planes=2, rails=1, nodes=4, leaves_per_plane=2,
+                        spines_per_plane=2, link_mbps=50)
+    out = tmp_path_factory.mktemp("fabric")
+    with ExitStack() as stack:
+        yield bring_up(spec, probe(run_id), run_id=run_id, mode="ecmp", out=out, stack=stack)
+    assert leftovers(prefix) == []

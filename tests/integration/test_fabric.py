@@ -1,0 +1,108 @@
+"""A real fabric: Mininet hosts, userspace (or kernel) OVS, os-ken controller, real packets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from controllers.paths import ECMP_GROUP
+from testbed.procs import wait_for
+
+pytestmark = pytest.mark.ovs
+
+
+def test_every_host_pair_reaches_on_every_plane(live):
+    spec = live.spec
+    failures = []
+    for plane in range(spec.planes):
+        for a in spec.hosts:
+            for b in spec.hosts:
+                if a is not b and not live.fabric.ping(a.name, b.interface(plane, 0).ip,
+                                                       count=1, wait_s=2):
+                    failures.append((a.name, b.name, plane))
+    assert failures == []
+
+
+def test_controller_installed_select_groups_on_every_leaf(live):
+    for sw in live.spec.switches:
+        groups = subprocess.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "dump-groups", sw.name],
+            capture_output=True, text=True, check=True).stdout
+        if sw.role == "leaf":
+            assert f"group_id={ECMP_GROUP},type=select" in groups
+            ports = live.spec.uplink_ports(sw.name)
+            assert groups.count("bucket=") == len(ports)
+            for port in ports:
+                assert f"watch_port:{port}" in groups or f"watch_port={port}" in groups
+        else:
+            assert "type=select" not in groups
+
+
+def test_links_are_shaped_to_their_rate(live):
+    spec = live.spec
+    a, b = spec.hosts[0], spec.hosts[-1]  # different leaves: crosses a spine
+    server = live.fabric.spawn(b.name, "iperf-s", ["iperf3", "-s", "-1"],
+                               pid_dir=live.pid_dir)
+    try:
+        wait_for(lambda: live.fabric.run(b.name, ["ss", "-ltn", "sport = :5201"]).stdout
+                 .count("LISTEN") > 0, 5)
+        done = live.fabric.run(a.name, ["iperf3", "-c", b.interface(0, 0).ip, "-t", "3", "-J"],
+                               timeout=20)
+        mbps = json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    finally:
+        server.stop()
+    assert 0.7 * spec.link_mbps < mbps < 1.05 * spec.link_mbps
+
+
+def test_an_agent_chain_completes(live, tmp_path):
+    from testbed.workloads import SERVICE_PORT, agent_plan
+
+    spec = live.spec
+    services = {"retriever": 1, "tool": 2, "model": 3, "agent": 3}
+    procs = []
+    try:
+        for i, (svc, node) in enumerate(services.items()):
+            host = spec.hosts[node]
+            listen = [x for p in range(spec.planes)
+                      for x in ("--listen", f"{host.interface(p, 0).ip}:{SERVICE_PORT + i}")]
+            proc = live.fabric.spawn(host.name, f"t-{svc}",
+                                     [sys.executable, "-m", "traffic", "agent-service",
+                                      "--role", svc, *listen],
+                                     pid_dir=live.pid_dir, stdout_pipe=True)
+            procs.append(proc)
+            assert proc.proc.stdout.readline().strip() == b"ready"
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps(agent_plan(spec, services)))
+        done = live.fabric.run(spec.hosts[0].name, [
+            sys.executable, "-m", "traffic", "agent-driver", "--plan", str(plan),
+            "--hops-out", str(tmp_path / "hops.jsonl"),
+            "--chains-out", str(tmp_path / "chains.jsonl"), "--chains", "12",
+            "--concurrency", "4"], timeout=60)
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        for p in procs:
+            p.stop()
+    assert summary["chains_completed"] == 12 and summary["chains_failed"] == 0
+    chains = [json.loads(x) for x in (tmp_path / "chains.jsonl").read_text().splitlines()]
+    assert {c["plane"] for c in map(json.loads, (tmp_path / "hops.jsonl").read_text()
+                                    .splitlines())} == {0, 1}  # chains use both planes
+    assert all(c["latency_ms"] >= c["hop_sum_ms"] * 0.95 for c in chains)
+
+
+def test_forwarding_survives_the_controller_dying(live):
+    """Proactive paths and fail_mode=secure: killing the controller stops nothing."""
+    spec = live.spec
+    a, b = spec.hosts[0], spec.hosts[-1]
+    os.killpg(live.controller.pid, signal.SIGKILL)
+    assert wait_for(lambda: not live.controller.alive(), 5)
+    for plane in range(spec.planes):
+        assert live.fabric.ping(a.name, b.interface(plane, 0).ip, count=3, wait_s=2)
+    flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
+                            spec.hosts[0].interfaces[0].leaf], capture_output=True,
+                           text=True).stdout
+    assert "n_packets" in flows and "nw_dst=" in flows
