@@ -1,0 +1,144 @@
+"""Whole runs through the CLI: results, teardown on success, Ctrl-C, a dead controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.procs import wait_for
+
+from .conftest import leftovers
+
+pytestmark = pytest.mark.ovs
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "testbed.cli", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def no_testbed_leftovers() -> list[str]:
+    return [x for x in leftovers("tb") if _owned(x)]
+
+
+def _owned(item: str) -> bool:
+    from testbed.naming import is_owned
+
+    name = item.rsplit(":", 1)[-1].split("/")[-1]
+    return is_owned(name) or "mininet:tb" in item
+
+
+def test_short_default_scenario_writes_valid_results(tmp_path):
+    out = tmp_path / "out"
+    proc = cli("run", "agents-vs-training", "--duration", "6", "--out", str(out))
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scenario"] == "agents-vs-training"
+    assert isinstance(summary["seed"], int) and isinstance(summary["capabilities"], dict)
+    assert [r["name"] for r in summary["runs"]] == ["agents-only", "training-1to1",
+                                                    "training-4to1"]
+    for run in summary["runs"]:
+        assert set(run["fabric"]) >= {"switches", "hosts", "links", "start_s", "stop_s"}
+        assert run["fabric"]["start_s"] > 0 and run["fabric"]["stop_s"] > 0
+        agents = run["agents"]
+        assert agents["chains_completed"] > 0
+        assert agents["chains_started"] == agents["chains_completed"] + agents["chains_failed"]
+        assert set(agents["latency_ms"]) == {"p50", "p95", "p99", "max"}
+        assert agents["latency_ms"]["p50"] <= agents["latency_ms"]["p99"]
+        training = run["training"]
+        assert set(training) >= {"bytes", "goodput_mbps", "iterations", "iteration_ms"}
+    assert summary["runs"][0]["training"]["iterations"] == 0
+    for run in summary["runs"][1:]:
+        assert run["training"]["iterations"] > 0 and run["training"]["bytes"] > 0
+    for name in ("report.md", "chain_latency.png", "manifest.json"):
+        assert (out / name).stat().st_size > 0
+    assert "training-4to1" in (out / "report.md").read_text()
+    assert "p99 ms" in stdout and str(out) in stdout
+    assert no_testbed_leftovers() == []
+
+
+def write_scenario(tmp_path: Path, **overrides) -> Path:
+    data = yaml.safe_load((REPO / "scenarios" / "agents-vs-training.yaml").read_text())
+    data["variants"] = [{"name": "only"}]
+    data.update(overrides)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_removes_everything(tmp_path, sig):
+    out = tmp_path / "out"
+    proc = cli("run", str(write_scenario(tmp_path)), "--duration", "60", "--out", str(out))
+    try:
+        # wait until traffic runs: the driver has written its first chain
+        assert wait_for(lambda: (out / "variants/only/chains.jsonl").exists(), 60)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    assert no_testbed_leftovers() == []
+
+
+def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
+    out = tmp_path / "out"
+    proc = cli("run", str(write_scenario(tmp_path)), "--duration", "8", "--out", str(out))
+    try:
+        chains = out / "variants/only/chains.jsonl"
+        assert wait_for(lambda: chains.exists(), 60)
+        pid_files = list(Path("/run/testbed").glob("*/controller.pid"))
+        assert pid_files
+        for f in pid_files:  # only this run is alive while the test suite runs
+            os.killpg(int(f.read_text()), signal.SIGKILL)
+        killed_at = time.time()
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    after = [json.loads(x) for x in chains.read_text().splitlines()]
+    late = [c for c in after if c["start"] > killed_at + 0.5]
+    assert late and all(c["ok"] for c in late)  # chains keep completing without controller
+    assert no_testbed_leftovers() == []
+
+
+def test_clean_removes_only_what_the_testbed_made(tmp_path):
+    from testbed.naming import new_run_id, run_dir, run_prefix
+
+    rid = new_run_id()
+    prefix = run_prefix(rid)
+    subprocess.run(["ip", "link", "add", f"{prefix}x0", "type", "veth", "peer", "name",
+                    f"{prefix}x1"], check=True)
+    subprocess.run(["ip", "link", "add", "keepme7x", "type", "veth", "peer", "name", "keepme7y"],
+                   check=True)
+    subprocess.run(["ip", "netns", "add", f"{prefix}ns"], check=True)
+    subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge", f"{prefix}br",
+                    "datapath_type=netdev"], check=True)
+    run_dir(rid).mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (run_dir(rid) / "sleeper.pid").write_text(str(sleeper.pid))
+    try:
+        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert wait_for(lambda: sleeper.poll() is not None, 5)
+        assert leftovers(prefix) == []
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert "keepme7x" in links
+    finally:
+        subprocess.run(["ip", "link", "del", "keepme7x"])
+        if sleeper.poll() is None:
+            sleeper.kill()
