@@ -5,14 +5,13 @@ N random 64..1500-byte UDP frames, runs both replayers on it alternately
 (3 rounds by default), prints each run and the median pps ratio ours/tcpreplay,
 and always removes the veth pair.  Needs root.
 
-    PYTHONPATH=. python bench/replay_bench.py [--frames 20000] [--loop 10] [--rounds 3]
+    python -m bench.replay_bench [--frames 20000] [--loop 10] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import secrets
@@ -22,10 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from traffic.pcapfile import write_pcap  # noqa: E402
+from traffic.pcapfile import write_pcap
 
 OFFLOADS = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 
@@ -52,19 +48,18 @@ def run_tcpreplay(iface: str, pcap: Path, loops: int) -> float:
 
 
 def run_ours(iface: str, pcap: Path, loops: int) -> float:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-m", "traffic", "replay", "--iface", iface, "--pcap",
                           str(pcap), "--loop", str(loops), "--topspeed"],
-                         check=True, capture_output=True, text=True, env=env).stdout
+                         check=True, capture_output=True, text=True).stdout
     return float(json.loads(out)["pps"])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=20000)
     ap.add_argument("--loop", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     tag = "tb" + secrets.token_hex(4)  # 10 chars + 1 suffix <= 15
     a, b = tag + "a", tag + "b"
     ratios = []

@@ -9,6 +9,7 @@ datapath is used (or TCP stalls), addresses and sysctls in each host namespace.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
+from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
@@ -279,15 +281,38 @@ class Fabric:
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self) -> float:
-        """Remove the fabric; returns the seconds it took. Safe to call after a failed start."""
+        """Remove the fabric; returns the seconds it took. Safe after a failed start.
+
+        Faster than Mininet's ``net.stop()`` (one ``ip link del`` process per link): all
+        bridges go in one ovs-vsctl transaction, the veths over one netlink socket (a
+        veth's peer in a host namespace goes with it), then every node's shell is ended.
+        """
         t0 = time.monotonic()
-        if self.net is not None:
+        net, self.net = self.net, None
+        if net is not None:
             try:
-                self.net.stop()
+                argv = ["ovs-vsctl", "-t", "30"]
+                for sw in net.switches:
+                    argv += ["--", "--if-exists", "del-br", sw.name]
+                subprocess.run(argv, capture_output=True)
+                with IPRoute() as ipr:
+                    for lk in self.spec.links:
+                        for name in (lk.b_intf, lk.a_intf):
+                            index = ipr.link_lookup(ifname=name)
+                            if index:
+                                _delete_link(ipr, index[0])
             finally:
-                # Mininet's RemoteController.stop() does nothing: its shell would outlive us
-                for controller in self.net.controllers:
-                    controller.terminate()
-                self.net = None
+                # Mininet's RemoteController.stop() does nothing: every shell is ended here
+                for node in net.hosts + net.switches + net.controllers:
+                    node.terminate()
         self.times.stop_s = time.monotonic() - t0
         return self.times.stop_s
+
+
+def _delete_link(ipr: IPRoute, index: int) -> None:
+    """Delete an interface; one already gone with its peer is fine."""
+    try:
+        ipr.link("del", index=index)
+    except NetlinkError as exc:
+        if exc.code != errno.ENODEV:
+            raise

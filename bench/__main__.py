@@ -1,0 +1,27 @@
+"""``make bench``: every benchmark, each measured side by side in one run.
+
+Targets are ratios, never absolute times: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bench import fabric_bench, replay_bench
+
+BENCHES = [
+    ("fabric start: ours vs plain Mininet", fabric_bench.main),
+    ("replay --topspeed vs tcpreplay --topspeed", replay_bench.main),
+]
+
+
+def main() -> int:
+    failed = 0
+    for title, bench in BENCHES:
+        print(f"\n== {title}", flush=True)
+        failed |= bench([]) != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

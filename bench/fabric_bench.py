@@ -1,0 +1,103 @@
+"""Benchmark: our fabric bring-up against plain Mininet building a fabric of the same size.
+
+Both build the same nodes, switches (Open vSwitch, same datapath, OpenFlow 1.3) and
+rate-limited links; plain Mininet uses its defaults (TCLink with ``bw``, shell commands
+per interface), ours adds offloads off, jumbo MTU, addresses and byte-sized buffers.
+Runs alternate, so both see the same machine load; the ratio of medians is printed.
+
+    python -m bench.fabric_bench [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import ExitStack
+from functools import partial
+
+from testbed.capabilities import Capabilities, probe
+from testbed.fabric import Fabric
+from testbed.naming import new_run_id, run_prefix
+from topologies.leafspine import build_fabric
+from topologies.spec import FabricSpec
+
+SIZES = {
+    "default scenario": dict(planes=2, rails=1, nodes=8, leaves_per_plane=2, spines_per_plane=2),
+    "larger": dict(planes=2, rails=2, nodes=16, leaves_per_plane=8, spines_per_plane=4),
+}
+
+
+def ours(spec: FabricSpec, caps: Capabilities, run_id: str) -> tuple[float, float]:
+    with ExitStack() as stack:
+        fabric = Fabric(spec, caps, run_id=run_id, controller_port=6699)
+        stack.callback(fabric.stop)
+        t0 = time.monotonic()
+        fabric.start()
+        up = time.monotonic() - t0
+    return up, fabric.times.stop_s
+
+
+def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str) -> tuple[float, float]:
+    """Mininet's own way: Topo, TCLink(bw=...), OVSSwitch; short names so they fit 15 chars."""
+    from mininet.link import TCLink
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import OVSSwitch
+    from mininet.topo import Topo
+
+    setLogLevel("critical")  # TCLink warns about HTB quanta on every link
+    Mininet.inited = True
+    short = {sw.name: f"{prefix}s{i}" for i, sw in enumerate(spec.switches)}
+    short |= {h.name: f"{prefix}h{i}" for i, h in enumerate(spec.hosts)}
+
+    class Same(Topo):
+        def build(self):
+            for sw in spec.switches:
+                self.addSwitch(short[sw.name], dpid=f"{sw.dpid:016x}")
+            for h in spec.hosts:
+                self.addHost(short[h.name])
+            for lk in spec.links:
+                self.addLink(short[lk.a], short[lk.b], bw=lk.mbps)
+
+    t0 = time.monotonic()
+    net = Mininet(topo=Same(), controller=None, link=TCLink, autoSetMacs=True,
+                  switch=partial(OVSSwitch, datapath=caps.ovs_datapath, protocols="OpenFlow13"))
+    try:
+        net.start()
+        up = time.monotonic() - t0
+    finally:
+        t1 = time.monotonic()
+        net.stop()
+        down = time.monotonic() - t1
+    return up, down
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    caps = probe(new_run_id())
+    print(f"fabric bring-up, ours vs plain Mininet ({caps.ovs_datapath} datapath, "
+          f"{args.rounds} alternating rounds, medians)")
+    for label, size in SIZES.items():
+        times = {"ours": [], "mininet": []}
+        for _ in range(args.rounds):
+            rid = new_run_id()
+            spec = build_fabric(prefix=run_prefix(rid), link_mbps=20, **size)
+            times["ours"].append(ours(spec, caps, rid))
+            times["mininet"].append(plain_mininet(spec, caps, run_prefix(new_run_id())))
+        up = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
+        down = {k: statistics.median(t[1] for t in v) for k, v in times.items()}
+        counts = spec.counts()
+        print(f"  {label} ({counts['switches']} switches, {counts['hosts']} hosts, "
+              f"{counts['links']} links):")
+        print(f"    start: ours {up['ours']:.2f} s, Mininet {up['mininet']:.2f} s, "
+              f"ratio ours/Mininet {up['ours'] / up['mininet']:.2f}")
+        print(f"    stop:  ours {down['ours']:.2f} s, Mininet {down['mininet']:.2f} s, "
+              f"ratio ours/Mininet {down['ours'] / down['mininet']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
