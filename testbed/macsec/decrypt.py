@@ -22,6 +22,7 @@ from .frame import ETH_P_MACSEC
 from .secy import SecY
 
 _DUMMY_SCI = bytes(8)
+XPN_WINDOW = 1 << 30
 
 
 def receivers(keys: dict) -> list[SecY]:
@@ -29,7 +30,9 @@ def receivers(keys: dict) -> list[SecY]:
     secys = []
     for link in keys["links"]:
         salt = bytes.fromhex(link["salt"]) if link.get("salt") else None
-        secy = SecY(_DUMMY_SCI, link["suite"], replay_protect=False)
+        # the widest window keeps XPN's PN recovery in the right epoch for old frames
+        secy = SecY(_DUMMY_SCI, link["suite"], replay_protect=False,
+                    replay_window=XPN_WINDOW)
         for side in link["sides"].values():
             sci = bytes.fromhex(side["sci"])
             for an, sak in side["keys"].items():
