@@ -62,7 +62,7 @@ class TappedWire:
             add_netns(ns)
             _no_ipv6(ns)
         run(["ip", "link", "add", self.bridge, "type", "bridge", "ageing_time", "0",
-             "stp_state", "0"], netns=self.netns)
+             "stp_state", "0", "mcast_snooping", "0"], netns=self.netns)
         run(["ip", "link", "add", self.attacker_veth, "netns", self.attacker_netns, "mtu",
              str(mtu), "type", "veth", "peer", "name", self.port("x"), "netns", self.netns,
              "mtu", str(mtu)])
