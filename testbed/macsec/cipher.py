@@ -26,6 +26,7 @@ from .errors import ConfigError
 __all__ = ["CipherSuite", "ConfigError", "InvalidTag", "SALT_LEN", "SSCI_LEN", "SaKey"]
 
 SALT_LEN = 12
+_PN32 = struct.Struct("!I")
 SSCI_LEN = 4
 
 
@@ -67,7 +68,7 @@ class CipherSuite(Enum):
 class SaKey:
     """The keying material of one SA (SAK, and SSCI/salt for XPN) and its AEAD."""
 
-    __slots__ = ("suite", "_aead", "_ssci", "_salt")
+    __slots__ = ("suite", "_aead", "_ssci", "_salt", "_xpn")
 
     def __init__(
         self,
@@ -79,7 +80,8 @@ class SaKey:
         self.suite = suite
         if len(key) != suite.key_len:
             raise ConfigError(f"{suite.value} needs a {suite.key_len}-byte key, got {len(key)}")
-        self._aead = AESGCM(bytes(key))
+        self._aead = AESGCM(bytes(key))  # built once per SA, reused for every frame
+        self._xpn = suite.xpn
         self._ssci = b""
         self._salt = b""
         if suite.xpn:
@@ -94,8 +96,8 @@ class SaKey:
 
     def iv(self, sci: bytes, pn: int) -> bytes:
         """The 96-bit GCM IV for a frame with this SCI and (full) PN."""
-        if not self.suite.xpn:
-            return sci + struct.pack("!I", pn & 0xFFFFFFFF)
+        if not self._xpn:
+            return sci + _PN32.pack(pn & 0xFFFFFFFF)
         raw = self._ssci + struct.pack("!Q", pn)
         return (int.from_bytes(raw, "big") ^ int.from_bytes(self._salt, "big")).to_bytes(
             SALT_LEN, "big"

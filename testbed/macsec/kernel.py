@@ -16,7 +16,7 @@ from types import TracebackType
 
 from .config import LinkConfig
 from .errors import BackendError, ConfigError
-from .link import UserspaceLink
+from .link import UserspaceLink, Wire, direct_wire
 from .netns import add_netns, del_netns, link_stats, run
 from .secy import SecYCounters
 
@@ -82,8 +82,10 @@ class KernelMacsecLink:
 
     backend = "kernel"
 
-    def __init__(self, config: LinkConfig, workdir: Path | str) -> None:
+    def __init__(self, config: LinkConfig, workdir: Path | str,
+                 wire: Wire | None = None) -> None:
         self.config = config
+        self.wire = wire or direct_wire
         self.workdir = Path(workdir)
         self.tx_an = config.initial_an
 
@@ -107,8 +109,7 @@ class KernelMacsecLink:
         try:
             for side in (a, b):
                 add_netns(side.netns)
-            run(["ip", "link", "add", a.veth, "netns", a.netns, "type", "veth",
-                 "peer", "name", b.veth, "netns", b.netns])
+            self.wire(cfg)
             for side, peer in ((a, b), (b, a)):
                 ns = side.netns
                 run(["ip", "link", "set", side.veth, "address", side.mac, "mtu",
@@ -169,13 +170,16 @@ class KernelMacsecLink:
         return new_an
 
 
-def create_link(config: LinkConfig, workdir: Path | str,
-                backend: str = "auto") -> UserspaceLink | KernelMacsecLink:
-    """A protected link: ``kernel``, ``userspace``, or ``auto`` (kernel where available)."""
+def create_link(config: LinkConfig, workdir: Path | str, backend: str = "auto",
+                wire: Wire | None = None) -> UserspaceLink | KernelMacsecLink:
+    """A protected link: ``kernel``, ``userspace``, or ``auto`` (kernel where available).
+
+    ``wire`` builds the veths between the namespaces (a direct veth pair by default).
+    """
     if backend == "auto":
         backend = "kernel" if kernel_macsec_available() else "userspace"
     if backend == "kernel":
-        return KernelMacsecLink(config, workdir)
+        return KernelMacsecLink(config, workdir, wire=wire)
     if backend == "userspace":
-        return UserspaceLink(config, workdir)
+        return UserspaceLink(config, workdir, wire=wire)
     raise ConfigError(f"unknown MACsec backend {backend!r}")

@@ -24,6 +24,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -31,6 +32,10 @@ from .config import OVERHEAD, LinkConfig
 from .errors import BackendError
 from .forwarder import control_path, stats_path
 from .netns import add_netns, del_netns, link_stats, run, spawn, stop_group
+
+#: Builds the wire between the two namespaces: creates ``a.veth`` in ``a.netns`` and
+#: ``b.veth`` in ``b.netns`` (a veth pair by default, see :func:`direct_wire`).
+Wire = Callable[[LinkConfig], None]
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +60,25 @@ def _ctl_request(path: Path, msg: dict[str, object], timeout: float = 5.0) -> di
     return reply
 
 
+def direct_wire(cfg: LinkConfig) -> None:
+    """The default wire: one veth pair straight from namespace a to namespace b."""
+    run(["ip", "link", "add", cfg.a.veth, "netns", cfg.a.netns, "type", "veth",
+         "peer", "name", cfg.b.veth, "netns", cfg.b.netns])
+
+
 class UserspaceLink:
     """Two namespaces joined by a veth carrying frames protected by :class:`SecY`.
 
-    ``workdir`` holds the config, logs, control sockets and stats files.
+    ``workdir`` holds the config, logs, control sockets and stats files; ``wire``
+    builds the veths (a direct pair by default; a caller may put a bridge between).
     """
 
     backend = "userspace"
 
     def __init__(self, config: LinkConfig, workdir: Path | str,
-                 python: str | None = None) -> None:
+                 python: str | None = None, wire: Wire | None = None) -> None:
         self.config = config
+        self.wire = wire or direct_wire
         self.workdir = Path(workdir)
         self.python = python or os.environ.get("TB_PYTHON") or _default_python()
         self.procs: dict[str, object] = {}
@@ -97,8 +110,7 @@ class UserspaceLink:
             add_netns(side.netns)
             for knob in ("all", "default"):
                 run(["sysctl", "-qw", f"net.ipv6.conf.{knob}.disable_ipv6=1"], netns=side.netns)
-        run(["ip", "link", "add", a.veth, "netns", a.netns, "type", "veth",
-             "peer", "name", b.veth, "netns", b.netns])
+        self.wire(cfg)
         for side in (a, b):
             ns = side.netns
             run(["ip", "link", "set", side.veth, "mtu", str(cfg.mtu + OVERHEAD), "up"], netns=ns)

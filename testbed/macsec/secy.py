@@ -203,6 +203,8 @@ class SecY:
     ) -> None:
         self.sci = _check_sci(sci)
         self.suite = CipherSuite.parse(suite)
+        self._xpn = self.suite.xpn  # cached: read for every frame
+        self._max_pn = self.suite.max_pn
         self.encrypt = encrypt
         self.include_sci = include_sci
         self.end_station = end_station
@@ -313,7 +315,7 @@ class SecY:
         if sa is None or not sa.active:
             raise TransmitError(f"transmit SA {self.encoding_an} is not in use")
         pn = sa.next_pn
-        if pn > self.suite.max_pn:
+        if pn > self._max_pn:
             sa.active = False
             raise TransmitError(f"packet numbers of SA {sa.an} are exhausted")
         sa.next_pn = pn + 1
@@ -363,7 +365,7 @@ class SecY:
 
     def _recover_pn(self, wire_pn: int, lowest: int) -> int:
         """Full PN: the wire PN for non-XPN, 802.1AEbw recovery for XPN."""
-        if not self.suite.xpn:
+        if not self._xpn:
             return wire_pn
         hi = lowest >> 32
         if wire_pn < (lowest & 0xFFFFFFFF):
@@ -388,14 +390,13 @@ class SecY:
         except FrameError:
             self._count(None, "InPktsBadTag")
             return None
-        if tag.pn == 0 and not self.suite.xpn:
+        if tag.pn == 0 and not self._xpn:
             self._count(None, "InPktsBadTag")
             return None
         tci = tag.tci
         hdr_len = 12 + tag_len
-        header = bytes(frame[:hdr_len])
-        secure = bytes(frame[hdr_len : n - ICV_LEN])
-        icv = bytes(frame[n - ICV_LEN :])
+        frame = bytes(frame)
+        header = frame[:hdr_len]
         strict_or_c = bool(tci & TCI_C) or mode is ValidateFrames.STRICT
         sci, rx_sc = self._lookup_sc(frame, tci)
         if rx_sc is None:
@@ -403,7 +404,7 @@ class SecY:
                 self._count(None, "InPktsNoSCI")
                 return None
             self._count(None, "InPktsUnknownSCI")
-            return header[:12] + secure
+            return header[:12] + frame[hdr_len : n - ICV_LEN]
         rx_sa = rx_sc.sas.get(tag.an)
         if rx_sa is None or not rx_sa.active:
             if strict_or_c:
@@ -414,7 +415,7 @@ class SecY:
             self._count(rx_sc, "InPktsUnusedSA")
             if rx_sa is not None:
                 rx_sa.InPktsUnusedSA += 1
-            return header[:12] + secure
+            return header[:12] + frame[hdr_len : n - ICV_LEN]
         window = self.replay_window
         lowest = rx_sa.next_pn - window if rx_sa.next_pn > window else 0
         pn = self._recover_pn(tag.pn, lowest)
@@ -422,14 +423,14 @@ class SecY:
             self._count(rx_sc, "InPktsLate")
             return None
         valid = False
-        plain = secure
+        plain = None
         if mode is not ValidateFrames.DISABLED or tci & TCI_E:
             iv = rx_sa.key.iv(sci, pn)
             try:
                 if tci & TCI_E:
-                    plain = rx_sa.key.open(iv, secure + icv, header)
+                    plain = rx_sa.key.open(iv, frame[hdr_len:], header)
                 else:
-                    rx_sa.key.open(iv, icv, header + secure)
+                    rx_sa.key.open(iv, frame[n - ICV_LEN:], frame[: n - ICV_LEN])
                 valid = True
             except InvalidTag:
                 valid = False
@@ -445,15 +446,21 @@ class SecY:
                 self._count(rx_sc, "InPktsDelayed")
             else:
                 self._count(rx_sc, "InPktsUnchecked")
-            return header[:12] + plain
+            return header[:12] + (frame[hdr_len : n - ICV_LEN] if plain is None else plain)
+        if plain is None:
+            plain = frame[hdr_len : n - ICV_LEN]
+        c, sc_c = self.counters, rx_sc.counters  # the hot path: no getattr/setattr
         if tci & TCI_E:
-            self._count(rx_sc, "InOctetsDecrypted", len(plain))
+            c.InOctetsDecrypted += len(plain)
+            sc_c.InOctetsDecrypted += len(plain)
         else:
-            self._count(rx_sc, "InOctetsValidated", len(plain))
+            c.InOctetsValidated += len(plain)
+            sc_c.InOctetsValidated += len(plain)
         if pn < lowest:
             self._count(rx_sc, "InPktsDelayed")
         else:
-            self._count(rx_sc, "InPktsOK")
+            c.InPktsOK += 1
+            sc_c.InPktsOK += 1
             rx_sa.InPktsOK += 1
             if pn >= rx_sa.next_pn:
                 rx_sa.next_pn = pn + 1

@@ -1,0 +1,141 @@
+"""An attacker on the protected wire: replays, tampers with and forges frames.
+
+Run inside the attacker namespace (``python -m testbed.macsec.attacker --iface IF
+...``). Until ``--inject-at`` (epoch seconds) it records MACsec frames that the
+victim's peer sent (source MAC ``--peer-mac``): the oldest ones are kept for
+replay, the newest one is the template for tampering. Then it sends, toward the
+victim (``--victim-mac``):
+
+* ``--replayed N`` old captured frames, unchanged (the receiver must count them late);
+* ``--tampered N`` copies of the newest frame with the PN moved ahead and one
+  octet of the secure data flipped (the ICV check must fail);
+* ``--untagged N`` plain IPv4/UDP frames without a SecTAG.
+
+It writes what it sent as JSON to ``--out`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+ETH_P_ALL = 0x0003
+ETH_P_MACSEC = b"\x88\xe5"
+PN_OFFSET = 16  # DA(6) SA(6) EtherType(2) TCI/AN(1) SL(1), then the 4-octet PN
+PN_JUMP = 1_000_000
+GAP_S = 0.002
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def untagged_frame(dst_mac: bytes, src_mac: bytes, src_ip: str, dst_ip: str, seq: int) -> bytes:
+    """A plain Ethernet/IPv4/UDP frame (port 9, discard) carrying a marker payload."""
+    payload = b"tb-untagged-%06d" % seq
+    udp = struct.pack("!HHHH", 40000 + seq % 1000, 9, 8 + len(payload), 0) + payload
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), seq & 0xFFFF, 0, 64,
+                               17, 0, socket.inet_aton(src_ip), socket.inet_aton(dst_ip)))
+    struct.pack_into("!H", ip, 10, _checksum(bytes(ip)))
+    return dst_mac + src_mac + b"\x08\x00" + bytes(ip) + udp
+
+
+def tampered_frame(template: bytes, i: int) -> tuple[bytes, int]:
+    """``template`` with its PN moved ahead by PN_JUMP + i and one secure octet flipped."""
+    frame = bytearray(template)
+    pn = (struct.unpack_from("!I", frame, PN_OFFSET)[0] + PN_JUMP + i) & 0xFFFFFFFF or 1
+    struct.pack_into("!I", frame, PN_OFFSET, pn)
+    frame[-20] ^= 0xFF  # last octets of the secure data, just before the 16-octet ICV
+    return bytes(frame), pn
+
+
+def capture(sock: socket.socket, peer_mac: bytes, keep: int,
+            until: float) -> tuple[list[bytes], bytes | None]:
+    """Oldest ``keep`` MACsec frames from ``peer_mac`` and the newest one, until ``until``."""
+    oldest: list[bytes] = []
+    newest = None
+    while True:
+        left = until - time.time()
+        if left <= 0:
+            return oldest, newest
+        sock.settimeout(min(left, 0.2))
+        try:
+            frame = sock.recv(65536)
+        except TimeoutError:
+            continue
+        if frame[12:14] == ETH_P_MACSEC and frame[6:12] == peer_mac:
+            newest = frame
+            if len(oldest) < keep:
+                oldest.append(frame)
+
+
+def attack(args: argparse.Namespace) -> dict[str, object]:
+    """Capture, then inject; returns what was sent."""
+    victim = bytes.fromhex(args.victim_mac.replace(":", ""))
+    peer = bytes.fromhex(args.peer_mac.replace(":", ""))
+    rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    rx.bind((args.iface, ETH_P_ALL))
+    try:
+        oldest, newest = capture(rx, peer, max(args.replayed, 1), args.inject_at)
+        if newest is None:  # traffic may be late: wait a little longer for one frame
+            oldest, newest = capture(rx, peer, max(args.replayed, 1), time.time() + 5)
+    finally:
+        rx.close()
+    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    tx.bind((args.iface, 0))
+    sent = {"replayed": [], "tampered": [], "untagged": 0}
+    try:
+        for i in range(args.replayed if oldest else 0):
+            frame = oldest[i % len(oldest)]
+            tx.send(frame)
+            sent["replayed"].append(struct.unpack_from("!I", frame, PN_OFFSET)[0])
+            time.sleep(GAP_S)
+        for i in range(args.tampered if newest else 0):
+            frame, pn = tampered_frame(newest, i)
+            tx.send(frame)
+            sent["tampered"].append(pn)
+            time.sleep(GAP_S)
+        for i in range(args.untagged):
+            tx.send(untagged_frame(victim, peer, args.src_ip, args.dst_ip, i))
+            sent["untagged"] += 1
+            time.sleep(GAP_S)
+    finally:
+        tx.close()
+    return {"captured": len(oldest), "replayed_sent": len(sent["replayed"]),
+            "tampered_sent": len(sent["tampered"]), "untagged_sent": sent["untagged"],
+            "replayed_pns": sent["replayed"], "tampered_pns": sent["tampered"],
+            "finished": time.time()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--iface", required=True)
+    p.add_argument("--victim-mac", required=True)
+    p.add_argument("--peer-mac", required=True)
+    p.add_argument("--src-ip", required=True)
+    p.add_argument("--dst-ip", required=True)
+    p.add_argument("--tampered", type=int, default=0)
+    p.add_argument("--replayed", type=int, default=0)
+    p.add_argument("--untagged", type=int, default=0)
+    p.add_argument("--inject-at", type=float, required=True, help="epoch seconds")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    result = attack(args)
+    args.out.write_text(json.dumps(result))
+    print(json.dumps({k: v for k, v in result.items() if not k.endswith("_pns")}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Decrypt a capture of a protected wire afterwards with the lab keys of a run.
+
+The keys come from ``macsec-keys.json`` (or ``summary.json``'s ``macsec.keys``)::
+
+    {"links": [{"name": "...", "suite": "gcm-aes-128", "salt": "",
+                "sides": {"a": {"sci": "hex16", "ssci": 1, "keys": {"0": "hexSAK"}},
+                          "b": {...}}}]}
+
+Each link becomes one receive-only :class:`~testbed.macsec.secy.SecY` holding a
+receive SC for both sides' SCIs with every SAK ever used. Replay protection is
+off: a replayed frame is genuine and decrypts; only frames whose ICV fails (or
+whose SCI or AN has no key) count as failed. Untagged frames are not counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traffic.pcapfile import read_frames
+
+from .frame import ETH_P_MACSEC
+from .secy import SecY
+
+_DUMMY_SCI = bytes(8)
+XPN_WINDOW = 1 << 30
+
+
+def receivers(keys: dict) -> list[SecY]:
+    """One receive-only SecY per link of ``keys``, knowing every SCI and SAK."""
+    secys = []
+    for link in keys["links"]:
+        salt = bytes.fromhex(link["salt"]) if link.get("salt") else None
+        # the widest window keeps XPN's PN recovery in the right epoch for old frames
+        secy = SecY(_DUMMY_SCI, link["suite"], replay_protect=False,
+                    replay_window=XPN_WINDOW)
+        for side in link["sides"].values():
+            sci = bytes.fromhex(side["sci"])
+            for an, sak in side["keys"].items():
+                secy.add_rx_sa(sci, int(an), bytes.fromhex(sak), ssci=side.get("ssci"),
+                               salt=salt)
+        secys.append(secy)
+    return secys
+
+
+def decrypt_frame(secys: list[SecY], frame: bytes) -> bytes | None:
+    """The plaintext frame, or None when no link's keys validate it."""
+    for secy in secys:
+        plain = secy.validate(frame)
+        if plain is not None:
+            return plain
+    return None
+
+
+def decrypt_pcap(pcap: Path, keys: dict) -> tuple[int, int]:
+    """(frames that validated and decrypted, MACsec frames that did not) in ``pcap``."""
+    secys = receivers(keys)
+    ok = failed = 0
+    for frame in read_frames(pcap):
+        if len(frame) < 14 or int.from_bytes(frame[12:14], "big") != ETH_P_MACSEC:
+            continue
+        if decrypt_frame(secys, frame) is None:
+            failed += 1
+        else:
+            ok += 1
+    return ok, failed

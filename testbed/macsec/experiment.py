@@ -1,0 +1,552 @@
+"""The MACsec scenario: the same shaped link unprotected and protected, under attack.
+
+:func:`validate` checks a scenario's ``macsec:`` section (pure). :func:`run` runs
+two variants one after the other on the same namespaces and addresses:
+
+* ``unprotected``: namespaces ``Pa`` and ``Pb`` joined by a plain veth;
+* ``protected``: the same namespaces joined by a MACsec link whose wire runs
+  through a hub (:class:`~testbed.macsec.wire.TappedWire`) where an attacker
+  namespace injects tampered, replayed and untagged frames toward b, and where
+  tcpdump captures the wire to ``wire.pcap``.
+
+Both shape each veth's egress to ``link_mbps`` and carry agent chains (services
+in b, driver in a) for ``duration_s`` plus one bulk TCP flow a -> b (iperf3) for
+``bulk_seconds``. Every namespace, process and capture is removed at the end,
+also on error, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import BringUpError, ConfigError, Interrupted
+from testbed.naming import run_dir, run_prefix
+from testbed.procs import Helper, wait_for
+from testbed.results import agents_entry, read_jsonl, write_json
+from traffic.agent_plan import default_plan
+
+from .cipher import CipherSuite
+from .config import LinkConfig
+from .kernel import KernelMacsecLink, create_link
+from .link import UserspaceLink
+from .secy import RX_DELIVERED
+from .wire import TappedWire, plain_pair, remove_pair, shape
+
+Progress = Callable[[str], None]
+Link = UserspaceLink | KernelMacsecLink
+
+SERVICES = ("retriever", "tool", "model", "agent")
+SERVICE_PORT = 7000
+IPERF_PORT = 5201
+BULK_DELAY_S = 1.0
+SETTLE_S = 0.5
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
+                 "iteration_ms": {"p50": None, "p99": None}}
+#: receive counters an attack can raise (the rest only count good frames)
+ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag",
+                   "InPktsUntagged", "InPktsBadTag", "InPktsNoSCI", "InPktsUnknownSCI",
+                   "InPktsNotUsingSA", "InPktsUnusedSA", "InPktsDelayed", "InPktsUnchecked")
+
+# validation ----------------------------------------------------------------
+_SUITES = tuple(s.value for s in CipherSuite)
+_NUM = (int, float)
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else "must be one of " + ", ".join(choices)
+
+
+def _between(low: float, high: float) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be {low:g}..{high:g}"
+
+
+def _pos(v: float) -> str | None:
+    return None if v > 0 else "must be greater than 0"
+
+#: key -> (types, check, default); a default of None means optional
+SCHEMA: dict[str, tuple[Any, Any, Any]] = {
+    "backend": (str, _one_of("auto", "userspace", "kernel"), "auto"),
+    "suite": (str, _one_of(*_SUITES), "gcm-aes-128"),
+    "encrypt": (bool, None, True),
+    "validate": (str, _one_of("strict", "check", "disabled"), "strict"),
+    "replay_window": (int, _between(0, (1 << 32) - 1), 0),
+    "mtu": (int, _between(1280, 9000), 1500),
+    "link_mbps": (_NUM, _between(0.1, 100000), 20),
+    "bulk_seconds": (_NUM, _between(0.5, 3600), 8),
+    "chain_concurrency": (int, _between(1, 256), 4),
+    "chain_timeout_ms": (_NUM, _pos, 2000),
+    "rotate_at_s": (_NUM, _pos, None),
+    "attack": (dict, None, {}),
+}
+ATTACK_SCHEMA: dict[str, tuple[Any, Any, Any]] = {
+    "tampered": (int, _between(0, 100000), 10),
+    "replayed": (int, _between(0, 100000), 10),
+    "untagged": (int, _between(0, 100000), 10),
+    "at_s": (_NUM, _pos, None),
+}
+
+
+def _check(section: Any, schema: dict[str, tuple[Any, Any, Any]], where: str) -> dict:
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise ConfigError(where, f"must be a mapping, got {type(section).__name__}")
+    for key in section:
+        if key not in schema:
+            raise ConfigError(f"{where}.{key}", "unknown key; known: " + ", ".join(schema))
+    result = {}
+    for key, (types, check, default) in schema.items():
+        value = section.get(key, default)
+        field = f"{where}.{key}"
+        if value is None:
+            result[key] = None
+            continue
+        if isinstance(value, bool) and types is not bool:
+            raise ConfigError(field, f"must be {_type_name(types)}, got {value!r}")
+        if not isinstance(value, types):
+            raise ConfigError(field, f"must be {_type_name(types)}, got {value!r}")
+        reason = check(value) if check else None
+        if reason:
+            raise ConfigError(field, f"{reason}, got {value!r}")
+        result[key] = value
+    return result
+
+
+def _type_name(types: Any) -> str:
+    if types == _NUM:
+        return "a number"
+    return {bool: "true or false", int: "an integer", str: "a string",
+            dict: "a mapping"}.get(types, str(types))
+
+
+def validate(section: dict, where: str = "macsec") -> dict:
+    """Check a scenario's ``macsec:`` section; return it with defaults filled.
+
+    Raises :class:`ConfigError` whose field is e.g. ``macsec.replay_window``.
+    Pure: touches nothing on the host.
+    """
+    result = _check(section, SCHEMA, where)
+    result["attack"] = _check(result["attack"], ATTACK_SCHEMA, f"{where}.attack")
+    if CipherSuite.parse(result["suite"]).xpn and result["replay_window"] > 1 << 30:
+        raise ConfigError(f"{where}.replay_window",
+                          f"must be <= 2**30 for XPN suites, got {result['replay_window']}")
+    return result
+
+
+def check_timing(cfg: dict, duration_s: float, where: str = "macsec") -> None:
+    """``attack.at_s`` and ``rotate_at_s`` must fall inside the traffic (pure)."""
+    for field, value in ((f"{where}.rotate_at_s", cfg["rotate_at_s"]),
+                         (f"{where}.attack.at_s", cfg["attack"]["at_s"])):
+        if value is not None and value >= duration_s:
+            raise ConfigError(field, f"must be less than duration_s ({duration_s:g}), "
+                                     f"got {value:g}")
+
+
+# processes -------------------------------------------------------------------
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _in_ns(ns: str, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+def _python(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def _wait_line(proc: Helper, text: bytes, timeout: float, what: str) -> None:
+    """Block until ``proc`` prints a line equal to ``text``; BringUpError otherwise."""
+    assert proc.proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.proc.stdout.readline()
+            if line.strip() == text:
+                return
+            if not line:
+                break
+    raise BringUpError(f"{what} did not become ready in {timeout:g} s")
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted` unless a caller already handles it."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Traffic:
+    """Agent chains b <- a and one bulk TCP flow a -> b, recorded under ``out``."""
+
+    def __init__(self, cfg: LinkConfig, section: dict, *, out: Path, pid_dir: Path,
+                 duration_s: float, seed: int, stack: ExitStack) -> None:
+        self.cfg, self.section, self.out, self.pid_dir = cfg, section, out, pid_dir
+        self.duration_s, self.seed, self.stack = duration_s, seed, stack
+        self.driver: Helper | None = None
+        self.bulk: Helper | None = None
+        self.t0 = 0.0
+
+    @property
+    def chains_file(self) -> Path:
+        return self.out / "chains.jsonl"
+
+    def _helper(self, name: str, ns: str, argv: list[str], **kw: Any) -> Helper:
+        proc = Helper(name, _in_ns(ns, argv), pid_dir=self.pid_dir,
+                      log=self.out / f"{name}.log", env=_env(), **kw)
+        self.stack.callback(proc.stop)
+        return proc
+
+    def start_servers(self) -> None:
+        """Agent services and the iperf3 server in b; returns when they listen."""
+        b = self.cfg.b
+        services = {}
+        for i, svc in enumerate(SERVICES):
+            port = SERVICE_PORT + i
+            proc = self._helper(f"svc-{svc}", b.netns, _python(
+                "traffic", "agent-service", "--role", svc, "--listen", f"{b.address}:{port}",
+                "--stats", str(self.out / f"service-{svc}.json")), stdout_pipe=True)
+            _wait_line(proc, b"ready", 15, f"agent service {svc}")
+            services[svc] = [(b.address, port)]
+        (self.out / "agent-plan.json").write_text(json.dumps(default_plan(services)))
+        self._helper("iperf-server", b.netns, ["iperf3", "-s", "-B", b.address, "-p",
+                                               str(IPERF_PORT)])
+
+    def start_clients(self) -> None:
+        """The chain driver now and the bulk client after :data:`BULK_DELAY_S`."""
+        a, s = self.cfg.a, self.section
+        self.t0 = time.monotonic()
+        self.driver = self._helper("driver", a.netns, _python(
+            "traffic", "agent-driver", "--plan", str(self.out / "agent-plan.json"),
+            "--hops-out", str(self.out / "hops.jsonl"), "--chains-out", str(self.chains_file),
+            "--duration", f"{self.duration_s:g}", "--concurrency", str(s["chain_concurrency"]),
+            "--timeout-ms", f"{s['chain_timeout_ms']:g}", "--seed", str(self.seed)),
+            stdout_file=self.out / "driver-summary.json")
+
+    def tick(self) -> None:
+        """Start the bulk flow when its time has come."""
+        if self.bulk is None and self.elapsed() >= BULK_DELAY_S:
+            self.bulk = self._helper("bulk", self.cfg.a.netns, [
+                "iperf3", "-c", self.cfg.b.address, "-p", str(IPERF_PORT), "-t",
+                f"{self.section['bulk_seconds']:g}", "-J"], stdout_file=self.out / "bulk.json")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def running(self) -> bool:
+        procs = [p for p in (self.driver, self.bulk) if p is not None]
+        return self.bulk is None or any(p.alive() for p in procs)
+
+    def wait(self, on_tick: Callable[[float], None], progress: Progress, tag: str) -> None:
+        """Run until driver and bulk flow end (bounded); ``on_tick`` gets elapsed seconds."""
+        limit = max(self.duration_s, BULK_DELAY_S + self.section["bulk_seconds"]) + 20
+        last = 0.0
+        while self.running() and self.elapsed() < limit:
+            self.tick()
+            on_tick(self.elapsed())
+            if self.elapsed() - last >= 5:
+                last = self.elapsed()
+                progress(f"{tag}: {last:4.0f} s  chains finished: "
+                         f"{sum(1 for _ in read_jsonl(self.chains_file))}")
+            time.sleep(0.05)
+        for proc in (self.driver, self.bulk):
+            if proc is not None and proc.alive():
+                proc.stop()
+
+    def bulk_entry(self) -> dict:
+        """``bulk``: goodput (receiver side) and retransmits of the iperf3 flow."""
+        path = self.out / "bulk.json"
+        try:
+            end = json.loads(path.read_text())["end"]
+            return {"goodput_mbps": round(end["sum_received"]["bits_per_second"] / 1e6, 3),
+                    "retransmits": end["sum_sent"].get("retransmits", 0),
+                    "seconds": round(end["sum_received"]["seconds"], 3)}
+        except (OSError, ValueError, KeyError) as exc:
+            return {"goodput_mbps": 0.0, "retransmits": None, "error": f"{exc!r}"}
+
+
+# the two variants -------------------------------------------------------------
+class Experiment:
+    """State shared by both variants of one :func:`run`."""
+
+    def __init__(self, section: dict, *, out: Path, duration_s: float, seed: int,
+                 run_id: str, progress: Progress) -> None:
+        self.s = section
+        self.out, self.duration_s, self.seed = out, duration_s, seed
+        self.run_id, self.progress = run_id, progress
+        self.prefix = run_prefix(run_id)
+        self.cfg = LinkConfig.generate(
+            run_id, suite=section["suite"], encrypt=section["encrypt"],
+            validate=section["validate"], replay_window=section["replay_window"],
+            mtu=section["mtu"])
+        self.pid_dir = run_dir(run_id)
+        self.keys: dict[str, dict[int, str]] = {s: dict(self.cfg.side(s).keys) for s in "ab"}
+        self.rotations: list[dict] = []
+
+    def _shape(self, ifname_a: str, ifname_b: str, mtu: int) -> None:
+        shape(ifname_a, self.cfg.a.netns, self.s["link_mbps"], mtu)
+        shape(ifname_b, self.cfg.b.netns, self.s["link_mbps"], mtu)
+
+    def _traffic(self, name: str, stack: ExitStack) -> Traffic:
+        out = self.out / "variants" / name
+        out.mkdir(parents=True, exist_ok=True)
+        return Traffic(self.cfg, self.s, out=out, pid_dir=self.pid_dir,
+                       duration_s=self.duration_s, seed=self.seed, stack=stack)
+
+    def _entry(self, name: str, traffic: Traffic, counts: dict, start_s: float,
+               stop_s: float) -> dict:
+        return {"name": name, "run_id": self.run_id,
+                "fabric": {**counts, "start_s": round(start_s, 3), "stop_s": round(stop_s, 3)},
+                "agents": agents_entry(traffic.chains_file),
+                "training": dict(ZERO_TRAINING), "bulk": traffic.bulk_entry()}
+
+    def unprotected(self) -> dict:
+        """Plain veth between the same namespaces, shaped alike."""
+        tag, cfg = "[1/2] unprotected", self.cfg
+        t0 = time.monotonic()
+        with ExitStack() as stack:
+            stack.callback(remove_pair, cfg)
+            plain_pair(cfg)
+            self._shape(cfg.a.veth, cfg.b.veth, cfg.mtu)
+            traffic = self._traffic("unprotected", stack)
+            traffic.start_servers()
+            start_s = time.monotonic() - t0
+            self.progress(f"{tag}: plain veth up in {start_s:.2f} s; traffic for "
+                          f"{self.duration_s:g} s, bulk {self.s['bulk_seconds']:g} s")
+            traffic.start_clients()
+            traffic.wait(lambda _t: None, self.progress, tag)
+            t1 = time.monotonic()
+        entry = self._entry("unprotected", traffic,
+                            {"switches": 0, "hosts": 2, "links": 1},
+                            start_s, time.monotonic() - t1)
+        self._done(tag, entry)
+        return entry
+
+    def protected(self) -> tuple[dict, dict]:
+        """The MACsec link through the tapped hub, attacked and captured."""
+        tag, cfg, s = "[2/2] protected", self.cfg, self.s
+        wire = TappedWire(self.prefix)
+        t0 = time.monotonic()
+        with ExitStack() as stack:
+            stack.callback(wire.remove)
+            wire.create(cfg.mtu + 32)
+            link = create_link(cfg, self.out / "variants" / "protected" / "link",
+                               backend=s["backend"], wire=wire.build)
+            stack.callback(link.stop)
+            link.start()
+            self._shape(cfg.a.veth, cfg.b.veth, cfg.mtu + 32)
+            traffic = self._traffic("protected", stack)
+            vout = traffic.out
+            capture = traffic._helper("tcpdump", wire.netns, [
+                "tcpdump", "-i", wire.port("b"), "-s", "0", "--immediate-mode", "-U", "-B",
+                "8192", "-Z", "root", "-w", str(self.out / "wire.pcap")])
+            if not wait_for(lambda: "listening on" in _read(vout / "tcpdump.log"), 10):
+                raise BringUpError(f"tcpdump did not start (see {vout / 'tcpdump.log'})")
+            traffic.start_servers()
+            start_s = time.monotonic() - t0
+            self.progress(f"{tag}: {link.backend} MACsec link ({cfg.suite}, encrypt "
+                          f"{cfg.encrypt}, validate {cfg.validate}) up in {start_s:.2f} s")
+            attack = s["attack"]
+            at_s = attack["at_s"] if attack["at_s"] is not None else self.duration_s / 2
+            traffic.start_clients()
+            traffic._helper("attacker", wire.attacker_netns, _python(
+                "testbed.macsec.attacker", "--iface", wire.attacker_veth,
+                "--victim-mac", cfg.b.mac, "--peer-mac", cfg.a.mac,
+                "--src-ip", cfg.a.address, "--dst-ip", cfg.b.address,
+                "--tampered", str(attack["tampered"]), "--replayed", str(attack["replayed"]),
+                "--untagged", str(attack["untagged"]),
+                "--inject-at", f"{time.time() + at_s:.3f}",
+                "--out", str(vout / "attack.json")))
+            self.progress(f"{tag}: attacker injects at {at_s:g} s: {attack['tampered']} "
+                          f"tampered, {attack['replayed']} replayed, {attack['untagged']} "
+                          "untagged")
+            traffic.wait(lambda t: self._maybe_rotate(link, t), self.progress, tag)
+            time.sleep(SETTLE_S)  # queues drain; counters settle
+            macsec_links = self._link_stats(link)
+            capture.stop()
+            t1 = time.monotonic()
+        entry = self._entry("protected", traffic, {"switches": 1, "hosts": 3, "links": 3},
+                            start_s, time.monotonic() - t1)
+        self._done(tag, entry)
+        return entry, {"backend": link.backend, "link": macsec_links,
+                       "attack_sent": _attack_sent(vout / "attack.json")}
+
+    def _maybe_rotate(self, link: Link, elapsed: float) -> None:
+        at = self.s["rotate_at_s"]
+        if at is None or self.rotations or elapsed < at:
+            return
+        keys = {s: os.urandom(self.cfg.cipher_suite.key_len).hex() for s in "ab"}
+        an = link.rotate(keys)
+        for side in "ab":
+            self.keys[side][an] = keys[side]
+        self.rotations.append({"at_s": round(elapsed, 3), "an": an})
+        self.progress(f"[2/2] protected: rotated keys at {elapsed:.1f} s to AN {an}")
+
+    def _link_stats(self, link: Link) -> dict:
+        sides = {s: link.counters(s) for s in "ab"}
+        tap = {s: link.tap_stats(s) for s in "ab"}
+        result: dict[str, Any] = {"name": self.prefix, "sides": sides, "tap": tap}
+        if isinstance(link, UserspaceLink):
+            result["io"] = {s: link.stats(s)["io"] for s in "ab"}
+        return result
+
+    def _done(self, tag: str, entry: dict) -> None:
+        a, lat, bulk = entry["agents"], entry["agents"]["latency_ms"], entry["bulk"]
+        line = f"{tag}: done; chains {a['chains_completed']}/{a['chains_started']}"
+        if lat["p50"] is not None:
+            line += f", p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms"
+        self.progress(line + f"; bulk {bulk['goodput_mbps']:.2f} Mb/s")
+
+    def keys_record(self) -> dict:
+        """The lab keys of the run, enough to decrypt ``wire.pcap`` (hex)."""
+        cfg = self.cfg
+        sides = {s: {"sci": cfg.side(s).sci, "ssci": cfg.side(s).ssci, "mac": cfg.side(s).mac,
+                     "keys": {str(an): k for an, k in sorted(self.keys[s].items())}}
+                 for s in "ab"}
+        return {"links": [{"name": self.prefix, "suite": cfg.suite, "encrypt": cfg.encrypt,
+                           "salt": cfg.salt, "sides": sides}]}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _attack_sent(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"replayed_sent": 0, "tampered_sent": 0, "untagged_sent": 0,
+                "error": f"attacker wrote no result ({path.name})"}
+
+
+def attack_entry(sent: dict, link: dict, validate_mode: str) -> dict:
+    """What the attacker sent, what b counted for it and what reached b's TAP."""
+    sides = link["sides"]
+    injected = sent["tampered_sent"] + sent["replayed_sent"] + sent["untagged_sent"]
+    delivered_b = sum(v for k, v in sides["b"].items() if k in RX_DELIVERED)
+    entry: dict[str, Any] = {
+        "tampered_sent": sent["tampered_sent"], "replayed_sent": sent["replayed_sent"],
+        "untagged_sent": sent["untagged_sent"],
+        "counters_b": {k: sides["b"][k] for k in ATTACK_COUNTERS if k in sides["b"]},
+        "counters_a": {k: sides["a"][k] for k in ATTACK_COUNTERS
+                       if sides["a"].get(k)},
+    }
+    if validate_mode == "strict":
+        entry["expected_b"] = {"InPktsNotValid": sent["tampered_sent"],
+                               "InPktsLate": sent["replayed_sent"],
+                               "InPktsNoTag": sent["untagged_sent"]}
+    if "io" in link:  # userspace: exact accounting from the forwarders
+        legit = link["io"]["a"]["wire_tx"]
+        entry["frames_at_b_not_from_a"] = link["io"]["b"]["wire_rx"] - legit
+        entry["delivered_to_tap"] = delivered_b - legit
+        entry["accounting_exact"] = entry["frames_at_b_not_from_a"] == injected
+    else:  # kernel: frames lost in a's qdisc are invisible, so this is a lower bound
+        legit = sides["a"]["OutPktsProtected"] + sides["a"]["OutPktsEncrypted"]
+        entry["delivered_to_tap"] = max(0, link["tap"]["b"]["rx_packets"] - legit)
+        entry["accounting_exact"] = False
+    return entry
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return round(num / den, 4) if num and den else None
+
+
+def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
+        progress: Callable[[str], None]) -> dict:
+    """Run ``unprotected`` then ``protected``; return ``{"runs": [...], "macsec": {...}}``.
+
+    Also writes ``out/macsec-keys.json`` (lab keys) and ``out/wire.pcap``.
+    """
+    cfg = validate(section)
+    check_timing(cfg, duration_s)
+    out.mkdir(parents=True, exist_ok=True)
+    exp = Experiment(cfg, out=out, duration_s=duration_s, seed=seed, run_id=run_id,
+                     progress=progress)
+    made_pid_dir = not exp.pid_dir.exists()
+    with _sigterm_raises(), ExitStack() as stack:
+        exp.pid_dir.mkdir(parents=True, exist_ok=True)
+        if made_pid_dir:
+            stack.callback(_rmdir, exp.pid_dir)
+        keys_file = out / "macsec-keys.json"
+        write_json(keys_file, exp.keys_record())
+        plain = exp.unprotected()
+        protected, details = exp.protected()
+        write_json(keys_file, exp.keys_record())
+    link = details["link"]
+    throughput = {"protected": protected["bulk"]["goodput_mbps"],
+                  "unprotected": plain["bulk"]["goodput_mbps"]}
+    throughput["ratio"] = _ratio(throughput["protected"], throughput["unprotected"])
+    latency = {e["name"]: {q: e["agents"]["latency_ms"][q] for q in ("p50", "p99")}
+               for e in (protected, plain)}
+    macsec = {
+        "backend": details["backend"], "suite": cfg["suite"], "encrypt": cfg["encrypt"],
+        "validate": cfg["validate"], "replay_window": cfg["replay_window"],
+        "mtu": cfg["mtu"], "link_mbps": cfg["link_mbps"],
+        "links": [link],
+        "attack": attack_entry(details["attack_sent"], link, cfg["validate"]),
+        "throughput_mbps": throughput,
+        "chain_latency_ms": latency,
+        "rotations": exp.rotations,
+        "wire_pcap": "wire.pcap",
+        "keys_file": keys_file.name,
+        "keys": exp.keys_record(),
+    }
+    progress(closing_note(macsec))
+    return {"runs": [plain, protected], "macsec": macsec}
+
+
+def _rmdir(path: Path) -> None:
+    for child in path.glob("*.pid"):
+        child.unlink(missing_ok=True)
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def closing_note(macsec: dict) -> str:
+    """One paragraph for the report: throughput protected vs unprotected, attack counters."""
+    t, a = macsec["throughput_mbps"], macsec["attack"]
+    lat = macsec["chain_latency_ms"]
+    ratio = f"{t['ratio']:.1%}" if t["ratio"] is not None else "n/a"
+    counters = ", ".join(f"{k} +{v}" for k, v in a["counters_b"].items() if v) or "none"
+    return (f"MACsec ({macsec['backend']}, {macsec['suite']}): bulk TCP {t['protected']:.2f} "
+            f"Mb/s protected vs {t['unprotected']:.2f} Mb/s unprotected ({ratio}); chain p50 "
+            f"{_ms(lat['protected']['p50'])} vs {_ms(lat['unprotected']['p50'])}, p99 "
+            f"{_ms(lat['protected']['p99'])} vs {_ms(lat['unprotected']['p99'])}. Attack: "
+            f"{a['tampered_sent']} tampered, {a['replayed_sent']} replayed, "
+            f"{a['untagged_sent']} untagged sent; counters at b: {counters}; delivered to "
+            f"b's TAP: {a['delivered_to_tap']}.")
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"

@@ -1,0 +1,111 @@
+"""Root test: the MACsec scenario end to end, short, into a temporary folder.
+
+Runs :func:`testbed.macsec.experiment.run` for 5 s with small attack counts and
+checks the summary contract, the attack accounting, the capture (our SecY,
+Scapy and tshark) and that nothing named after the run is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed.macsec.decrypt import decrypt_pcap
+from testbed.macsec.experiment import run
+from testbed.macsec.netns import leftovers
+from testbed.naming import new_run_id, run_dir, run_prefix
+
+pytestmark = pytest.mark.root
+
+SECTION = {"backend": "userspace", "link_mbps": 20, "replay_window": 32, "bulk_seconds": 3,
+           "chain_concurrency": 4, "rotate_at_s": 1.5,
+           "attack": {"tampered": 4, "replayed": 3, "untagged": 5, "at_s": 2.5}}
+CONTRACT = {"name", "fabric", "agents", "training", "bulk"}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, str]:
+    out = tmp_path_factory.mktemp("macsec")
+    run_id = new_run_id()
+    lines: list[str] = []
+    res = run(SECTION, out=out, duration_s=5, seed=3, run_id=run_id, progress=lines.append)
+    (out / "progress.log").write_text("\n".join(lines))
+    return res, out, run_id
+
+
+def test_runs_have_the_contract_keys(result: tuple[dict, Path, str]) -> None:
+    res, _, _ = result
+    assert [r["name"] for r in res["runs"]] == ["unprotected", "protected"]
+    for entry in res["runs"]:
+        assert CONTRACT <= set(entry)
+        assert {"switches", "hosts", "links", "start_s", "stop_s"} <= set(entry["fabric"])
+        assert entry["agents"]["chains_completed"] > 0
+        assert set(entry["agents"]["latency_ms"]) >= {"p50", "p95", "p99", "max"}
+        assert entry["training"]["bytes"] == 0
+        assert entry["bulk"]["goodput_mbps"] > 1
+    json.dumps(res)  # all JSON-able
+
+
+def test_attack_was_counted_and_nothing_delivered(result: tuple[dict, Path, str]) -> None:
+    m = result[0]["macsec"]
+    attack = m["attack"]
+    assert (attack["tampered_sent"], attack["replayed_sent"], attack["untagged_sent"]) == (4, 3, 5)
+    assert attack["delivered_to_tap"] == 0
+    assert attack["accounting_exact"], attack
+    c = attack["counters_b"]
+    assert c["InPktsNotValid"] >= 4 and c["InPktsLate"] >= 3 and c["InPktsNoTag"] >= 5
+    assert m["throughput_mbps"]["ratio"] > 0.5
+    assert [r["an"] for r in m["rotations"]] == [1]
+    assert set(m["links"][0]["sides"]) == {"a", "b"}
+
+
+def test_capture_decrypts_with_the_summary_keys(result: tuple[dict, Path, str]) -> None:
+    res, out, _ = result
+    keys = res["macsec"]["keys"]
+    assert json.loads((out / "macsec-keys.json").read_text()) == keys
+    sides = keys["links"][0]["sides"]
+    assert set(sides["a"]["keys"]) == {"0", "1"}  # the initial AN and the rotated one
+    ok, failed = decrypt_pcap(out / res["macsec"]["wire_pcap"], keys)
+    assert ok > 100 and failed == res["macsec"]["attack"]["tampered_sent"]
+
+
+def test_scapy_decrypts_a_captured_frame(result: tuple[dict, Path, str]) -> None:
+    from scapy.contrib.macsec import MACsec, MACsecSA
+    from scapy.utils import PcapReader
+
+    res, out, _ = result
+    side = res["macsec"]["keys"]["links"][0]["sides"]["a"]
+    sci = bytes.fromhex(side["sci"])
+    with PcapReader(str(out / "wire.pcap")) as reader:
+        for pkt in reader:
+            if MACsec in pkt and pkt[MACsec].SC and bytes(pkt[MACsec].SCI) == sci:
+                break
+        else:
+            pytest.fail("no MACsec frame from side a in wire.pcap")
+    an = pkt[MACsec].AN
+    sa = MACsecSA(sci=sci, an=an, pn=pkt[MACsec].PN, key=bytes.fromhex(side["keys"][str(an)]),
+                  icvlen=16, encrypt=1, send_sci=1)
+    plain = sa.decap(sa.decrypt(pkt))
+    assert plain.type in (0x0800, 0x0806)
+
+
+def test_tshark_dissects_macsec(result: tuple[dict, Path, str]) -> None:
+    _, out, _ = result
+    proc = subprocess.run(["tshark", "-r", str(out / "wire.pcap"), "-Y", "macsec",
+                           "-T", "fields", "-e", "macsec.AN", "-e", "macsec.PN"],
+                          capture_output=True, text=True, timeout=60)
+    rows = [r for r in proc.stdout.splitlines() if r.strip()]
+    assert len(rows) > 100, proc.stderr
+    assert {r.split("\t")[0] for r in rows} >= {"0x00", "0x01"}  # both ANs (rotation)
+
+
+def test_nothing_left_behind(result: tuple[dict, Path, str]) -> None:
+    _, _, run_id = result
+    prefix = run_prefix(run_id)
+    assert leftovers(prefix) == []
+    assert not run_dir(run_id).exists()
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if prefix in line]
