@@ -35,8 +35,11 @@ def cmd_validate(args) -> int:
     from testbed import scenario
 
     sc = scenario.load(scenario_path(args.file))
-    print(f"{sc.name}: valid, {len(sc.variants)} variants "
-          f"({', '.join(v.name for v in sc.variants)})")
+    if sc.kind == "macsec":
+        print(f"{sc.name}: valid, MACsec link experiment (unprotected, protected)")
+    else:
+        print(f"{sc.name}: valid, {len(sc.variants)} variants "
+              f"({', '.join(v.name for v in sc.variants)})")
     return 0
 
 
@@ -63,7 +66,8 @@ def cmd_run(args) -> int:
     print()
     print(report.table(summary))
     print()
-    print(f"results: {out}  (report.md, summary.json, chain_latency.png)")
+    extra = ", wire.pcap" if sc.kind == "macsec" else ""
+    print(f"results: {out}  (report.md, summary.json, chain_latency.png{extra})")
     return 0
 
 

@@ -118,12 +118,14 @@ def _findings(summary: dict) -> list[str]:
         if lat["p99"] is None:
             lines.append(f"- **{run['name']}**: no chain completed.")
             continue
-        lines.append(
-            f"- **{run['name']}**: chain p50 {lat['p50'] / b50:.2f}x and p99 "
-            f"{lat['p99'] / b99:.2f}x the baseline ({base['name']}); "
-            f"{run['agents']['chains_failed']} chains failed; training goodput "
-            f"{run['training']['goodput_mbps']:.1f} Mb/s with "
-            f"{run['training']['packets_lost']} packets lost.")
+        line = (f"- **{run['name']}**: chain p50 {lat['p50'] / b50:.2f}x and p99 "
+                f"{lat['p99'] / b99:.2f}x the baseline ({base['name']}); "
+                f"{run['agents']['chains_failed']} chains failed")
+        training = run["training"]
+        if training["iterations"]:
+            line += (f"; training goodput {training['goodput_mbps']:.1f} Mb/s with "
+                     f"{training.get('packets_lost', 0)} packets lost")
+        lines.append(line + ".")
     return lines
 
 
@@ -150,6 +152,12 @@ def write(summary: dict, out: Path) -> Path:
         "hops' latencies (each hop is a fresh TCP connection, request and reply).",
         "",
     ]
+    if "macsec" in summary:
+        from testbed.macsec.experiment import closing_note
+
+        lines += ["## MACsec", "", closing_note(summary["macsec"]), "",
+                  "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
+                  f"`{summary['macsec']['keys_file']}` and in `summary.json`.", ""]
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]

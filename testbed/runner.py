@@ -163,8 +163,10 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with sigterm_as_interrupt():
         caps = probe(new_run_id())
-        progress(f"{scenario.name}: {len(scenario.variants)} variants, switch datapath "
-                 f"{caps.ovs_datapath}; results in {out}")
+        what = (f"{len(scenario.variants)} variants" if scenario.kind == "fabric"
+                else f"MACsec link ({scenario.macsec['backend']} backend)")
+        progress(f"{scenario.name}: {what}, switch datapath {caps.ovs_datapath}; "
+                 f"results in {out}")
         summary = {
             "scenario": scenario.name,
             "description": scenario.description,
@@ -175,6 +177,14 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
             "runs": [],
         }
         write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
+        if scenario.kind == "macsec":
+            from testbed.macsec import experiment
+
+            result = experiment.run(scenario.macsec, out=out, duration_s=scenario.duration_s,
+                                    seed=scenario.seed, run_id=new_run_id(), progress=progress)
+            summary["runs"], summary["macsec"] = result["runs"], result["macsec"]
+            # lab keys, so that wire.pcap can be decrypted afterwards
+            write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
         total = len(scenario.variants)
         for i, variant in enumerate(scenario.variants, 1):
             entry = run_variant(variant, index=i, total=total, scenario=scenario, caps=caps,

@@ -73,7 +73,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     },
 }
 TOP_LEVEL = {"name", "description", "seed", "duration_s", "topology", "controller", "agents",
-             "training", "variants"}
+             "training", "variants", "macsec"}
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,19 @@ class Variant:
 
 @dataclass(frozen=True)
 class Scenario:
+    """A validated scenario: fabric ``variants``, or a ``macsec`` link experiment."""
+
     name: str
     description: str
     seed: int
     duration_s: float
     variants: tuple[Variant, ...]
     source: dict[str, Any]
+    macsec: dict[str, Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        return "macsec" if self.macsec is not None else "fabric"
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -201,6 +208,8 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
     if isinstance(duration, bool) or not isinstance(duration, NUM) or not 1 <= duration <= 3600:
         where = "DURATION" if duration_override is not None else "duration_s"
         raise ConfigError(where, f"must be 1..3600 seconds, got {duration!r}")
+    if "macsec" in data:
+        return _parse_macsec(data, name, seed, float(duration))
     base = {s: data.get(s) or {} for s in SCHEMA}
     for s, v in base.items():
         if not isinstance(v, dict):
@@ -232,6 +241,19 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
         name=name, description=str(data.get("description", "")).strip(), seed=seed,
         duration_s=float(duration), variants=tuple(variants), source=data,
     )
+
+
+def _parse_macsec(data: dict, name: str, seed: int, duration: float) -> Scenario:
+    """A MACsec link experiment: protected against unprotected, no fabric sections."""
+    from testbed.macsec import experiment
+
+    for key in ("topology", "controller", "agents", "training", "variants"):
+        if key in data:
+            raise ConfigError(key, "not used by a macsec scenario (its link is in 'macsec')")
+    cfg = experiment.validate(data["macsec"])
+    experiment.check_timing(cfg, duration)
+    return Scenario(name=name, description=str(data.get("description", "")).strip(), seed=seed,
+                    duration_s=duration, variants=(), source=data, macsec=cfg)
 
 
 def load(path: Path | str, duration_override: float | None = None) -> Scenario:
