@@ -40,6 +40,7 @@ tc_plugins.setdefault("bfifo", sched_pfifo)
 OFFLOAD_WORDS = ("checksum", "segmentation", "rx-gro", "tx-scatter-gather", "rx-lro")
 OFFLOAD_FLAGS = "rx off tx off sg off tso off gso off gro off"
 HTB_MINOR = 0x10
+TC_H_ROOT = 0xFFFFFFFF
 #: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
 OVS_SOCKET_BUFFER = 8 * 1024 * 1024
 SYSCTL_CORE = Path("/proc/sys/net/core")
@@ -216,6 +217,15 @@ class Fabric:
             if ethtool:
                 ethtool.close()
 
+    @property
+    def delay_applied(self) -> bool:
+        """Whether links carry their propagation delay (netem), or it is only recorded."""
+        return self.spec.delay_ms > 0 and self.caps.netem
+
+    def queue_packets(self) -> int:
+        """netem counts its queue in packets: the byte buffer in full-size frames."""
+        return max(4, self.spec.queue_kb * 1000 // self.spec.mtu)
+
     def _shape(self, ipr: IPRoute, index: int, mbps: float) -> None:
         if not self.caps.htb:
             return
@@ -223,8 +233,12 @@ class Fabric:
         ipr.tc("add", "htb", index, 0x10000, default=HTB_MINOR)
         ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,
                rate=rate, ceil=rate, burst=burst_bytes(mbps, self.spec.mtu), prio=1)
-        ipr.tc("add", "bfifo", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
-               limit=self.spec.queue_kb * 1000)
+        if self.delay_applied:
+            ipr.tc("add", "netem", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
+                   delay=int(self.spec.delay_ms * 1000), limit=self.queue_packets())
+        else:
+            ipr.tc("add", "bfifo", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
+                   limit=self.spec.queue_kb * 1000)
 
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
         """Shell lines that configure a host namespace (also read by the tests)."""
@@ -239,12 +253,14 @@ class Fabric:
             if self.caps.htb:
                 rate = f"{self.spec.link_mbps:g}mbit"
                 burst = burst_bytes(self.spec.link_mbps, self.spec.mtu)
+                leaf = (f"netem delay {self.spec.delay_ms:g}ms limit {self.queue_packets()}"
+                        if self.delay_applied else f"bfifo limit {self.spec.queue_kb * 1000}")
                 cmds += [
                     f"tc qdisc add dev {name} root handle 1: htb default {HTB_MINOR:x}",
                     f"tc class add dev {name} parent 1: classid 1:{HTB_MINOR:x} htb "
                     f"rate {rate} ceil {rate} burst {burst}",
                     f"tc qdisc add dev {name} parent 1:{HTB_MINOR:x} handle {HTB_MINOR:x}: "
-                    f"bfifo limit {self.spec.queue_kb * 1000}",
+                    f"{leaf}",
                 ]
         return cmds
 
@@ -278,6 +294,34 @@ class Fabric:
         done = self.run(host, ["ping", "-n", "-q", "-c", str(count), "-W", f"{wait_s:g}", ip],
                         timeout=count * wait_s + 5)
         return done.returncode == 0
+
+    def port_roles(self) -> dict[str, str]:
+        """Each switch port's role: ``leaf_uplink``, ``spine_downlink`` or ``leaf_downlink``."""
+        roles = {}
+        for lk in self.spec.links:
+            if lk.kind == "uplink":
+                roles[lk.a_intf] = "leaf_uplink"
+                roles[lk.b_intf] = "spine_downlink"
+            else:
+                roles[lk.b_intf] = "leaf_downlink"
+        return roles
+
+    def queue_stats(self) -> dict[str, dict[str, int]]:
+        """Egress counters of every switch port's root qdisc: bytes, packets, drops."""
+        stats = {}
+        with IPRoute() as ipr:
+            for ifname in self.port_roles():
+                index = ipr.link_lookup(ifname=ifname)
+                if not index:
+                    continue
+                for msg in ipr.get_qdiscs(index[0]):
+                    if msg["parent"] != TC_H_ROOT:
+                        continue
+                    s2 = msg.get_attr("TCA_STATS2")
+                    basic, queue = s2.get_attr("TCA_STATS_BASIC"), s2.get_attr("TCA_STATS_QUEUE")
+                    stats[ifname] = {"bytes": basic["bytes"], "packets": basic["packets"],
+                                     "drops": queue["drops"]}
+        return stats
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self) -> float:

@@ -129,6 +129,22 @@ def _findings(summary: dict) -> list[str]:
     return lines
 
 
+def _queue_lines(summary: dict) -> list[str]:
+    """Where the switches dropped packets, per variant: the evidence for the 'why'."""
+    lines = []
+    for run in summary["runs"]:
+        queues = run["fabric"].get("queues")
+        if not queues:
+            continue
+        parts = [f"{role.replace('_', ' ')} ports {q['drops']:,} "
+                 f"({q['bytes'] / 1e6:,.1f} MB sent)"
+                 for role, q in queues.items() if role != "most_drops"]
+        worst = queues.get("most_drops")
+        tail = f"; most at {worst['port']} ({worst['drops']:,})" if worst else ""
+        lines.append(f"- **{run['name']}**: dropped at {', '.join(parts)}{tail}.")
+    return lines
+
+
 def write(summary: dict, out: Path) -> Path:
     """Plots plus report.md in ``out``; returns the report's path."""
     chain_png = plot_chain_latency(summary, out)
@@ -161,6 +177,12 @@ def write(summary: dict, out: Path) -> Path:
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]
+    queue_lines = _queue_lines(summary)
+    if queue_lines:
+        lines += ["## Where the switches dropped packets", "",
+                  "Egress drops per port role (switch buffers are "
+                  f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port):", "",
+                  *queue_lines, ""]
     if chain_png:
         lines += [f"![chain latency]({chain_png.name})", ""]
     if train_png:

@@ -114,6 +114,20 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, ou
                       times=times)
 
 
+def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> dict:
+    """Egress bytes and drops summed by port role, plus the port that dropped most."""
+    out: dict = {role: {"ports": 0, "bytes": 0, "drops": 0} for role in sorted(set(roles.values()))}
+    for ifname, counters in stats.items():
+        agg = out[roles[ifname]]
+        agg["ports"] += 1
+        agg["bytes"] += counters["bytes"]
+        agg["drops"] += counters["drops"]
+    worst = max(stats.items(), key=lambda kv: kv[1]["drops"], default=None)
+    out["most_drops"] = ({"port": worst[0], "role": roles[worst[0]], **worst[1]}
+                         if worst and worst[1]["drops"] else None)
+    return out
+
+
 def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                 caps: Capabilities, out: Path, progress: Progress) -> dict:
     """Bring up, measure and tear down one variant; returns its ``runs`` entry."""
@@ -140,10 +154,14 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                 progress(f"{tag}: {elapsed:4.0f} s  chains finished: {chains}")
 
         workloads.wait_done(work, scenario.duration_s, tick)
+        queues = queue_summary(fabric.queue_stats(), fabric.port_roles())
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
                            "stop_s": round(fabric.times.stop_s, 3),
-                           "paths_installed_s": round(times.paths_s, 3)}
+                           "paths_installed_s": round(times.paths_s, 3),
+                           "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
+                           "queue_kb": spec.queue_kb, "mtu": spec.mtu,
+                           "queues": queues}
     entry["agents"] = agents_entry(work.chains_file)
     entry["training"] = training_entry(
         [work.rank_file(r) for r in range(len(work.ranks or []))])

@@ -50,6 +50,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "link_mbps": (NUM, lambda v: None if 1 <= v <= 10000 else "must be 1..10000", 100),
         "mtu": (int, lambda v: None if 1280 <= v <= 9000 else "must be 1280..9000", 9000),
         "queue_kb": (int, _pos, 64),
+        "delay_ms": (NUM, _nonneg, 0),
     },
     "controller": {
         "mode": (str, lambda v: None if v == "ecmp" else "must be 'ecmp'", "ecmp"),

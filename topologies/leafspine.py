@@ -75,12 +75,14 @@ def build_fabric(
     link_mbps: float = 100.0,
     mtu: int = 9000,
     queue_kb: int = 64,
+    delay_ms: float = 0.0,
 ) -> FabricSpec:
     """Build the spec of a rail-optimized multi-plane leaf-spine fabric.
 
     ``prefix`` starts every name the fabric creates on the host (it carries the run id).
     ``mtu`` is every link's MTU (AI fabrics run jumbo frames; RoCE uses 4096-byte
-    payloads); ``queue_kb`` is each switch port's egress buffer.
+    payloads); ``queue_kb`` is each switch port's egress buffer; ``delay_ms`` each link's
+    one-way propagation delay (applied where the kernel has netem).
     Raises :class:`TopologyError` naming the parameter when one is impossible.
     """
     planes = _check_int("planes", planes, 1, MAX_PLANES)
@@ -92,6 +94,9 @@ def build_fabric(
     link_mbps = _check_positive("link_mbps", link_mbps)
     mtu = _check_int("mtu", mtu, 1280, 9000)
     queue_kb = _check_int("queue_kb", queue_kb, 2 * mtu // 1000 + 1, 100_000)
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int | float) or not (
+            0 <= delay_ms <= 1000):
+        raise TopologyError("delay_ms", f"must be 0..1000 milliseconds, got {delay_ms!r}")
     if ratio < 1:
         raise TopologyError("oversubscription", f"must be 1 (non-blocking) or more, got {ratio:g}")
     if leaves % rails:
@@ -209,6 +214,7 @@ def build_fabric(
         uplink_mbps=uplink_mbps,
         mtu=mtu,
         queue_kb=queue_kb,
+        delay_ms=float(delay_ms),
         hosts=tuple(hosts),
         switches=tuple(switches),
         links=tuple(links),

@@ -101,6 +101,7 @@ class FabricSpec:
     uplink_mbps: float
     mtu: int
     queue_kb: int
+    delay_ms: float
     hosts: tuple[Host, ...]
     switches: tuple[Switch, ...]
     links: tuple[Link, ...] = field(default_factory=tuple)
