@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+from testbed.errors import Interrupted
 
 
 class Helper:
@@ -107,3 +111,24 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted`, so ExitStacks unwind as on Ctrl-C.
+
+    Does nothing off the main thread or when a caller already installed a handler.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

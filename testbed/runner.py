@@ -8,21 +8,20 @@ the same way, in reverse order.
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import sys
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import report, workloads
 from testbed.capabilities import Capabilities, probe
-from testbed.errors import BringUpError, Interrupted
+from testbed.errors import BringUpError
 from testbed.fabric import Fabric, FabricTimes
 from testbed.naming import new_run_id, run_dir, run_prefix
-from testbed.procs import Helper, wait_for
+from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, training_entry, write_json
 from testbed.scenario import Scenario, Variant
 from topologies.spec import FabricSpec
@@ -32,20 +31,6 @@ Progress = Callable[[str], None]
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """Turn SIGTERM into :class:`Interrupted` so the ExitStack unwinds as on Ctrl-C."""
-
-    def handler(signum, frame):
-        raise Interrupted(f"stopped by signal {signum}")
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def free_port() -> int:

@@ -20,18 +20,16 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import BringUpError, ConfigError, Interrupted
+from testbed.errors import BringUpError, ConfigError
 from testbed.naming import run_dir, run_prefix
-from testbed.procs import Helper, wait_for
+from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, write_json
 from traffic.agent_plan import default_plan
 
@@ -182,24 +180,6 @@ def _wait_line(proc: Helper, text: bytes, timeout: float, what: str) -> None:
             if not line:
                 break
     raise BringUpError(f"{what} did not become ready in {timeout:g} s")
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Interrupted` unless a caller already handles it."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Traffic:
@@ -492,7 +472,7 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
     exp = Experiment(cfg, out=out, duration_s=duration_s, seed=seed, run_id=run_id,
                      progress=progress)
     made_pid_dir = not exp.pid_dir.exists()
-    with _sigterm_raises(), ExitStack() as stack:
+    with sigterm_as_interrupt(), ExitStack() as stack:
         exp.pid_dir.mkdir(parents=True, exist_ok=True)
         if made_pid_dir:
             stack.callback(_rmdir, exp.pid_dir)
