@@ -8,12 +8,16 @@ the ``testbed_run`` external id or a ``tbXXXX`` name, interfaces and namespaces 
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 from pyroute2 import IPRoute, netns
+from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.naming import OVS_EXTERNAL_ID, PREFIX, RUN_ROOT, is_owned
 from testbed.procs import stop_group
@@ -21,13 +25,22 @@ from testbed.procs import stop_group
 MININET_SHELL = re.compile(rf"mininet:{PREFIX}[0-9a-f]{{4}}")
 
 
+#: words in the command line of every helper the testbed starts (a pid may be reused)
+HELPER_WORDS = (b"controllers", b"traffic", b"testbed", b"mnexec", b"iperf3", b"tcpdump",
+                b"/usr/lib/frr/")
+
+
 def _helper_groups() -> list[int]:
+    """Process groups named by pid files that still run one of the testbed's helpers."""
     groups = []
     for pid_file in RUN_ROOT.glob("*/*.pid"):
         try:
-            groups.append(int(pid_file.read_text().strip()))
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
             continue
+        if any(word in cmdline for word in HELPER_WORDS):
+            groups.append(pid)
     return groups
 
 
@@ -69,7 +82,10 @@ def clean(dry_run: bool = False) -> list[str]:
     for pid in _mininet_shells():
         removed.append(f"Mininet host shell {pid}")
         if not dry_run:
-            stop_group(pid, grace=1.0) if _is_group_leader(pid) else _kill(pid)
+            if _is_group_leader(pid):
+                stop_group(pid, grace=1.0)
+            else:
+                _kill(pid)
     bridges = _owned_bridges()
     removed += [f"OVS bridge {b}" for b in bridges]
     if bridges and not dry_run:
@@ -85,8 +101,8 @@ def clean(dry_run: bool = False) -> list[str]:
                 if not dry_run:
                     try:
                         ipr.link("del", index=link["index"])
-                    except Exception as exc:  # the peer may have taken it with it
-                        if getattr(exc, "code", None) != 19:  # ENODEV
+                    except NetlinkError as exc:  # its peer may have taken it along
+                        if exc.code != errno.ENODEV:
                             raise
     for ns in netns.listnetns():
         if is_owned(ns):
@@ -102,8 +118,6 @@ def clean(dry_run: bool = False) -> list[str]:
 
 
 def _is_group_leader(pid: int) -> bool:
-    import os
-
     try:
         return os.getpgid(pid) == pid
     except ProcessLookupError:
@@ -111,9 +125,6 @@ def _is_group_leader(pid: int) -> bool:
 
 
 def _kill(pid: int) -> None:
-    import os
-    import signal
-
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

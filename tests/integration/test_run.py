@@ -128,17 +128,25 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
     subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge", f"{prefix}br",
                     "datapath_type=netdev"], check=True)
     run_dir(rid).mkdir(parents=True)
-    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    (run_dir(rid) / "sleeper.pid").write_text(str(sleeper.pid))
+    helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
+                               "127.0.0.1:0", "--role", "tool"], cwd=REPO,
+                              stdout=subprocess.DEVNULL, start_new_session=True)
+    (run_dir(rid) / "svc.pid").write_text(str(helper.pid))
+    # a stale pid file whose pid now belongs to somebody else's process
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (run_dir(rid) / "stale.pid").write_text(str(stranger.pid))
     try:
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        assert wait_for(lambda: sleeper.poll() is not None, 5)
+        assert wait_for(lambda: helper.poll() is not None, 5)
         assert leftovers(prefix) == []
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
         assert "keepme7x" in links
+        assert stranger.poll() is None
     finally:
         subprocess.run(["ip", "link", "del", "keepme7x"])
-        if sleeper.poll() is None:
-            sleeper.kill()
+        for proc in (helper, stranger):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
