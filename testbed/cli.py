@@ -35,8 +35,8 @@ def cmd_validate(args) -> int:
     from testbed import scenario
 
     sc = scenario.load(scenario_path(args.file))
-    if sc.kind == "macsec":
-        print(f"{sc.name}: valid, MACsec link experiment (unprotected, protected)")
+    if sc.kind != "fabric":
+        print(f"{sc.name}: valid, {sc.kind} experiment")
     else:
         print(f"{sc.name}: valid, {len(sc.variants)} variants "
               f"({', '.join(v.name for v in sc.variants)})")
@@ -66,8 +66,7 @@ def cmd_run(args) -> int:
     print()
     print(report.table(summary))
     print()
-    extra = ", wire.pcap" if sc.kind == "macsec" else ""
-    print(f"results: {out}  (report.md, summary.json, chain_latency.png{extra})")
+    print(f"results: {out}  (report.md, summary.json and plots)")
     return 0
 
 

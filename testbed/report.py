@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import matplotlib
@@ -10,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from testbed.results import read_jsonl  # noqa: E402
+from testbed.scenario import EXPERIMENTS  # noqa: E402
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -168,12 +170,10 @@ def write(summary: dict, out: Path) -> Path:
         "hops' latencies (each hop is a fresh TCP connection, request and reply).",
         "",
     ]
-    if "macsec" in summary:
-        from testbed.macsec.experiment import closing_note
-
-        lines += ["## MACsec", "", closing_note(summary["macsec"]), "",
-                  "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
-                  f"`{summary['macsec']['keys_file']}` and in `summary.json`.", ""]
+    kind = summary.get("kind", "fabric")
+    if kind != "fabric":
+        module = importlib.import_module(EXPERIMENTS[kind])
+        lines += [*module.report_section(summary[kind], out), ""]
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]

@@ -167,11 +167,12 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
     with sigterm_as_interrupt():
         caps = probe(new_run_id())
         what = (f"{len(scenario.variants)} variants" if scenario.kind == "fabric"
-                else f"MACsec link ({scenario.macsec['backend']} backend)")
+                else f"{scenario.kind} experiment")
         progress(f"{scenario.name}: {what}, switch datapath {caps.ovs_datapath}; "
                  f"results in {out}")
         summary = {
             "scenario": scenario.name,
+            "kind": scenario.kind,
             "description": scenario.description,
             "seed": scenario.seed,
             "duration_s": scenario.duration_s,
@@ -180,13 +181,13 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
             "runs": [],
         }
         write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
-        if scenario.kind == "macsec":
-            from testbed.macsec import experiment
-
-            result = experiment.run(scenario.macsec, out=out, duration_s=scenario.duration_s,
-                                    seed=scenario.seed, run_id=new_run_id(), progress=progress)
-            summary["runs"], summary["macsec"] = result["runs"], result["macsec"]
-            # lab keys, so that wire.pcap can be decrypted afterwards
+        if scenario.kind != "fabric":
+            result = scenario.experiment().run(
+                scenario.section, out=out, duration_s=scenario.duration_s, seed=scenario.seed,
+                run_id=new_run_id(), progress=progress)
+            summary["runs"] = result["runs"]
+            summary[scenario.kind] = result[scenario.kind]
+            # the experiment's own record (MACsec: the lab keys that decrypt wire.pcap)
             write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
         total = len(scenario.variants)
         for i, variant in enumerate(scenario.variants, 1):

@@ -9,6 +9,7 @@ pure (it touches nothing on the host) and stops at the first problem with a
 from __future__ import annotations
 
 import copy
+import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +74,11 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "step_timeout_ms": (NUM, _pos, 500),
     },
 }
+#: scenarios built around one experiment section instead of fabric variants:
+#: section name -> module with validate(section) / check_timing(cfg, duration) / run(...)
+EXPERIMENTS = {"macsec": "testbed.macsec.experiment"}
 TOP_LEVEL = {"name", "description", "seed", "duration_s", "topology", "controller", "agents",
-             "training", "variants", "macsec"}
+             "training", "variants", *EXPERIMENTS}
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class Variant:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario: fabric ``variants``, or a ``macsec`` link experiment."""
+    """A validated scenario: fabric ``variants``, or one experiment section (``kind``)."""
 
     name: str
     description: str
@@ -101,11 +105,12 @@ class Scenario:
     duration_s: float
     variants: tuple[Variant, ...]
     source: dict[str, Any]
-    macsec: dict[str, Any] | None = None
+    kind: str = "fabric"  # or a key of EXPERIMENTS
+    section: dict[str, Any] | None = None  # the experiment's validated section
 
-    @property
-    def kind(self) -> str:
-        return "macsec" if self.macsec is not None else "fabric"
+    def experiment(self):
+        """The module that runs this scenario's experiment section."""
+        return importlib.import_module(EXPERIMENTS[self.kind])
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -209,8 +214,11 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
     if isinstance(duration, bool) or not isinstance(duration, NUM) or not 1 <= duration <= 3600:
         where = "DURATION" if duration_override is not None else "duration_s"
         raise ConfigError(where, f"must be 1..3600 seconds, got {duration!r}")
-    if "macsec" in data:
-        return _parse_macsec(data, name, seed, float(duration))
+    kinds = [k for k in EXPERIMENTS if k in data]
+    if len(kinds) > 1:
+        raise ConfigError(kinds[1], f"a scenario runs one experiment, and {kinds[0]!r} is set")
+    if kinds:
+        return _parse_experiment(kinds[0], data, name, seed, float(duration))
     base = {s: data.get(s) or {} for s in SCHEMA}
     for s, v in base.items():
         if not isinstance(v, dict):
@@ -244,17 +252,17 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
     )
 
 
-def _parse_macsec(data: dict, name: str, seed: int, duration: float) -> Scenario:
-    """A MACsec link experiment: protected against unprotected, no fabric sections."""
-    from testbed.macsec import experiment
-
+def _parse_experiment(kind: str, data: dict, name: str, seed: int,
+                      duration: float) -> Scenario:
+    """A scenario built around one experiment section (no fabric sections)."""
     for key in ("topology", "controller", "agents", "training", "variants"):
         if key in data:
-            raise ConfigError(key, "not used by a macsec scenario (its link is in 'macsec')")
-    cfg = experiment.validate(data["macsec"])
-    experiment.check_timing(cfg, duration)
+            raise ConfigError(key, f"not used by a {kind} scenario (it is set in '{kind}')")
+    module = importlib.import_module(EXPERIMENTS[kind])
+    cfg = module.validate(data[kind])
+    module.check_timing(cfg, duration)
     return Scenario(name=name, description=str(data.get("description", "")).strip(), seed=seed,
-                    duration_s=duration, variants=(), source=data, macsec=cfg)
+                    duration_s=duration, variants=(), source=data, kind=kind, section=cfg)
 
 
 def load(path: Path | str, duration_override: float | None = None) -> Scenario:

@@ -528,5 +528,12 @@ def closing_note(macsec: dict) -> str:
             f"b's TAP: {a['delivered_to_tap']}.")
 
 
+def report_section(macsec: dict, out: Path) -> list[str]:
+    """The report's MACsec section (Markdown lines)."""
+    return ["## MACsec", "", closing_note(macsec), "",
+            "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
+            f"`{macsec['keys_file']}` and in `summary.json`."]
+
+
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} ms"

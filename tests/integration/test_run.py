@@ -150,3 +150,22 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def test_macsec_scenario_through_the_cli(tmp_path):
+    out = tmp_path / "out"
+    proc = cli("run", "macsec", "--duration", "10", "--out", str(out))
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kind"] == "macsec"
+    assert [r["name"] for r in summary["runs"]] == ["unprotected", "protected"]
+    assert all(r["agents"]["chains_completed"] > 0 for r in summary["runs"])
+    macsec = summary["macsec"]
+    assert macsec["attack"]["delivered_to_tap"] == 0
+    assert macsec["throughput_mbps"]["protected"] > 0
+    assert (out / "wire.pcap").stat().st_size > 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["macsec"]["keys"] == macsec["keys"]  # lab keys kept with the results
+    assert "## MACsec" in (out / "report.md").read_text()
+    assert no_testbed_leftovers() == []
