@@ -82,6 +82,7 @@ class BackboneNet:
         self.links = {lk.name: (i, lk) for i, lk in enumerate(bb.all_links)}
         self.daemons: dict[str, list[FrrDaemon]] = {}
         self.addr_owner: dict[str, tuple[str, str]] = {}  # address -> (node, ifname)
+        self.link_of = {self.ifname(name, side): name for name in self.links for side in "ab"}
         self.shaped = False
         self.delay_applied = False
 
@@ -252,10 +253,14 @@ class BackboneNet:
                 "fail_pop": self.fail_pop, "restore_pop": self.restore_pop}
 
     # paths from the routing tables ------------------------------------------
-    def trace(self, src: str, dst: str, max_hops: int = 12) -> list[str]:
-        """Nodes a packet from region ``src`` to region ``dst`` crosses, per the FIBs."""
+    def trace(self, src: str, dst: str, max_hops: int = 12) -> tuple[list[str], list[str]]:
+        """Nodes and links a packet from region ``src`` to ``dst`` crosses, per the FIBs.
+
+        Each hop asks the kernel (``ip route get .. from .. iif ..``) which next hop
+        it would forward to; an ECMP hop shows the member the flow hashes to.
+        """
         s_addr, d_addr = self.region_addr(src), self.region_addr(dst)
-        path, node, iif = [src], src, None
+        nodes, links, node, iif = [src], [], src, None
         for _ in range(max_hops):
             args = ["-j", "route", "get", d_addr, "from", s_addr]
             if iif:
@@ -264,18 +269,26 @@ class BackboneNet:
             try:
                 route = json.loads(out)[0]
             except (json.JSONDecodeError, IndexError):
-                return path + ["unreachable"]
-            if route.get("type") in ("local",) or route.get("dev") == SITE_IF:
-                return path
+                return nodes + ["unreachable"], links
+            if route.get("type") == "local" or route.get("dev") == SITE_IF:
+                return nodes, links
             gw = route.get("gateway")
             if gw not in self.addr_owner:
-                return path + ["unreachable"]
+                return nodes + ["unreachable"], links
             node, iif = self.addr_owner[gw]
-            path.append(node)
+            nodes.append(node)
+            links.append(self.link_of[iif])
             if node == dst:
-                return path
-        return path + ["loop"]
+                return nodes, links
+        return nodes + ["loop"], links
 
-    def paths(self) -> dict[str, list[str]]:
+    def paths(self) -> dict[str, dict[str, list[str]]]:
+        """``{"src>dst": {"nodes": [...], "links": [...]}}`` for every pair of regions."""
         names = [r.name for r in self.bb.regions]
-        return {f"{a}>{b}": self.trace(a, b) for a in names for b in names if a != b}
+        out = {}
+        for a in names:
+            for b in names:
+                if a != b:
+                    nodes, links = self.trace(a, b)
+                    out[f"{a}>{b}"] = {"nodes": nodes, "links": links}
+        return out
