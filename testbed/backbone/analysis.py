@@ -134,10 +134,10 @@ def loss_timeline(pairs: dict[Pair, PairLog], start: float, end: float,
         for seq in range(lo, hi):
             expected[min(n - 1, int((log.sent_at(seq) - start) / bin_s))] += 1
         seen = set()
-        for seq, sent, _ in log.arrivals:
+        for seq, _sent, _ in log.arrivals:
             if lo <= seq < hi and seq not in seen:
-                seen.add(seq)
-                received[min(n - 1, int((sent - start) / bin_s))] += 1
+                seen.add(seq)  # binned by schedule, exactly as expected ones are
+                received[min(n - 1, int((log.sent_at(seq) - start) / bin_s))] += 1
     return [(round(i * bin_s, 3), (1 - received[i] / expected[i]) if expected[i] else 0.0)
             for i in range(n)]
 
