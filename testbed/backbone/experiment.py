@@ -1,0 +1,501 @@
+"""The backbone failover scenario: real FRR (OSPF + BFD + ECMP), faults on a schedule.
+
+:func:`validate` checks a scenario's ``backbone:`` section and the design rule
+(pure). :func:`run` builds the backbone once per timer variant (e.g. ``default``
+and ``fast``), starts zebra, bfdd and ospfd in every PoP and region namespace,
+waits until every region reaches every other, then runs probes between every pair
+of regions, the replication flows (iperf3) and the fault schedule. Figures come
+from the probe records and the routing-table events (``ip monitor route``); see
+:mod:`testbed.backbone.analysis`. Everything is removed at the end, also on error,
+Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import BringUpError, ConfigError, Interrupted
+from testbed.faults import Fault, FaultRecord, Schedule
+from testbed.naming import run_dir, run_prefix
+from testbed.procs import Helper, wait_for
+from testbed.results import read_jsonl, write_json
+from topologies.backbone import Backbone, default_backbone, small_backbone
+from topologies.backbone_check import DesignError, design_check, require
+
+from . import analysis
+from .frr import Timers
+from .net import BackboneNet
+
+Progress = Callable[[str], None]
+ACTIONS = {"cut_link": "link", "restore_link": "link", "cut_risk_group": "risk group",
+           "restore_risk_group": "risk group", "fail_pop": "pop", "restore_pop": "pop"}
+TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
+TIMER_KEYS = {"bfd_ms": (10, 10000), "bfd_multiplier": (2, 50), "hello_s": (1, 65535),
+              "dead_s": (1, 65535), "spf_delay_ms": (0, 600000), "spf_hold_ms": (0, 600000),
+              "spf_max_ms": (0, 600000)}
+DEFAULT_TIMERS = {
+    "default": {"bfd_ms": 300, "bfd_multiplier": 3, "hello_s": 10, "dead_s": 40,
+                "spf_delay_ms": 0, "spf_hold_ms": 50, "spf_max_ms": 5000},
+    "fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3,
+             "spf_delay_ms": 0, "spf_hold_ms": 20, "spf_max_ms": 200},
+}
+SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
+    "probe_rate_pps": ((int, float), 10, 2000, 200),
+    "converge_timeout_s": ((int, float), 5, 300, 90),
+    "settle_s": ((int, float), 0, 60, 2),
+    "tail_s": ((int, float), 0.1, 10, 1.0),
+}
+IPERF_PORT = 5301
+ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
+               "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
+ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
+                 "iteration_ms": {"p50": None, "p99": None}}
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# validation ----------------------------------------------------------------
+def _number(value: Any, field: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(field, "must be a number")
+    if not low <= value <= high:
+        raise ConfigError(field, f"must be {low:g}..{high:g}")
+    return value
+
+
+def _topology(section: dict, where: str) -> Backbone:
+    topo = section.get("topology", "default")
+    if topo == "inline":
+        for key in ("pops", "regions", "links"):
+            if not isinstance(section.get(key), list) or not section[key]:
+                raise ConfigError(f"{where}.{key}", "a non-empty list is required "
+                                  "with topology: inline")
+        try:
+            bb = Backbone.from_dict(section)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.links", f"malformed backbone: {exc}") from exc
+        pops = {p.name for p in bb.pops}
+        for i, lk in enumerate(bb.links):
+            for end in (lk.a, lk.b):
+                if end not in pops:
+                    raise ConfigError(f"{where}.links[{i}]", f"unknown PoP {end!r}")
+        names = [lk.name for lk in bb.all_links]
+        for i, g in enumerate(bb.risk_groups):
+            for lk in g.links:
+                if lk not in names:
+                    raise ConfigError(f"{where}.risk_groups[{i}]", f"unknown link {lk!r}")
+        return bb
+    if topo not in TOPOLOGIES:
+        raise ConfigError(f"{where}.topology", "must be one of "
+                          + ", ".join([*TOPOLOGIES, "inline"]))
+    return TOPOLOGIES[topo]()
+
+
+def _timers(value: Any, where: str) -> dict[str, dict]:
+    if value is None:
+        return {k: dict(v) for k, v in DEFAULT_TIMERS.items()}
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{where}.timers", "must map variant names to timer settings")
+    out = {}
+    for name, tv in value.items():
+        if not isinstance(tv, dict):
+            raise ConfigError(f"{where}.timers.{name}", "must be a mapping")
+        base = dict(DEFAULT_TIMERS.get(name, DEFAULT_TIMERS["default"]))
+        for key, val in tv.items():
+            if key not in TIMER_KEYS:
+                raise ConfigError(f"{where}.timers.{name}.{key}", "unknown timer; known: "
+                                  + ", ".join(TIMER_KEYS))
+            base[key] = int(_number(val, f"{where}.timers.{name}.{key}", *TIMER_KEYS[key]))
+        if base["dead_s"] <= base["hello_s"]:
+            raise ConfigError(f"{where}.timers.{name}.dead_s", "must exceed hello_s")
+        out[str(name)] = base
+    return out
+
+
+def _targets(bb: Backbone, kind: str) -> set[str]:
+    if kind == "link":
+        return {lk.name for lk in bb.all_links}
+    if kind == "risk group":
+        return {g.name for g in bb.risk_groups}
+    return {p.name for p in bb.pops}
+
+
+def validate(section: dict, where: str = "backbone") -> dict:
+    """Check the ``backbone:`` section, fill defaults and run the design check.
+
+    >>> cfg = validate({"faults": [{"at_s": 5, "action": "cut_link", "target": "nyc-lon-1"}]})
+    >>> cfg["design_check"]["ok"], sorted(cfg["timers"]), cfg["probe_rate_pps"]
+    (True, ['default', 'fast'], 200)
+    >>> validate({"faults": [{"at_s": 5, "action": "cut_link", "target": "nowhere"}]})
+    Traceback (most recent call last):
+    ...
+    testbed.errors.ConfigError: backbone.faults[0].target: unknown link 'nowhere'
+    """
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise ConfigError(where, "must be a mapping")
+    known = {"topology", "pops", "regions", "links", "risk_groups", "timers", "faults",
+             "replication", "shape", *SCALARS}
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}", "unknown key; known: " + ", ".join(sorted(known)))
+    bb = _topology(section, where)
+    try:
+        check = require(bb)
+    except DesignError as exc:
+        field = (f"{where}.pops.{exc.node}" if exc.node in {p.name for p in bb.pops}
+                 else f"{where}.regions.{exc.node}")
+        raise ConfigError(field, exc.reason) from exc
+    cfg: dict[str, Any] = {"topology": section.get("topology", "default"),
+                           "design": bb.to_dict(), "design_check": check.to_dict()}
+    for key, (_types, low, high, default) in SCALARS.items():
+        cfg[key] = _number(section.get(key, default), f"{where}.{key}", low, high)
+    cfg["shape"] = section.get("shape", True)
+    if not isinstance(cfg["shape"], bool):
+        raise ConfigError(f"{where}.shape", "must be true or false")
+    cfg["timers"] = _timers(section.get("timers"), where)
+    regions = {r.name for r in bb.regions}
+    flows = []
+    for i, flow in enumerate(section.get("replication") or []):
+        f = f"{where}.replication[{i}]"
+        if not isinstance(flow, dict):
+            raise ConfigError(f, "must be a mapping with src, dst, rate_mbps")
+        for end in ("src", "dst"):
+            if flow.get(end) not in regions:
+                raise ConfigError(f"{f}.{end}", "must be one of " + ", ".join(sorted(regions)))
+        if flow["src"] == flow["dst"]:
+            raise ConfigError(f"{f}.dst", "must differ from src")
+        flows.append({"src": flow["src"], "dst": flow["dst"],
+                      "rate_mbps": _number(flow.get("rate_mbps", 20), f"{f}.rate_mbps", 0.1,
+                                           10000)})
+    cfg["replication"] = flows
+    faults = []
+    for i, fault in enumerate(section.get("faults") or []):
+        f = f"{where}.faults[{i}]"
+        if not isinstance(fault, dict):
+            raise ConfigError(f, "must be a mapping with at_s, action, target")
+        at = _number(fault.get("at_s"), f"{f}.at_s", 0, 86400)
+        action = fault.get("action")
+        if action not in ACTIONS:
+            raise ConfigError(f"{f}.action", "must be one of " + ", ".join(ACTIONS))
+        kind = ACTIONS[action]
+        if fault.get("target") not in _targets(bb, kind):
+            raise ConfigError(f"{f}.target", f"unknown {kind} {fault.get('target')!r}")
+        faults.append({"at_s": at, "action": action, "target": fault["target"]})
+    cfg["faults"] = sorted(faults, key=lambda x: x["at_s"])
+    return cfg
+
+
+# running -------------------------------------------------------------------
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted` unless a caller already handles it."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _route_events(path: Path) -> list[float]:
+    """Epoch times of the lines ``ip -ts monitor route`` wrote."""
+    times = []
+    if not path.exists():
+        return times
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("[") and "]" in line:
+            try:
+                times.append(datetime.fromisoformat(line[1:line.index("]")]).timestamp())
+            except ValueError:
+                continue
+    return times
+
+
+def _iperf(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"goodput_mbps": None, "bytes": 0, "intervals": [], "start": None,
+                "error": "no iperf3 result"}
+    start = data.get("start", {}).get("timestamp", {}).get("timesecs")
+    end = data.get("end", {}).get("sum_received", {})
+    intervals = [(round(iv["sum"]["start"], 3), round(iv["sum"]["bits_per_second"] / 1e6, 3))
+                 for iv in data.get("intervals", [])]
+    return {"goodput_mbps": round(end.get("bits_per_second", 0) / 1e6, 3),
+            "bytes": int(end.get("bytes", 0)), "intervals": intervals, "start": start,
+            "error": data.get("error")}
+
+
+class Variant:
+    """One timer variant: bring-up, traffic, schedule, teardown, figures."""
+
+    def __init__(self, name: str, cfg: dict, bb: Backbone, *, out: Path, folder: Path,
+                 prefix: str, duration_s: float, caps: Any, progress: Progress) -> None:
+        self.name, self.cfg, self.bb = name, cfg, bb
+        self.out = out / name
+        self.folder = folder / name
+        self.prefix, self.duration_s, self.caps, self.progress = (prefix, duration_s, caps,
+                                                                  progress)
+        self.timers = Timers(**cfg["timers"][name])
+        self.snapshots: list[tuple[float, dict]] = []
+
+    def _helper(self, stack: ExitStack, name: str, argv: list[str], **kw: Any) -> Helper:
+        helper = Helper(name, argv, pid_dir=self.folder / "pids", env=_env(), **kw)
+        stack.callback(helper.stop, 2.0)
+        return helper
+
+    def _snapshot(self, net: BackboneNet) -> None:
+        self.snapshots.append((time.time(), net.paths()))
+
+    def run(self) -> dict:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        t_start = time.monotonic()
+        regions = [r.name for r in self.bb.regions]
+        with ExitStack() as stack:
+            stack.callback(shutil.rmtree, self.folder, True)
+            net = BackboneNet(self.bb, self.prefix, self.folder, stack)
+            net.build(shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem)
+            net.start_routing(self.timers)
+            if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
+                raise BringUpError(f"backbone did not converge in "
+                                   f"{self.cfg['converge_timeout_s']:g} s")
+            start_s = round(time.monotonic() - t_start, 3)
+            self.progress(f"  {self.name}: {len(self.bb.nodes)} routers converged "
+                          f"in {start_s:g} s")
+            self.settle = self.cfg["settle_s"]
+            for node in self.bb.nodes:
+                self._helper(stack, f"mon-{node}", ["ip", "-n", net.ns(node), "-ts", "monitor",
+                                                    "route"],
+                             stdout_file=self.out / f"routes-{node}.log")
+            iperf = self._start_replication(stack, net)
+            probes = []
+            for region in regions:
+                peers = [f"--peer={p}={net.region_addr(p)}" for p in regions if p != region]
+                argv = ["ip", "netns", "exec", net.ns(region), sys.executable, "-m",
+                        "traffic.probe", "--name", region, "--bind", net.region_addr(region),
+                        "--rate", str(self.cfg["probe_rate_pps"]), "--duration",
+                        str(self.duration_s), "--out", str(self.out / f"probes-{region}.jsonl"),
+                        *peers]
+                probes.append(self._helper(stack, f"probe-{region}", argv,
+                                           log=self.out / f"probe-{region}.log"))
+            files = [self.out / f"probes-{r}.jsonl" for r in regions]
+            if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files), 10):
+                raise BringUpError("probes did not start")
+            t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
+            faults = [Fault(f["at_s"], f["action"], f["target"]) for f in self.cfg["faults"]]
+            sched = Schedule(faults, net.actions(),
+                             before=lambda rec: self._snapshot(net),
+                             after=lambda rec: self.progress(
+                                 f"  {self.name}: {rec.at_s:g} s {rec.action} {rec.target}"
+                                 + ("" if rec.ok else f" FAILED: {rec.error}")))
+            sched.run(t0)
+            for p in probes:
+                p.wait(max(1.0, t0 + self.duration_s + 5 - time.time()))
+            self._snapshot(net)
+            for h in iperf:
+                h.wait(max(1.0, t0 + self.duration_s + 10 - time.time()))
+            stop_t = time.monotonic()
+        stop_s = round(time.monotonic() - stop_t, 3)
+        return self._figures(sched.records, t0, regions, start_s, stop_s, net)
+
+    def _start_replication(self, stack: ExitStack, net: BackboneNet) -> list[Helper]:
+        clients = []
+        for i, flow in enumerate(self.cfg["replication"]):
+            port = IPERF_PORT + i
+            dst = net.region_addr(flow["dst"])
+            self._helper(stack, f"iperf-s{i}", ["ip", "netns", "exec", net.ns(flow["dst"]),
+                                                "iperf3", "-s", "-1", "-B", dst, "-p",
+                                                str(port)], log=self.out / f"iperf-s{i}.log")
+            argv = ["ip", "netns", "exec", net.ns(flow["src"]), "iperf3", "-c", dst, "-B",
+                    net.region_addr(flow["src"]), "-p", str(port), "-t",
+                    str(int(self.duration_s)), "-b", f"{flow['rate_mbps']}M", "-J",
+                    "--connect-timeout", "3000"]
+            if not wait_for(lambda d=flow["dst"], p=port: _listening(net.ns(d), p), 5):
+                raise BringUpError(f"iperf3 server for replication[{i}] not listening")
+            clients.append(self._helper(stack, f"iperf-c{i}", argv,
+                                        stdout_file=self.out / f"replication-{i}.json",
+                                        log=self.out / f"iperf-c{i}.log"))
+        return clients
+
+    def _figures(self, records: list[FaultRecord], t0: float, regions: list[str],
+                 start_s: float, stop_s: float, net: BackboneNet) -> dict:
+        recs = [r for region in regions
+                for r in read_jsonl(self.out / f"probes-{region}.jsonl")]
+        pairs = analysis.load(recs)
+        events = sorted(t for node in self.bb.nodes
+                        for t in _route_events(self.out / f"routes-{node}.log"))
+        end_t = t0 + self.duration_s
+        failovers, restores = [], []
+        for i, rec in enumerate(records):
+            next_t = records[i + 1].started if i + 1 < len(records) else end_t
+            figs = analysis.fault_figures(pairs, rec.started, next_t, events,
+                                          self.cfg["tail_s"])
+            entry = {"fault": f"{rec.action} {rec.target}", "action": rec.action,
+                     "target": rec.target, "at_s": round(rec.started - t0, 3),
+                     "action_ms": round((rec.done - rec.started) * 1000, 2), "ok": rec.ok,
+                     **figs,
+                     "path_before": self.snapshots[i][1] if i < len(self.snapshots) else None,
+                     "path_after": (self.snapshots[i + 1][1]
+                                    if i + 1 < len(self.snapshots) else None)}
+            (restores if rec.action.startswith("restore") else failovers).append(entry)
+        timeline = analysis.loss_timeline(pairs, t0, end_t)
+        write_json(self.out / "loss_timeline.json", {"t0": t0, "bin_s": 0.1,
+                                                     "loss": timeline})
+        replication = []
+        for i, flow in enumerate(self.cfg["replication"]):
+            res = _iperf(self.out / f"replication-{i}.json")
+            offset = (res["start"] - t0) if res["start"] else 0.0
+            around = []
+            for f in failovers + restores:
+                before = [m for t, m in res["intervals"] if f["at_s"] - 3 <= t + offset
+                          < f["at_s"]]
+                after = [m for t, m in res["intervals"] if f["at_s"] <= t + offset
+                         < f["at_s"] + 3]
+                around.append({"fault": f["fault"],
+                               "before_mbps": _mean(before), "after_mbps": _mean(after)})
+            replication.append({**flow, "goodput_mbps": res["goodput_mbps"],
+                                "bytes": res["bytes"], "error": res["error"],
+                                "intervals": [(round(t + offset, 3), m)
+                                              for t, m in res["intervals"]],
+                                "across_faults": around})
+        total_bytes = sum(r["bytes"] for r in replication)
+        return {
+            "name": self.name,
+            "timers": self.cfg["timers"][self.name],
+            "fabric": {"switches": 0, "hosts": len(self.bb.nodes),
+                       "links": len(self.bb.all_links), "start_s": start_s, "stop_s": stop_s},
+            "agents": json.loads(json.dumps(ZERO_AGENTS)),
+            "training": dict(ZERO_TRAINING),
+            "failovers": failovers,
+            "restores": restores,
+            "replication": replication,
+            "replication_bytes": total_bytes,
+            "delay_applied": net.delay_applied,
+            "shaped": net.shaped,
+            "loss_timeline": "loss_timeline.json",
+            "t0": t0,
+        }
+
+
+def _listening(netns: str, port: int) -> bool:
+    import subprocess
+
+    done = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
+                          capture_output=True, text=True)
+    return bool(done.stdout.strip())
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def plot(entries: list[dict], out: Path) -> Path:
+    """``probe_loss.png``: probe loss over time per variant, faults marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(entries), 1, figsize=(10, 2.8 * len(entries)), squeeze=False,
+                             sharex=True)
+    for ax, entry in zip(axes[:, 0], entries, strict=True):
+        data = json.loads((out / entry["name"] / entry["loss_timeline"]).read_text())
+        xs = [t for t, _ in data["loss"]]
+        ys = [100 * v for _, v in data["loss"]]
+        ax.plot(xs, ys, lw=1, color="tab:blue")
+        for f in entry["failovers"] + entry["restores"]:
+            color = "tab:green" if f["action"].startswith("restore") else "tab:red"
+            ax.axvline(f["at_s"], color=color, ls="--", lw=0.8)
+            ax.annotate(f["fault"], (f["at_s"], 100), rotation=90, fontsize=6, va="top",
+                        ha="right", color=color)
+        t = entry["timers"]
+        ax.set_title(f"{entry['name']}: BFD {t['bfd_ms']} ms x{t['bfd_multiplier']}, "
+                     f"hello {t['hello_s']} s / dead {t['dead_s']} s", fontsize=9)
+        ax.set_ylabel("probe loss %")
+        ax.set_ylim(-2, 102)
+    axes[-1, 0].set_xlabel("seconds since probes started (100 ms bins, all region pairs)")
+    fig.tight_layout()
+    path = out / "probe_loss.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
+        progress: Callable[[str], None]) -> dict:
+    """Run every timer variant; return ``{"runs": [...], "backbone": {...}}``."""
+    from testbed.capabilities import probe
+
+    cfg = validate(section)
+    for i, f in enumerate(cfg["faults"]):
+        if f["at_s"] >= duration_s:
+            raise ConfigError(f"backbone.faults[{i}].at_s", f"must be below duration_s "
+                              f"({duration_s:g})")
+    bb = Backbone.from_dict(cfg["design"])
+    out.mkdir(parents=True, exist_ok=True)
+    caps = probe(run_id)
+    progress(f"backbone: {len(bb.pops)} PoPs, {len(bb.regions)} regions, "
+             f"{len(bb.all_links)} links; delay "
+             + ("applied with netem" if caps.netem else "not applied (netem missing)"))
+    root = run_dir(run_id)
+    made_root = not root.exists()
+    entries = []
+    with _sigterm_raises(), ExitStack() as stack:
+        folder = root / "backbone"
+        folder.mkdir(parents=True, exist_ok=True)
+        if made_root:
+            stack.callback(shutil.rmtree, root, True)
+        else:
+            stack.callback(shutil.rmtree, folder, True)
+        for name in cfg["timers"]:
+            progress(f"backbone: variant {name}")
+            variant = Variant(name, cfg, bb, out=out, folder=folder, prefix=run_prefix(run_id),
+                              duration_s=duration_s, caps=caps, progress=progress)
+            entries.append(variant.run())
+    plot(entries, out)
+    check = design_check(bb).to_dict()
+    summary = {
+        "pops": [p.name for p in bb.pops],
+        "regions": [r.name for r in bb.regions],
+        "links": [{"name": lk.name, "a": lk.a, "b": lk.b, "kind": lk.kind,
+                   "capacity_mbps": lk.capacity_mbps, "length_km": lk.length_km,
+                   "delay_ms": lk.delay_ms,
+                   "risk_groups": [g.name for g in bb.groups_of(lk.name)]}
+                  for lk in bb.all_links],
+        "risk_groups": {g.name: list(g.links) for g in bb.risk_groups},
+        "design_check": check,
+        "delay_applied": bool(caps.netem),
+        "encrypted": False,
+        "timers": cfg["timers"],
+        "failovers": {e["name"]: e["failovers"] for e in entries},
+        "restores": {e["name"]: e["restores"] for e in entries},
+        "replication": {e["name"]: e["replication"] for e in entries},
+        "plot": "probe_loss.png",
+    }
+    return {"runs": entries, "backbone": summary}

@@ -1,0 +1,294 @@
+"""The backbone on the host: one namespace per PoP and region, one veth per link.
+
+Addressing: link ``i`` gets ``10.1.i.0/30`` (``.1`` on side a, ``.2`` on side b);
+PoP ``j`` has loopback ``10.255.0.(j+1)/32``; region ``r`` has its site prefix
+``172.16.r.0/24`` on a site interface (``.1`` is where its probes and flows live)
+and loopback ``10.255.1.(r+1)/32``. OSPF cost is the link's delay in ms (min 1), so
+the best path is the shortest in time; equal costs share traffic (ECMP).
+
+Link rate is shaped with TBF where HTB/TBF exists; propagation delay needs netem
+and is recorded as not applied where the kernel lacks it. Faults: a link cut sets
+both ends down (both lose carrier); a risk-group cut does that to every link of the
+group; a PoP failure drops every packet in the PoP (nftables, carrier stays up, as
+with a hung router), so its neighbours only notice it through BFD or OSPF.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+
+from testbed.errors import BringUpError, HostError
+from topologies.backbone import Backbone, Link
+
+from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers
+
+SITE_IF = "site0"
+SITE_PEER = "site1"
+FAIL_TABLE = "tbfail"
+PROBE_NET = "172.16.{r}.0/24"
+
+
+def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
+    argv = ["ip"] + (["-n", netns] if netns else []) + args
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if check and done.returncode:
+        raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _batch(lines: list[str], tool: str = "ip") -> None:
+    """Run ``ip`` commands; a line may start with ``-n NS`` (one ``ip -batch`` per NS).
+
+    The batches run in parallel, so the ends of a link change state together.
+    """
+    per_ns: dict[str | None, list[str]] = {}
+    for line in lines:
+        ns = None
+        if line.startswith("-n "):
+            _, ns, line = line.split(" ", 2)
+        per_ns.setdefault(ns, []).append(line)
+    procs = []
+    for ns, cmds in per_ns.items():
+        argv = [tool] + (["-n", ns] if ns else []) + ["-force", "-batch", "-"]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True)
+        procs.append((proc, "\n".join(cmds) + "\n"))
+    errors = []
+    for proc, text in procs:
+        _, err = proc.communicate(text, timeout=60)
+        if proc.returncode:
+            errors.append(err.strip())
+    if errors:
+        raise HostError(f"{tool} -batch: {'; '.join(errors)}")
+
+
+def _in_ns(netns: str, argv: list[str], check: bool = True,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True,
+                          input=stdin, timeout=30)
+    if check and done.returncode:
+        raise HostError(f"{netns}: {' '.join(argv)}: {done.stderr.strip()}")
+    return done
+
+
+class BackboneNet:
+    """Namespaces, links and FRR routers of one backbone; undo steps go on ``stack``."""
+
+    def __init__(self, bb: Backbone, prefix: str, run_folder: Path, stack: ExitStack) -> None:
+        self.bb, self.prefix, self.folder, self.stack = bb, prefix, run_folder, stack
+        self.links = {lk.name: (i, lk) for i, lk in enumerate(bb.all_links)}
+        self.daemons: dict[str, list[FrrDaemon]] = {}
+        self.addr_owner: dict[str, tuple[str, str]] = {}  # address -> (node, ifname)
+        self.link_of = {self.ifname(name, side): name for name in self.links for side in "ab"}
+        self.shaped = False
+        self.delay_applied = False
+
+    # names and addresses ---------------------------------------------------
+    def ns(self, node: str) -> str:
+        return self.prefix + node
+
+    def ifname(self, link: str, side: str) -> str:
+        return f"{self.prefix}l{self.links[link][0]}{side}"
+
+    def link_addr(self, link: str, side: str) -> str:
+        return f"10.1.{self.links[link][0]}.{1 if side == 'a' else 2}"
+
+    def region_addr(self, region: str) -> str:
+        r = [x.name for x in self.bb.regions].index(region)
+        return f"172.16.{r}.1"
+
+    def loopback(self, node: str) -> str:
+        pops = [p.name for p in self.bb.pops]
+        if node in pops:
+            return f"10.255.0.{pops.index(node) + 1}"
+        return f"10.255.1.{[r.name for r in self.bb.regions].index(node) + 1}"
+
+    @staticmethod
+    def cost(link: Link) -> int:
+        return max(1, round(link.delay_ms))
+
+    # bring-up --------------------------------------------------------------
+    def build(self, *, shape: bool, delay: bool) -> None:
+        """Namespaces, veths, addresses and sysctls; each undone at the end."""
+        for node in self.bb.nodes:
+            ns = self.ns(node)
+            _ip(["netns", "add", ns])
+            self.stack.callback(_ip, ["netns", "del", ns], None, False)
+        lines = []
+        for node in self.bb.nodes:
+            ns = self.ns(node)
+            lines += [f"-n {ns} link set lo up",
+                      f"-n {ns} addr add {self.loopback(node)}/32 dev lo"]
+        for r, region in enumerate(self.bb.regions):
+            ns = self.ns(region.name)
+            # the site LAN: a veth whose peer stays in the namespace (no dummy module here)
+            lines += [f"-n {ns} link add {SITE_IF} type veth peer name {SITE_PEER}",
+                      f"-n {ns} addr add 172.16.{r}.1/24 dev {SITE_IF}",
+                      f"-n {ns} link set {SITE_PEER} up", f"-n {ns} link set {SITE_IF} up"]
+        for name, (_, lk) in self.links.items():
+            ia, ib = self.ifname(name, "a"), self.ifname(name, "b")
+            na, nb = self.ns(lk.a), self.ns(lk.b)
+            lines.append(f"link add {ia} netns {na} type veth peer name {ib} netns {nb}")
+            for side, ns, ifn in (("a", na, ia), ("b", nb, ib)):
+                addr = self.link_addr(name, side)
+                self.addr_owner[addr] = (lk.a if side == "a" else lk.b, ifn)
+                lines += [f"-n {ns} addr add {addr}/30 dev {ifn}", f"-n {ns} link set {ifn} up"]
+        veths = [ln for ln in lines if ln.startswith("link add")]
+        _batch(veths)
+        _batch([ln for ln in lines if not ln.startswith("link add")])
+        for node in self.bb.nodes:
+            _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+                                   "net.ipv4.conf.all.rp_filter=0",
+                                   "net.ipv4.conf.default.rp_filter=0",
+                                   "net.ipv4.fib_multipath_hash_policy=1",
+                                   "net.ipv4.conf.all.ignore_routes_with_linkdown=1"])
+        if shape or delay:
+            self._qdiscs(shape, delay)
+
+    def _qdiscs(self, shape: bool, delay: bool) -> None:
+        lines = []
+        for name, (_, lk) in self.links.items():
+            for side, node in (("a", lk.a), ("b", lk.b)):
+                dev = f"-n {self.ns(node)} qdisc add dev {self.ifname(name, side)} root"
+                if delay:
+                    lines.append(f"{dev} netem delay {lk.delay_ms}ms rate {lk.capacity_mbps}mbit"
+                                 f" limit 100000")
+                else:
+                    lines.append(f"{dev} tbf rate {lk.capacity_mbps}mbit burst 64kb latency 50ms")
+        _batch(lines, tool="tc")
+        self.shaped, self.delay_applied = True, delay
+
+    def routers(self, timers: Timers) -> list[Router]:
+        out = []
+        for node in self.bb.nodes:
+            intfs = [RouterInterface(self.ifname(lk.name, "a" if lk.a == node else "b"),
+                                     cost=self.cost(lk)) for lk in self.bb.links_of(node)]
+            intfs.append(RouterInterface("lo", passive=True))
+            if node not in {p.name for p in self.bb.pops}:
+                intfs.append(RouterInterface(SITE_IF, passive=True))
+            out.append(Router(node, self.ns(node), self.loopback(node), tuple(intfs), timers))
+        return out
+
+    def start_routing(self, timers: Timers, timeout: float = 20.0) -> None:
+        """Render, dry-run, then start zebra, bfdd and ospfd in every namespace."""
+        import shutil
+
+        from testbed.procs import wait_for
+
+        frr_root = self.folder / "frr"
+        helper_dir = self.folder / "pids"
+        helper_dir.mkdir(parents=True, exist_ok=True)
+        for router in self.routers(timers):
+            paths = RouterPaths(frr_root / router.name)
+            paths.root.mkdir(parents=True, exist_ok=True)
+            shutil.chown(paths.root, "frr", "frr")
+            self.daemons[router.name] = [cls(router, paths) for cls in DAEMONS]
+            for d in self.daemons[router.name]:
+                d.write()
+                d.dry_run()
+        for level in range(len(DAEMONS)):
+            started = []
+            for daemons in self.daemons.values():
+                d = daemons[level]
+                helper = d.start(helper_dir)
+                self.stack.callback(helper.stop, 3.0)
+                started.append(d)
+            if not wait_for(lambda s=started: all(d.ready() for d in s), timeout, 0.05):
+                late = [f"{d.router.name}/{d.NAME}" for d in started if not d.ready()]
+                raise BringUpError(f"FRR daemons not ready in {timeout:g} s: {', '.join(late)}")
+
+    def converged(self) -> bool:
+        """Every region has a route to every other region's site prefix."""
+        for r, region in enumerate(self.bb.regions):
+            table = _ip(["-j", "route", "show"], self.ns(region.name), check=False)
+            routes = {x.get("dst") for x in json.loads(table or "[]")}
+            for k in range(len(self.bb.regions)):
+                if k != r and f"172.16.{k}.0/24" not in routes:
+                    return False
+        return True
+
+    # faults ----------------------------------------------------------------
+    def _set_link(self, name: str, state: str) -> None:
+        _, lk = self.links[name]
+        _batch([f"-n {self.ns(lk.a)} link set {self.ifname(name, 'a')} {state}",
+                f"-n {self.ns(lk.b)} link set {self.ifname(name, 'b')} {state}"])
+
+    def cut_link(self, name: str) -> None:
+        self._set_link(name, "down")
+
+    def restore_link(self, name: str) -> None:
+        self._set_link(name, "up")
+
+    def cut_risk_group(self, name: str) -> None:
+        self._group(name, "down")
+
+    def restore_risk_group(self, name: str) -> None:
+        self._group(name, "up")
+
+    def _group(self, name: str, state: str) -> None:
+        lines = []
+        for link in self.bb.group(name).links:
+            _, lk = self.links[link]
+            lines += [f"-n {self.ns(lk.a)} link set {self.ifname(link, 'a')} {state}",
+                      f"-n {self.ns(lk.b)} link set {self.ifname(link, 'b')} {state}"]
+        _batch(lines)
+
+    def fail_pop(self, name: str) -> None:
+        rules = (f"table inet {FAIL_TABLE} {{\n"
+                 + "".join(f" chain {h} {{ type filter hook {h} priority -400; policy drop; }}\n"
+                           for h in ("prerouting", "input", "forward", "output"))
+                 + "}\n")
+        _in_ns(self.ns(name), ["nft", "-f", "-"], stdin=rules)
+
+    def restore_pop(self, name: str) -> None:
+        _in_ns(self.ns(name), ["nft", "delete", "table", "inet", FAIL_TABLE])
+
+    def actions(self) -> dict:
+        return {"cut_link": self.cut_link, "restore_link": self.restore_link,
+                "cut_risk_group": self.cut_risk_group,
+                "restore_risk_group": self.restore_risk_group,
+                "fail_pop": self.fail_pop, "restore_pop": self.restore_pop}
+
+    # paths from the routing tables ------------------------------------------
+    def trace(self, src: str, dst: str, max_hops: int = 12) -> tuple[list[str], list[str]]:
+        """Nodes and links a packet from region ``src`` to ``dst`` crosses, per the FIBs.
+
+        Each hop asks the kernel (``ip route get .. from .. iif ..``) which next hop
+        it would forward to; an ECMP hop shows the member the flow hashes to.
+        """
+        s_addr, d_addr = self.region_addr(src), self.region_addr(dst)
+        nodes, links, node, iif = [src], [], src, None
+        for _ in range(max_hops):
+            args = ["-j", "route", "get", d_addr, "from", s_addr]
+            if iif:
+                args += ["iif", iif]
+            out = _ip(args, self.ns(node), check=False)
+            try:
+                route = json.loads(out)[0]
+            except (json.JSONDecodeError, IndexError):
+                return nodes + ["unreachable"], links
+            if route.get("type") == "local" or route.get("dev") == SITE_IF:
+                return nodes, links
+            gw = route.get("gateway")
+            if gw not in self.addr_owner:
+                return nodes + ["unreachable"], links
+            node, iif = self.addr_owner[gw]
+            nodes.append(node)
+            links.append(self.link_of[iif])
+            if node == dst:
+                return nodes, links
+        return nodes + ["loop"], links
+
+    def paths(self) -> dict[str, dict[str, list[str]]]:
+        """``{"src>dst": {"nodes": [...], "links": [...]}}`` for every pair of regions."""
+        names = [r.name for r in self.bb.regions]
+        out = {}
+        for a in names:
+            for b in names:
+                if a != b:
+                    nodes, links = self.trace(a, b)
+                    out[f"{a}>{b}"] = {"nodes": nodes, "links": links}
+        return out

@@ -1,0 +1,115 @@
+"""Faults on a schedule: timed actions run in order, each with its exact timestamps.
+
+Generic on purpose (the backbone and the fabric resilience work share it): the
+caller supplies the actions as callables keyed by name, the schedule only keeps
+time. Times are wall-clock (``time.time()``) so they compare with timestamps that
+generators in other processes write.
+
+>>> log = []
+>>> sched = Schedule([Fault(0.0, "cut", "x"), Fault(0.01, "restore", "x")],
+...                  {"cut": log.append, "restore": lambda t: log.append("+" + t)})
+>>> records = sched.run()
+>>> log, [r.action for r in records], all(r.ok for r in records)
+(['x', '+x'], ['cut', 'restore'], True)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from testbed.errors import ConfigError, TestbedError
+
+Action = Callable[[str], object]
+Hook = Callable[["FaultRecord"], None]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planned action: ``action`` on ``target``, ``at_s`` seconds after the start."""
+
+    at_s: float
+    action: str
+    target: str
+
+
+@dataclass
+class FaultRecord:
+    """What happened: planned and actual times (epoch seconds) and the outcome."""
+
+    at_s: float
+    action: str
+    target: str
+    planned: float = 0.0
+    started: float = 0.0
+    done: float = 0.0
+    ok: bool = False
+    error: str | None = None
+    result: object = None
+
+    @property
+    def lateness_ms(self) -> float:
+        return round((self.started - self.planned) * 1000, 3)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["lateness_ms"] = self.lateness_ms
+        return data
+
+
+class Schedule:
+    """Runs ``faults`` in time order, calling ``actions[fault.action](fault.target)``."""
+
+    def __init__(self, faults: Sequence[Fault], actions: Mapping[str, Action], *,
+                 before: Hook | None = None, after: Hook | None = None) -> None:
+        for i, f in enumerate(faults):
+            if f.action not in actions:
+                raise ConfigError(f"faults[{i}].action", f"unknown action {f.action!r}")
+            if f.at_s < 0:
+                raise ConfigError(f"faults[{i}].at_s", "must be 0 or more")
+        self.faults = sorted(faults, key=lambda f: f.at_s)
+        self.actions = actions
+        self.before, self.after = before, after
+        self.records: list[FaultRecord] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run(self, t0: float | None = None) -> list[FaultRecord]:
+        """Execute the schedule now (blocking); ``t0`` is the epoch time of ``at_s = 0``.
+
+        An action that raises a :class:`TestbedError` or ``OSError`` is recorded as
+        failed and the schedule goes on; :meth:`stop` ends it early.
+        """
+        t0 = time.time() if t0 is None else t0
+        for fault in self.faults:
+            planned = t0 + fault.at_s
+            if self._stop.wait(max(0.0, planned - time.time())):
+                break
+            rec = FaultRecord(fault.at_s, fault.action, fault.target, planned=planned)
+            if self.before:
+                self.before(rec)
+            rec.started = time.time()
+            try:
+                rec.result = self.actions[fault.action](fault.target)
+                rec.ok = True
+            except (TestbedError, OSError) as exc:
+                rec.error = str(exc)
+            rec.done = time.time()
+            self.records.append(rec)
+            if self.after:
+                self.after(rec)
+        return self.records
+
+    def start(self, t0: float | None = None) -> None:
+        """Run in a background thread; :meth:`join` waits for it."""
+        self._thread = threading.Thread(target=self.run, args=(t0,), name="faults", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread:
+            self._thread.join(timeout)

@@ -1,0 +1,87 @@
+"""Validation of the scenario's ``backbone:`` section (pure: touches nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.backbone.experiment import validate
+from testbed.errors import ConfigError
+from topologies.backbone import small_backbone
+
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "backbone-failover.yaml"
+
+
+def test_scenario_file_validates():
+    data = yaml.safe_load(SCENARIO.read_text())
+    cfg = validate(data["backbone"])
+    assert cfg["design_check"]["ok"]
+    assert {"default", "fast"} <= set(cfg["timers"])
+    actions = {f["action"] for f in cfg["faults"]}
+    assert {"cut_link", "cut_risk_group", "fail_pop"} <= actions
+    assert all(f["at_s"] < data["duration_s"] for f in cfg["faults"])
+
+
+def test_defaults_filled():
+    cfg = validate({})
+    assert cfg["probe_rate_pps"] == 200 and cfg["faults"] == [] and cfg["shape"] is True
+    assert cfg["timers"]["fast"]["bfd_ms"] < cfg["timers"]["default"]["bfd_ms"]
+
+
+@pytest.mark.parametrize("section, field", [
+    ({"faults": [{}, {}, {"at_s": 1, "action": "cut_link", "target": "x"}]}, "faults[0].at_s"),
+    ({"faults": [{"at_s": 1, "action": "cut_link", "target": "nyc-ams"},
+                 {"at_s": 2, "action": "melt", "target": "x"}]}, "faults[1].action"),
+    ({"faults": [{"at_s": 1, "action": "cut_risk_group", "target": "nyc-ams"}]},
+     "faults[0].target"),
+    ({"faults": [{"at_s": 1, "action": "fail_pop", "target": "us-east"}]}, "faults[0].target"),
+    ({"timers": {"fast": {"bfd_ms": 1}}}, "timers.fast.bfd_ms"),
+    ({"timers": {"fast": {"hello_s": 5, "dead_s": 5}}}, "timers.fast.dead_s"),
+    ({"timers": {"fast": {"jitter": 5}}}, "timers.fast.jitter"),
+    ({"replication": [{"src": "us-east", "dst": "mars"}]}, "replication[0].dst"),
+    ({"probe_rate_pps": 0}, "probe_rate_pps"),
+    ({"topology": "huge"}, "topology"),
+    ({"colour": "blue"}, "colour"),
+])
+def test_bad_input_names_the_field(section, field):
+    with pytest.raises(ConfigError) as err:
+        validate(section)
+    assert err.value.field == "backbone." + field
+
+
+def _inline(bb, **changes) -> dict:
+    data = {"topology": "inline", **bb.to_dict()}
+    data.update(changes)
+    return data
+
+
+def test_inline_design_accepted():
+    assert validate(_inline(small_backbone()))["design"]["pops"][0]["name"] == "p1"
+
+
+def test_inline_design_breaking_the_rule_names_the_pop():
+    bb = small_backbone()
+    data = _inline(bb, risk_groups=[{"name": "duct", "kind": "conduit",
+                                     "links": ["p1-p2-1", "p1-p2-2"]}])
+    with pytest.raises(ConfigError) as err:
+        validate(data)
+    assert err.value.field in ("backbone.pops.p1", "backbone.pops.p2")
+    assert "PoP p" in err.value.reason
+
+
+def test_inline_single_homed_region_names_the_region():
+    data = _inline(small_backbone())
+    data["regions"][0]["pops"] = ["p1"]
+    with pytest.raises(ConfigError) as err:
+        validate(data)
+    assert err.value.field == "backbone.regions.ra"
+
+
+def test_inline_link_to_unknown_pop():
+    data = _inline(small_backbone())
+    data["links"][0]["b"] = "p9"
+    with pytest.raises(ConfigError) as err:
+        validate(data)
+    assert err.value.field == "backbone.links[0]"

@@ -1,0 +1,54 @@
+"""The generic fault schedule engine."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from testbed.errors import ConfigError, HostError
+from testbed.faults import Fault, Schedule
+
+
+def test_runs_in_time_order_with_timestamps():
+    seen = []
+    faults = [Fault(0.10, "restore", "a"), Fault(0.05, "cut", "a")]
+    sched = Schedule(faults, {"cut": lambda t: seen.append(("cut", t, time.time())),
+                              "restore": lambda t: seen.append(("restore", t, time.time()))})
+    t0 = time.time()
+    records = sched.run(t0)
+    assert [s[0] for s in seen] == ["cut", "restore"]
+    for rec in records:
+        assert rec.ok and rec.started >= rec.planned
+        assert rec.planned == pytest.approx(t0 + rec.at_s)
+        assert 0 <= rec.lateness_ms < 50
+        assert rec.done >= rec.started
+
+
+def test_failed_action_is_recorded_and_schedule_goes_on():
+    def boom(target: str) -> None:
+        raise HostError(f"cannot cut {target}")
+
+    records = Schedule([Fault(0, "cut", "x"), Fault(0, "ok", "y")],
+                       {"cut": boom, "ok": lambda t: t}).run()
+    assert not records[0].ok and "cannot cut x" in records[0].error
+    assert records[1].ok and records[1].result == "y"
+
+
+def test_hooks_and_stop():
+    calls = []
+    sched = Schedule([Fault(0, "a", "1"), Fault(30, "a", "2")], {"a": lambda t: None},
+                     before=lambda r: calls.append(("before", r.target)),
+                     after=lambda r: calls.append(("after", r.target)))
+    sched.start()
+    time.sleep(0.1)
+    sched.stop()
+    sched.join(2)
+    assert calls == [("before", "1"), ("after", "1")]
+    assert len(sched.records) == 1
+
+
+def test_unknown_action_is_a_config_error():
+    with pytest.raises(ConfigError) as err:
+        Schedule([Fault(0, "explode", "x")], {"cut": lambda t: None})
+    assert err.value.field == "faults[0].action"
