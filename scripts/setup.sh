@@ -13,7 +13,7 @@ die() { say "error: $*"; exit 1; }
 command -v apt-get >/dev/null || die "needs a Debian or Ubuntu machine (apt-get not found)"
 
 PACKAGES=(mininet openvswitch-switch iperf3 tcpdump tcpreplay tshark ethtool iproute2
-          iputils-ping net-tools nftables python3 python3-venv python3-pip)
+          iputils-ping net-tools nftables frr python3 python3-venv python3-pip)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,6 +24,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # the testbed runs its own FRR daemons in its namespaces; the package's service would
+    # manage the host's own routes, so keep it off when we were the ones installing it
+    if [[ " ${missing[*]} " == *" frr "* ]] && [ -d /run/systemd/system ]; then
+        systemctl disable --now frr >/dev/null 2>&1 || true
+    fi
 fi
 
 if ! ovs-vsctl -t 2 show >/dev/null 2>&1; then

@@ -20,6 +20,11 @@ def _fmt(value, digits: int = 1) -> str:
 
 def table(summary: dict) -> str:
     """Side-by-side results of every variant, as plain text for the terminal."""
+    kind = summary.get("kind", "fabric")
+    if kind != "fabric":
+        module = importlib.import_module(EXPERIMENTS[kind])
+        if hasattr(module, "table"):
+            return module.table(summary[kind])
     head = ("variant", "chains ok/all", "p50 ms", "p99 ms", "train Mb/s", "iter p50 ms",
             "fabric up s")
     rows = [head]

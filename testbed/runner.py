@@ -182,9 +182,9 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
         }
         write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
         if scenario.kind != "fabric":
-            result = scenario.experiment().run(
-                scenario.section, out=out, duration_s=scenario.duration_s, seed=scenario.seed,
-                run_id=new_run_id(), progress=progress)
+            result = scenario.experiment().run(  # run() validates the section itself
+                scenario.source[scenario.kind], out=out, duration_s=scenario.duration_s,
+                seed=scenario.seed, run_id=new_run_id(), progress=progress)
             summary["runs"] = result["runs"]
             summary[scenario.kind] = result[scenario.kind]
             # the experiment's own record (MACsec: the lab keys that decrypt wire.pcap)

@@ -76,7 +76,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 }
 #: scenarios built around one experiment section instead of fabric variants:
 #: section name -> module with validate(section) / check_timing(cfg, duration) / run(...)
-EXPERIMENTS = {"macsec": "testbed.macsec.experiment"}
+EXPERIMENTS = {"macsec": "testbed.macsec.experiment",
+               "backbone": "testbed.backbone.experiment"}
 TOP_LEVEL = {"name", "description", "seed", "duration_s", "topology", "controller", "agents",
              "training", "variants", *EXPERIMENTS}
 

@@ -15,20 +15,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import BringUpError, ConfigError, Interrupted
+from testbed.errors import BringUpError, ConfigError
 from testbed.faults import Fault, FaultRecord, Schedule
 from testbed.naming import run_dir, run_prefix
-from testbed.procs import Helper, wait_for
+from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import read_jsonl, write_json
 from topologies.backbone import Backbone, default_backbone, small_backbone
 from topologies.backbone_check import DesignError, design_check, require
@@ -197,25 +195,15 @@ def validate(section: dict, where: str = "backbone") -> dict:
     return cfg
 
 
+def check_timing(cfg: dict, duration_s: float, where: str = "backbone") -> None:
+    """Every fault must fall inside the run; ``validate`` cannot know the duration."""
+    for i, f in enumerate(cfg["faults"]):
+        if f["at_s"] >= duration_s:
+            raise ConfigError(f"{where}.faults[{i}].at_s",
+                              f"must be below the duration ({duration_s:g} s)")
+
+
 # running -------------------------------------------------------------------
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Interrupted` unless a caller already handles it."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -453,10 +441,7 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
     from testbed.capabilities import probe
 
     cfg = validate(section)
-    for i, f in enumerate(cfg["faults"]):
-        if f["at_s"] >= duration_s:
-            raise ConfigError(f"backbone.faults[{i}].at_s", f"must be below duration_s "
-                              f"({duration_s:g})")
+    check_timing(cfg, duration_s)
     bb = Backbone.from_dict(cfg["design"])
     out.mkdir(parents=True, exist_ok=True)
     caps = probe(run_id)
@@ -466,7 +451,7 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
     root = run_dir(run_id)
     made_root = not root.exists()
     entries = []
-    with _sigterm_raises(), ExitStack() as stack:
+    with sigterm_as_interrupt(), ExitStack() as stack:
         folder = root / "backbone"
         folder.mkdir(parents=True, exist_ok=True)
         if made_root:
@@ -499,3 +484,50 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
         "plot": "probe_loss.png",
     }
     return {"runs": entries, "backbone": summary}
+
+
+def report_section(backbone: dict, out: Path) -> list[str]:
+    """The report's backbone section: design check, one failover table per timer set."""
+    check = backbone["design_check"]
+    delay = ("applied with netem" if backbone["delay_applied"]
+             else "recorded, not applied (no netem)")
+    lines = ["## Backbone", "",
+             f"{len(backbone['pops'])} PoPs, {len(backbone['regions'])} regions, "
+             f"{len(backbone['links'])} links; design check "
+             f"{'passed' if check['ok'] else 'FAILED'} (every PoP has four link- and "
+             "risk-group-disjoint paths to at least two other PoPs; every region is "
+             f"dual-homed). Propagation delay {delay}.",
+             ""]
+    for variant, failovers in backbone["failovers"].items():
+        timers = backbone["timers"][variant]
+        lines += [f"### {variant} timers (BFD {timers['bfd_ms']:g} ms x "
+                  f"{timers['bfd_multiplier']:g}, OSPF hello {timers['hello_s']:g} s / "
+                  f"dead {timers['dead_s']:g} s)", "",
+                  "| fault | at s | detect ms | restore ms | lost probes | reordered | "
+                  "reachability after |",
+                  "|---|---|---|---|---|---|---|"]
+        for f in failovers:
+            lines.append(f"| {f['fault']} | {f['at_s']:g} | {_cell(f['detect_ms'])} | "
+                         f"{_cell(f['restore_ms'])} | {f['lost_packets']} | "
+                         f"{f['reordered_packets']} | {f['reachability_after']:.2f} |")
+        lines.append("")
+    if (out / backbone["plot"]).exists():
+        lines += [f"![probe loss]({backbone['plot']})", ""]
+    return lines
+
+
+def _cell(value: float | None) -> str:
+    return "not restored" if value is None else f"{value:,.1f}"
+
+
+def table(backbone: dict) -> str:
+    """Every failover of every timer set, as plain text for the terminal."""
+    rows = [("timers", "fault", "detect ms", "restore ms", "lost", "reach after")]
+    for variant, failovers in backbone["failovers"].items():
+        rows += [(variant, f["fault"], _cell(f["detect_ms"]), _cell(f["restore_ms"]),
+                  str(f["lost_packets"]), f"{f['reachability_after']:.2f}") for f in failovers]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
