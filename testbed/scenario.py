@@ -106,8 +106,7 @@ class Scenario:
     duration_s: float
     variants: tuple[Variant, ...]
     source: dict[str, Any]
-    kind: str = "fabric"  # or a key of EXPERIMENTS
-    section: dict[str, Any] | None = None  # the experiment's validated section
+    kind: str = "fabric"  # or a key of EXPERIMENTS; its section is source[kind]
 
     def experiment(self):
         """The module that runs this scenario's experiment section."""
@@ -260,10 +259,9 @@ def _parse_experiment(kind: str, data: dict, name: str, seed: int,
         if key in data:
             raise ConfigError(key, f"not used by a {kind} scenario (it is set in '{kind}')")
     module = importlib.import_module(EXPERIMENTS[kind])
-    cfg = module.validate(data[kind])
-    module.check_timing(cfg, duration)
+    module.check_timing(module.validate(data[kind]), duration)
     return Scenario(name=name, description=str(data.get("description", "")).strip(), seed=seed,
-                    duration_s=duration, variants=(), source=data, kind=kind, section=cfg)
+                    duration_s=duration, variants=(), source=data, kind=kind)
 
 
 def load(path: Path | str, duration_override: float | None = None) -> Scenario:
