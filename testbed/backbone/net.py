@@ -167,9 +167,11 @@ class BackboneNet:
             intfs = [RouterInterface(self.ifname(lk.name, "a" if lk.a == node else "b"),
                                      cost=self.cost(lk)) for lk in self.bb.links_of(node)]
             intfs.append(RouterInterface("lo", passive=True))
-            if node not in {p.name for p in self.bb.pops}:
+            region = node not in {p.name for p in self.bb.pops}
+            if region:
                 intfs.append(RouterInterface(SITE_IF, passive=True))
-            out.append(Router(node, self.ns(node), self.loopback(node), tuple(intfs), timers))
+            out.append(Router(node, self.ns(node), self.loopback(node), tuple(intfs), timers,
+                              transit=not region))
         return out
 
     def start_routing(self, timers: Timers, timeout: float = 20.0) -> None:

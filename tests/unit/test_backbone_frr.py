@@ -81,3 +81,16 @@ def test_dry_run_rejects_a_broken_config(tmp_path):
     daemon.write()
     with pytest.raises(FrrConfigError, match="maximum-paths eight"):
         daemon.dry_run()
+
+
+def test_regions_are_stub_routers_pops_are_transit():
+    from testbed.backbone.frr.ospfd import Ospfd
+    from testbed.backbone.frr.router import Router, RouterInterface, RouterPaths, Timers
+
+    def render(transit: bool) -> str:
+        r = Router("r", "tbdemor", "10.255.0.9", (RouterInterface("lo", passive=True),),
+                   Timers(), transit=transit)
+        return Ospfd(r, RouterPaths(Path("/tmp"))).render()
+
+    assert "max-metric router-lsa administrative" in render(transit=False)
+    assert "max-metric" not in render(transit=True)

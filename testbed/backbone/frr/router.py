@@ -38,6 +38,7 @@ class Router:
     interfaces: tuple[RouterInterface, ...]
     timers: Timers = field(default_factory=Timers)
     max_paths: int = 8
+    transit: bool = True  # False: a stub router (a region), never a path between others
 
 
 @dataclass(frozen=True)
