@@ -19,8 +19,8 @@ from pathlib import Path
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.naming import OVS_EXTERNAL_ID, PREFIX, RUN_ROOT, is_owned
-from testbed.procs import stop_group
+from testbed.naming import OVS_EXTERNAL_ID, PREFIX, RUN_ROOT, is_owned, live_runs, run_id_of
+from testbed.procs import stop_group, wait_for
 
 MININET_SHELL = re.compile(rf"mininet:{PREFIX}[0-9a-f]{{4}}")
 
@@ -30,33 +30,36 @@ HELPER_WORDS = (b"controllers", b"traffic", b"testbed", b"mnexec", b"iperf3", b"
                 b"/usr/lib/frr/")
 
 
-def _helper_groups() -> list[int]:
-    """Process groups named by pid files that still run one of the testbed's helpers."""
-    groups = []
-    for pid_file in RUN_ROOT.glob("*/*.pid"):
+def _helpers(skip: set[str]) -> list[int]:
+    """Pids named by pid files (at any depth of a run folder) that still run a helper."""
+    pids = set()
+    for pid_file in RUN_ROOT.rglob("*.pid"):
+        if pid_file.relative_to(RUN_ROOT).parts[0] in skip:
+            continue
         try:
             pid = int(pid_file.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):
             continue
         if any(word in cmdline for word in HELPER_WORDS):
-            groups.append(pid)
-    return groups
+            pids.add(pid)
+    return sorted(pids)
 
 
-def _mininet_shells() -> list[int]:
+def _mininet_shells(skip: set[str]) -> list[int]:
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if MININET_SHELL.search(cmdline):
+        match = MININET_SHELL.search(cmdline)
+        if match and match.group(0)[len("mininet:tb"):] not in skip:
             pids.append(int(proc.name))
     return pids
 
 
-def _owned_bridges() -> list[str]:
+def _owned_bridges(skip: set[str]) -> list[str]:
     if shutil.which("ovs-vsctl") is None:
         return []
     done = subprocess.run(
@@ -67,26 +70,31 @@ def _owned_bridges() -> list[str]:
     bridges = []
     for line in done.stdout.splitlines():
         name = line.split(",", 1)[0].strip('"')
-        if is_owned(name) or f"{OVS_EXTERNAL_ID}=" in line:
+        tag = re.search(rf"{OVS_EXTERNAL_ID}=\W*([0-9a-f]{{4}})", line)
+        run_id = run_id_of(name) or (tag.group(1) if tag else None)
+        if (is_owned(name) or tag) and run_id not in skip:
             bridges.append(name)
     return bridges
 
 
-def clean(dry_run: bool = False) -> list[str]:
-    """Remove every testbed leftover on this host; returns what was (or would be) removed."""
+def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[str, int]]:
+    """Remove testbed leftovers on this host.
+
+    Returns what was (or would be) removed, and the live runs that were left alone: a
+    run whose owner process is alive is not a leftover (``force`` removes it too).
+    """
+    live = {} if force else live_runs()
+    skip = set(live)
     removed: list[str] = []
-    for pgid in _helper_groups():
-        removed.append(f"process group {pgid}")
+    for pid in _helpers(skip):
+        removed.append(f"process {pid}")
         if not dry_run:
-            stop_group(pgid, grace=2.0)
-    for pid in _mininet_shells():
+            _stop(pid)
+    for pid in _mininet_shells(skip):
         removed.append(f"Mininet host shell {pid}")
         if not dry_run:
-            if _is_group_leader(pid):
-                stop_group(pid, grace=1.0)
-            else:
-                _kill(pid)
-    bridges = _owned_bridges()
+            _stop(pid)
+    bridges = _owned_bridges(skip)
     removed += [f"OVS bridge {b}" for b in bridges]
     if bridges and not dry_run:
         argv = ["ovs-vsctl", "-t", "10"]
@@ -96,7 +104,7 @@ def clean(dry_run: bool = False) -> list[str]:
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
-            if name and is_owned(name):
+            if name and is_owned(name) and run_id_of(name) not in skip:
                 removed.append(f"interface {name}")
                 if not dry_run:
                     try:
@@ -105,27 +113,33 @@ def clean(dry_run: bool = False) -> list[str]:
                         if exc.code != errno.ENODEV:
                             raise
     for ns in netns.listnetns():
-        if is_owned(ns):
+        if is_owned(ns) and run_id_of(ns) not in skip:
             removed.append(f"namespace {ns}")
             if not dry_run:
                 netns.remove(ns)
     if RUN_ROOT.exists():
         for folder in RUN_ROOT.iterdir():
+            if folder.name in skip:
+                continue
             removed.append(f"run folder {folder}")
             if not dry_run:
                 shutil.rmtree(folder, ignore_errors=True)
-    return removed
+    return removed, live
 
 
-def _is_group_leader(pid: int) -> bool:
+def _stop(pid: int) -> None:
+    """Stop a helper: its whole group when it leads one, else the process alone."""
     try:
-        return os.getpgid(pid) == pid
+        leader = os.getpgid(pid) == pid
     except ProcessLookupError:
-        return False
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        return
+    if leader:
+        stop_group(pid, grace=2.0)
+        return
+    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 1.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        if wait_for(lambda: not Path(f"/proc/{pid}").exists(), wait, interval=0.02):
+            return

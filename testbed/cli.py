@@ -92,10 +92,12 @@ def cmd_calc(args) -> int:
 def cmd_clean(args) -> int:
     from testbed.cleanup import clean
 
-    removed = clean(dry_run=args.dry_run)
+    removed, live = clean(dry_run=args.dry_run, force=args.force)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{verb} {item}")
+    for run_id, pid in sorted(live.items()):
+        print(f"left alone: run {run_id}, still running (process {pid}); --force removes it")
     print(f"{len(removed)} testbed leftovers {verb}" if removed else "nothing to clean")
     return 0
 
@@ -142,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("clean", help="remove what testbed runs left behind (by name prefix)")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--force", action="store_true",
+                   help="also remove runs whose process is still alive")
     p.set_defaults(func=cmd_clean)
     return parser
 

@@ -6,6 +6,7 @@ exactly what the testbed made, and nothing else.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 PREFIX = "tb"
 RUN_ROOT = Path("/run/testbed")
 OVS_EXTERNAL_ID = "testbed_run"
+OWNER = "owner"  # file in a run folder: the pid of the process that runs it
 #: names the testbed gives to interfaces, namespaces and bridges: tb + 4 hex digits
 OWNED_NAME = re.compile(rf"^{PREFIX}[0-9a-f]{{4}}")
 
@@ -46,3 +48,33 @@ def is_owned(name: str) -> bool:
     (True, False, False)
     """
     return OWNED_NAME.match(name) is not None
+
+
+def claim(run_id: str) -> Path:
+    """Create the run's folder and record this process as its owner (for ``clean``)."""
+    folder = run_dir(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / OWNER).write_text(str(os.getpid()))
+    return folder
+
+
+def live_runs() -> dict[str, int]:
+    """Run ids whose owner process is still alive, with the owner's pid."""
+    live = {}
+    for owner in RUN_ROOT.glob(f"*/{OWNER}"):
+        try:
+            pid = int(owner.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            live[owner.parent.name] = pid
+    return live
+
+
+def run_id_of(name: str) -> str | None:
+    """The run id inside an owned name.
+
+    >>> run_id_of("tb1a2bp0l1e3"), run_id_of("eth0")
+    ('1a2b', None)
+    """
+    return name[len(PREFIX):len(PREFIX) + 4] if is_owned(name) else None

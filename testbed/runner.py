@@ -20,7 +20,7 @@ from testbed import report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError
 from testbed.fabric import Fabric, FabricTimes
-from testbed.naming import new_run_id, run_dir, run_prefix
+from testbed.naming import claim, new_run_id, run_prefix
 from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, training_entry, write_json
 from testbed.scenario import Scenario, Variant
@@ -68,8 +68,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, ou
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.json"
     spec.to_json(spec_file)
-    pids = run_dir(run_id)
-    pids.mkdir(parents=True, exist_ok=True)
+    pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
     port = free_port()

@@ -25,7 +25,7 @@ from typing import Any
 
 from testbed.errors import BringUpError, ConfigError
 from testbed.faults import Fault, FaultRecord, Schedule
-from testbed.naming import run_dir, run_prefix
+from testbed.naming import claim, run_dir, run_prefix
 from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import read_jsonl, write_json
 from topologies.backbone import Backbone, default_backbone, small_backbone
@@ -452,6 +452,7 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
     made_root = not root.exists()
     entries = []
     with sigterm_as_interrupt(), ExitStack() as stack:
+        claim(run_id)
         folder = root / "backbone"
         folder.mkdir(parents=True, exist_ok=True)
         if made_root:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import BringUpError, ConfigError
-from testbed.naming import run_dir, run_prefix
+from testbed.naming import claim, run_dir, run_prefix
 from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, write_json
 from traffic.agent_plan import default_plan
@@ -473,9 +474,9 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
                      progress=progress)
     made_pid_dir = not exp.pid_dir.exists()
     with sigterm_as_interrupt(), ExitStack() as stack:
-        exp.pid_dir.mkdir(parents=True, exist_ok=True)
+        claim(run_id)
         if made_pid_dir:
-            stack.callback(_rmdir, exp.pid_dir)
+            stack.callback(shutil.rmtree, exp.pid_dir, True)
         keys_file = out / "macsec-keys.json"
         write_json(keys_file, exp.keys_record())
         plain = exp.unprotected()
@@ -502,15 +503,6 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
     }
     progress(closing_note(macsec))
     return {"runs": [plain, protected], "macsec": macsec}
-
-
-def _rmdir(path: Path) -> None:
-    for child in path.glob("*.pid"):
-        child.unlink(missing_ok=True)
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def closing_note(macsec: dict) -> str:

@@ -131,7 +131,9 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
     helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
                                "127.0.0.1:0", "--role", "tool"], cwd=REPO,
                               stdout=subprocess.DEVNULL, start_new_session=True)
-    (run_dir(rid) / "svc.pid").write_text(str(helper.pid))
+    nested = run_dir(rid) / "backbone" / "fast" / "pids"  # experiments nest their pid files
+    nested.mkdir(parents=True)
+    (nested / "svc.pid").write_text(str(helper.pid))
     # a stale pid file whose pid now belongs to somebody else's process
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
     (run_dir(rid) / "stale.pid").write_text(str(stranger.pid))
@@ -169,3 +171,26 @@ def test_macsec_scenario_through_the_cli(tmp_path):
     assert manifest["macsec"]["keys"] == macsec["keys"]  # lab keys kept with the results
     assert "## MACsec" in (out / "report.md").read_text()
     assert no_testbed_leftovers() == []
+
+
+def test_clean_leaves_a_live_run_alone_unless_forced():
+    from testbed.naming import claim, new_run_id, run_dir, run_prefix
+
+    rid = new_run_id()
+    prefix = run_prefix(rid)
+    claim(rid)  # this test process owns the run: it is alive
+    subprocess.run(["ip", "link", "add", f"{prefix}y0", "type", "veth", "peer", "name",
+                    f"{prefix}y1"], check=True)
+    try:
+        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert f"left alone: run {rid}" in done.stdout
+        assert f"{prefix}y0" in leftovers(prefix) and run_dir(rid).exists()
+        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean", "--force"],
+                              cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert leftovers(prefix) == []
+    finally:
+        subprocess.run(["ip", "link", "del", f"{prefix}y0"], capture_output=True)
+        subprocess.run(["rm", "-rf", str(run_dir(rid))])
