@@ -273,6 +273,11 @@ class Variant:
             if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
                 raise BringUpError(f"backbone did not converge in "
                                    f"{self.cfg['converge_timeout_s']:g} s")
+            # every adjacency must have its BFD session up, or a hung neighbour is only
+            # noticed after the OSPF dead interval
+            if not wait_for(lambda: not net.bfd_gaps(), self.cfg["converge_timeout_s"], 0.25):
+                raise BringUpError("OSPF adjacencies without a BFD session up: "
+                                   + ", ".join(net.bfd_gaps()))
             start_s = round(time.monotonic() - t_start, 3)
             self.progress(f"  {self.name}: {len(self.bb.nodes)} routers converged "
                           f"in {start_s:g} s")

@@ -23,7 +23,7 @@ from pathlib import Path
 from testbed.errors import BringUpError, HostError
 from topologies.backbone import Backbone, Link
 
-from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers
+from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers, vtysh
 
 SITE_IF = "site0"
 SITE_PEER = "site1"
@@ -211,6 +211,33 @@ class BackboneNet:
                 if k != r and f"172.16.{k}.0/24" not in routes:
                     return False
         return True
+
+    def vty(self, node: str, command: str) -> str:
+        """Output of ``vtysh -c command`` in ``node``'s routers ("" when it fails)."""
+        d = self.daemons[node][0]
+        return vtysh(d.router, d.paths, command)
+
+    def bfd_gaps(self) -> list[str]:
+        """Full OSPF adjacencies without a BFD session that is up, as ``node:peer``.
+
+        Such an adjacency only goes down after the OSPF dead interval when its
+        neighbour hangs (carrier up), so a run must not start with any.
+        """
+        gaps = []
+        for node in self.daemons:
+            try:
+                nbrs = json.loads(self.vty(node, "show ip ospf neighbor json") or "{}")
+                peers = json.loads(self.vty(node, "show bfd peers json") or "[]")
+            except json.JSONDecodeError:
+                gaps.append(f"{node}:?")
+                continue
+            up = {p.get("peer") for p in peers if p.get("status") == "up"}
+            for entries in nbrs.get("neighbors", {}).values():
+                for nbr in entries:
+                    addr = nbr.get("ifaceAddress") or nbr.get("address")
+                    if str(nbr.get("nbrState", "")).startswith("Full") and addr not in up:
+                        gaps.append(f"{node}:{addr}")
+        return gaps
 
     # faults ----------------------------------------------------------------
     def _set_link(self, name: str, state: str) -> None:
