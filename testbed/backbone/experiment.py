@@ -37,7 +37,9 @@ from .net import BackboneNet
 
 Progress = Callable[[str], None]
 ACTIONS = {"cut_link": "link", "restore_link": "link", "cut_risk_group": "risk group",
-           "restore_risk_group": "risk group", "fail_pop": "pop", "restore_pop": "pop"}
+           "restore_risk_group": "risk group", "fail_pop": "pop", "restore_pop": "pop",
+           "degrade_link": "link", "restore_degraded_link": "link"}
+LOSS_ACTIONS = {"degrade_link"}  # the actions that need ``loss`` (0 < loss <= 1)
 TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
 TIMER_KEYS = {"bfd_ms": (10, 10000), "bfd_multiplier": (2, 50), "hello_s": (1, 65535),
               "dead_s": (1, 65535), "spf_delay_ms": (0, 600000), "spf_hold_ms": (0, 600000),
@@ -190,7 +192,17 @@ def validate(section: dict, where: str = "backbone") -> dict:
         kind = ACTIONS[action]
         if fault.get("target") not in _targets(bb, kind):
             raise ConfigError(f"{f}.target", f"unknown {kind} {fault.get('target')!r}")
-        faults.append({"at_s": at, "action": action, "target": fault["target"]})
+        entry = {"at_s": at, "action": action, "target": fault["target"]}
+        if action in LOSS_ACTIONS:
+            if "loss" not in fault:
+                raise ConfigError(f"{f}.loss", f"required for {action}")
+            loss = _number(fault["loss"], f"{f}.loss", 0, 1)
+            if loss <= 0:
+                raise ConfigError(f"{f}.loss", "must be above 0 (and at most 1)")
+            entry["loss"] = loss
+        elif "loss" in fault:
+            raise ConfigError(f"{f}.loss", f"only for {', '.join(sorted(LOSS_ACTIONS))}")
+        faults.append(entry)
     cfg["faults"] = sorted(faults, key=lambda x: x["at_s"])
     return cfg
 
@@ -301,7 +313,8 @@ class Variant:
             if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files), 10):
                 raise BringUpError("probes did not start")
             t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
-            faults = [Fault(f["at_s"], f["action"], f["target"]) for f in self.cfg["faults"]]
+            faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
+                      for f in self.cfg["faults"]]
             sched = Schedule(faults, net.actions(),
                              before=lambda rec: self._snapshot(net),
                              after=lambda rec: self.progress(
