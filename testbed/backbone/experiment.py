@@ -43,12 +43,17 @@ LOSS_ACTIONS = {"degrade_link"}  # the actions that need ``loss`` (0 < loss <= 1
 TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
 TIMER_KEYS = {"bfd_ms": (10, 10000), "bfd_multiplier": (2, 50), "hello_s": (1, 65535),
               "dead_s": (1, 65535), "spf_delay_ms": (0, 600000), "spf_hold_ms": (0, 600000),
-              "spf_max_ms": (0, 600000)}
+              "spf_max_ms": (0, 600000), "lsa_interval_ms": (0, 5000),
+              "lsa_arrival_ms": (0, 600000)}
 DEFAULT_TIMERS = {
     "default": {"bfd_ms": 300, "bfd_multiplier": 3, "hello_s": 10, "dead_s": 40,
-                "spf_delay_ms": 0, "spf_hold_ms": 50, "spf_max_ms": 5000},
+                "spf_delay_ms": 0, "spf_hold_ms": 50, "spf_max_ms": 5000,
+                "lsa_interval_ms": 5000, "lsa_arrival_ms": 1000},
     "fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3,
-             "spf_delay_ms": 0, "spf_hold_ms": 20, "spf_max_ms": 200},
+             "spf_delay_ms": 0, "spf_hold_ms": 20, "spf_max_ms": 200,
+             # a PoP with two links to the failed one loses them in two steps; with the
+             # default 5 s MinLSInterval its second router-LSA (and the repair) waited 5 s
+             "lsa_interval_ms": 100, "lsa_arrival_ms": 50},
 }
 SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
     "probe_rate_pps": ((int, float), 10, 2000, 200),
