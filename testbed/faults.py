@@ -22,17 +22,21 @@ from dataclasses import asdict, dataclass
 
 from testbed.errors import ConfigError, TestbedError
 
-Action = Callable[[str], object]
+Action = Callable[..., object]  # (target) or (target, loss)
 Hook = Callable[["FaultRecord"], None]
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One planned action: ``action`` on ``target``, ``at_s`` seconds after the start."""
+    """One planned action: ``action`` on ``target``, ``at_s`` seconds after the start.
+
+    ``loss`` (a fraction) is passed on as a second argument to actions that take it.
+    """
 
     at_s: float
     action: str
     target: str
+    loss: float | None = None
 
 
 @dataclass
@@ -92,7 +96,9 @@ class Schedule:
                 self.before(rec)
             rec.started = time.time()
             try:
-                rec.result = self.actions[fault.action](fault.target)
+                action = self.actions[fault.action]
+                rec.result = (action(fault.target) if fault.loss is None
+                              else action(fault.target, fault.loss))
                 rec.ok = True
             except (TestbedError, OSError) as exc:
                 rec.error = str(exc)

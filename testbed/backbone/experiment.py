@@ -37,16 +37,23 @@ from .net import BackboneNet
 
 Progress = Callable[[str], None]
 ACTIONS = {"cut_link": "link", "restore_link": "link", "cut_risk_group": "risk group",
-           "restore_risk_group": "risk group", "fail_pop": "pop", "restore_pop": "pop"}
+           "restore_risk_group": "risk group", "fail_pop": "pop", "restore_pop": "pop",
+           "degrade_link": "link", "restore_degraded_link": "link"}
+LOSS_ACTIONS = {"degrade_link"}  # the actions that need ``loss`` (0 < loss <= 1)
 TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
 TIMER_KEYS = {"bfd_ms": (10, 10000), "bfd_multiplier": (2, 50), "hello_s": (1, 65535),
               "dead_s": (1, 65535), "spf_delay_ms": (0, 600000), "spf_hold_ms": (0, 600000),
-              "spf_max_ms": (0, 600000)}
+              "spf_max_ms": (0, 600000), "lsa_interval_ms": (0, 5000),
+              "lsa_arrival_ms": (0, 600000)}
 DEFAULT_TIMERS = {
     "default": {"bfd_ms": 300, "bfd_multiplier": 3, "hello_s": 10, "dead_s": 40,
-                "spf_delay_ms": 0, "spf_hold_ms": 50, "spf_max_ms": 5000},
+                "spf_delay_ms": 0, "spf_hold_ms": 50, "spf_max_ms": 5000,
+                "lsa_interval_ms": 5000, "lsa_arrival_ms": 1000},
     "fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3,
-             "spf_delay_ms": 0, "spf_hold_ms": 20, "spf_max_ms": 200},
+             "spf_delay_ms": 0, "spf_hold_ms": 20, "spf_max_ms": 200,
+             # a PoP with two links to the failed one loses them in two steps; with the
+             # default 5 s MinLSInterval its second router-LSA (and the repair) waited 5 s
+             "lsa_interval_ms": 100, "lsa_arrival_ms": 50},
 }
 SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
     "probe_rate_pps": ((int, float), 10, 2000, 200),
@@ -190,7 +197,17 @@ def validate(section: dict, where: str = "backbone") -> dict:
         kind = ACTIONS[action]
         if fault.get("target") not in _targets(bb, kind):
             raise ConfigError(f"{f}.target", f"unknown {kind} {fault.get('target')!r}")
-        faults.append({"at_s": at, "action": action, "target": fault["target"]})
+        entry = {"at_s": at, "action": action, "target": fault["target"]}
+        if action in LOSS_ACTIONS:
+            if "loss" not in fault:
+                raise ConfigError(f"{f}.loss", f"required for {action}")
+            loss = _number(fault["loss"], f"{f}.loss", 0, 1)
+            if loss <= 0:
+                raise ConfigError(f"{f}.loss", "must be above 0 (and at most 1)")
+            entry["loss"] = loss
+        elif "loss" in fault:
+            raise ConfigError(f"{f}.loss", f"only for {', '.join(sorted(LOSS_ACTIONS))}")
+        faults.append(entry)
     cfg["faults"] = sorted(faults, key=lambda x: x["at_s"])
     return cfg
 
@@ -273,6 +290,11 @@ class Variant:
             if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
                 raise BringUpError(f"backbone did not converge in "
                                    f"{self.cfg['converge_timeout_s']:g} s")
+            # every adjacency must have its BFD session up, or a hung neighbour is only
+            # noticed after the OSPF dead interval
+            if not wait_for(lambda: not net.bfd_gaps(), self.cfg["converge_timeout_s"], 0.25):
+                raise BringUpError("OSPF adjacencies without a BFD session up: "
+                                   + ", ".join(net.bfd_gaps()))
             start_s = round(time.monotonic() - t_start, 3)
             self.progress(f"  {self.name}: {len(self.bb.nodes)} routers converged "
                           f"in {start_s:g} s")
@@ -296,7 +318,8 @@ class Variant:
             if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files), 10):
                 raise BringUpError("probes did not start")
             t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
-            faults = [Fault(f["at_s"], f["action"], f["target"]) for f in self.cfg["faults"]]
+            faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
+                      for f in self.cfg["faults"]]
             sched = Schedule(faults, net.actions(),
                              before=lambda rec: self._snapshot(net),
                              after=lambda rec: self.progress(

@@ -23,12 +23,32 @@ from pathlib import Path
 from testbed.errors import BringUpError, HostError
 from topologies.backbone import Backbone, Link
 
-from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers
+from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers, vtysh
 
 SITE_IF = "site0"
 SITE_PEER = "site1"
 FAIL_TABLE = "tbfail"
 PROBE_NET = "172.16.{r}.0/24"
+LOSS_SCALE = 1000  # nftables loss: drop when numgen random mod LOSS_SCALE < loss * LOSS_SCALE
+
+
+def loss_rules(table: str, ifname: str, loss: float) -> str:
+    """nftables ruleset dropping ``loss`` (a fraction) of what leaves ``ifname``.
+
+    Hooked at postrouting, so routed and locally sent packets (OSPF, BFD) both count.
+
+    >>> print(loss_rules("tb1a2bloss3", "tb1a2bl3a", 0.05), end="")
+    table inet tb1a2bloss3 {
+     chain postrouting { type filter hook postrouting priority -300; policy accept;
+      oifname "tb1a2bl3a" numgen random mod 1000 < 50 drop
+     }
+    }
+    """
+    threshold = max(1, min(LOSS_SCALE, round(loss * LOSS_SCALE)))
+    return (f"table inet {table} {{\n"
+            " chain postrouting { type filter hook postrouting priority -300; policy accept;\n"
+            f"  oifname \"{ifname}\" numgen random mod {LOSS_SCALE} < {threshold} drop\n"
+            " }\n}\n")
 
 
 def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
@@ -212,6 +232,33 @@ class BackboneNet:
                     return False
         return True
 
+    def vty(self, node: str, command: str) -> str:
+        """Output of ``vtysh -c command`` in ``node``'s routers ("" when it fails)."""
+        d = self.daemons[node][0]
+        return vtysh(d.router, d.paths, command)
+
+    def bfd_gaps(self) -> list[str]:
+        """Full OSPF adjacencies without a BFD session that is up, as ``node:peer``.
+
+        Such an adjacency only goes down after the OSPF dead interval when its
+        neighbour hangs (carrier up), so a run must not start with any.
+        """
+        gaps = []
+        for node in self.daemons:
+            try:
+                nbrs = json.loads(self.vty(node, "show ip ospf neighbor json") or "{}")
+                peers = json.loads(self.vty(node, "show bfd peers json") or "[]")
+            except json.JSONDecodeError:
+                gaps.append(f"{node}:?")
+                continue
+            up = {p.get("peer") for p in peers if p.get("status") == "up"}
+            for entries in nbrs.get("neighbors", {}).values():
+                for nbr in entries:
+                    addr = nbr.get("ifaceAddress") or nbr.get("address")
+                    if str(nbr.get("nbrState", "")).startswith("Full") and addr not in up:
+                        gaps.append(f"{node}:{addr}")
+        return gaps
+
     # faults ----------------------------------------------------------------
     def _set_link(self, name: str, state: str) -> None:
         _, lk = self.links[name]
@@ -248,11 +295,48 @@ class BackboneNet:
     def restore_pop(self, name: str) -> None:
         _in_ns(self.ns(name), ["nft", "delete", "table", "inet", FAIL_TABLE])
 
+    def loss_table(self, link: str) -> str:
+        """Name of the nftables table that degrades ``link`` (one per link and run)."""
+        return f"{self.prefix}loss{self.links[link][0]}"
+
+    def _ends(self, name: str) -> list[tuple[str, str]]:
+        _, lk = self.links[name]
+        return [(self.ns(lk.a), self.ifname(name, "a")), (self.ns(lk.b), self.ifname(name, "b"))]
+
+    def degrade_link(self, name: str, loss: float) -> None:
+        """Drop ``loss`` of the packets leaving either end of ``name``.
+
+        With netem the root netem qdisc gets ``loss``; without it, an nftables table
+        (named with the run prefix, removed again at teardown) drops at random.
+        """
+        _, lk = self.links[name]
+        if self.delay_applied:
+            _batch([f"-n {ns} qdisc change dev {ifn} root netem delay {lk.delay_ms}ms "
+                    f"rate {lk.capacity_mbps}mbit limit 100000 loss {loss * 100:g}%"
+                    for ns, ifn in self._ends(name)], tool="tc")
+            return
+        table = self.loss_table(name)
+        for ns, ifn in self._ends(name):
+            _in_ns(ns, ["nft", "-f", "-"], stdin=loss_rules(table, ifn, loss))
+            self.stack.callback(_in_ns, ns, ["nft", "delete", "table", "inet", table], False)
+
+    def restore_degraded_link(self, name: str) -> None:
+        _, lk = self.links[name]
+        if self.delay_applied:
+            _batch([f"-n {ns} qdisc change dev {ifn} root netem delay {lk.delay_ms}ms "
+                    f"rate {lk.capacity_mbps}mbit limit 100000"
+                    for ns, ifn in self._ends(name)], tool="tc")
+            return
+        for ns, _ifn in self._ends(name):
+            _in_ns(ns, ["nft", "delete", "table", "inet", self.loss_table(name)])
+
     def actions(self) -> dict:
         return {"cut_link": self.cut_link, "restore_link": self.restore_link,
                 "cut_risk_group": self.cut_risk_group,
                 "restore_risk_group": self.restore_risk_group,
-                "fail_pop": self.fail_pop, "restore_pop": self.restore_pop}
+                "fail_pop": self.fail_pop, "restore_pop": self.restore_pop,
+                "degrade_link": self.degrade_link,
+                "restore_degraded_link": self.restore_degraded_link}
 
     # paths from the routing tables ------------------------------------------
     def trace(self, src: str, dst: str, max_hops: int = 12) -> tuple[list[str], list[str]]:

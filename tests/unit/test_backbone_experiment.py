@@ -85,3 +85,37 @@ def test_inline_link_to_unknown_pop():
     with pytest.raises(ConfigError) as err:
         validate(data)
     assert err.value.field == "backbone.links[0]"
+
+
+@pytest.mark.parametrize(("fault", "field"), [
+    ({"action": "degrade_link", "target": "nyc-ams"}, "faults[0].loss"),
+    ({"action": "degrade_link", "target": "nyc-ams", "loss": 0}, "faults[0].loss"),
+    ({"action": "degrade_link", "target": "nyc-ams", "loss": 1.5}, "faults[0].loss"),
+    ({"action": "degrade_link", "target": "nyc-ams", "loss": "5%"}, "faults[0].loss"),
+    ({"action": "cut_link", "target": "nyc-ams", "loss": 0.1}, "faults[0].loss"),
+    ({"action": "restore_degraded_link", "target": "nyc-ams", "loss": 0.1}, "faults[0].loss"),
+    ({"action": "degrade_link", "target": "dxb", "loss": 0.1}, "faults[0].target"),
+])
+def test_degrade_link_loss_checked(fault, field):
+    with pytest.raises(ConfigError) as err:
+        validate({"faults": [{"at_s": 1, **fault}]})
+    assert err.value.field == "backbone." + field
+
+
+def test_degrade_link_accepted():
+    cfg = validate({"faults": [
+        {"at_s": 1, "action": "degrade_link", "target": "nyc-ams", "loss": 0.05},
+        {"at_s": 2, "action": "restore_degraded_link", "target": "nyc-ams"}]})
+    assert cfg["faults"][0]["loss"] == 0.05
+    assert "loss" not in cfg["faults"][1]
+
+
+def test_loss_rule_rendered():
+    from testbed.backbone.net import loss_rules
+
+    text = loss_rules("tb1a2bloss4", "tb1a2bl4b", 0.1)
+    assert text.startswith("table inet tb1a2bloss4 {")
+    assert 'oifname "tb1a2bl4b" numgen random mod 1000 < 100 drop' in text
+    assert "hook postrouting" in text and "policy accept" in text
+    assert "< 1000 drop" in loss_rules("t", "i", 1.0)
+    assert "< 1 drop" in loss_rules("t", "i", 0.0001)  # never rounds to "drop nothing"

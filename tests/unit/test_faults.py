@@ -52,3 +52,11 @@ def test_unknown_action_is_a_config_error():
     with pytest.raises(ConfigError) as err:
         Schedule([Fault(0, "explode", "x")], {"cut": lambda t: None})
     assert err.value.field == "faults[0].action"
+
+
+def test_loss_passed_as_second_argument():
+    got = []
+    Schedule([Fault(0, "degrade", "x", 0.25), Fault(0, "restore", "x")],
+             {"degrade": lambda t, loss: got.append((t, loss)),
+              "restore": lambda t: got.append((t, None))}).run()
+    assert got == [("x", 0.25), ("x", None)]

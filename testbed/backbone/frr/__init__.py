@@ -1,7 +1,7 @@
 """FRRouting daemons, one small module each with its config template beside it."""
 
 from .bfdd import Bfdd
-from .daemon import FrrConfigError, FrrDaemon
+from .daemon import FrrConfigError, FrrDaemon, vtysh
 from .ospfd import Ospfd
 from .router import Router, RouterInterface, RouterPaths, Timers
 from .zebra import Zebra
@@ -10,4 +10,4 @@ from .zebra import Zebra
 DAEMONS: tuple[type[FrrDaemon], ...] = (Zebra, Bfdd, Ospfd)
 
 __all__ = ["DAEMONS", "Bfdd", "FrrConfigError", "FrrDaemon", "Ospfd", "Router",
-           "RouterInterface", "RouterPaths", "Timers", "Zebra"]
+           "RouterInterface", "RouterPaths", "Timers", "Zebra", "vtysh"]

@@ -33,6 +33,17 @@ def template(name: str) -> Template:
     return Template((Path(__file__).parent / name).read_text())
 
 
+def vtysh(router: Router, paths: RouterPaths, command: str, timeout: float = 10.0) -> str:
+    """Output of one ``vtysh -c`` command against the router's own daemons ("" on error)."""
+    argv = ["ip", "netns", "exec", router.netns, VTYSH, "--vty_socket", str(paths.vty_dir),
+            "-c", command]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
 class FrrDaemon:
     """One FRR daemon of one router; subclasses set the class constants and render()."""
 

@@ -35,7 +35,8 @@ class Ospfd(FrrDaemon):
         return template(self.TEMPLATE).substitute(
             hostname=r.name, interfaces=interfaces, router_id=r.router_id,
             max_paths=r.max_paths, spf_delay_ms=t.spf_delay_ms, spf_hold_ms=t.spf_hold_ms,
-            spf_max_ms=t.spf_max_ms,
+            spf_max_ms=t.spf_max_ms, lsa_interval_ms=t.lsa_interval_ms,
+            lsa_arrival_ms=t.lsa_arrival_ms,
             # RFC 6987 stub router: its transit links carry the maximum metric, so a
             # dual-homed region is never the path between two PoPs
             stub="" if r.transit else " max-metric router-lsa administrative\n")

@@ -17,6 +17,8 @@ class Timers:
     spf_delay_ms: int = 0
     spf_hold_ms: int = 50
     spf_max_ms: int = 5000
+    lsa_interval_ms: int = 5000  # MinLSInterval: gap between two originations of an LSA
+    lsa_arrival_ms: int = 1000  # MinLSArrival: newer copies arriving sooner are dropped
 
 
 @dataclass(frozen=True)

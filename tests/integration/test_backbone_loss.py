@@ -1,0 +1,60 @@
+"""Loss on a real veth link: degrade_link drops about the set fraction (nftables where
+netem is missing), restore_degraded_link and teardown leave no table behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from contextlib import ExitStack
+
+import pytest
+
+from testbed.backbone.net import BackboneNet
+from testbed.naming import new_run_id, run_prefix
+from topologies.backbone import small_backbone
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables")]
+
+SENT = 2000
+
+
+def _tables(netns: str) -> list[str]:
+    done = subprocess.run(["ip", "netns", "exec", netns, "nft", "-j", "list", "tables"],
+                          capture_output=True, text=True)
+    if done.returncode:
+        return []
+    return [x["table"]["name"] for x in json.loads(done.stdout)["nftables"] if "table" in x]
+
+
+def _rx_packets(netns: str, ifname: str) -> int:
+    out = subprocess.run(["ip", "-n", netns, "-j", "-s", "link", "show", ifname],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]["stats64"]["rx"]["packets"]
+
+
+def test_degrade_link_drops_about_the_set_fraction(tmp_path):
+    prefix = run_prefix(new_run_id())
+    link = "p1-p2-1"
+    with ExitStack() as stack:
+        net = BackboneNet(small_backbone(), prefix, tmp_path, stack)
+        net.build(shape=False, delay=False)  # no netem qdisc: the nftables path
+        a_ns, b_ns = net.ns("p1"), net.ns("p2")
+        net.degrade_link(link, 0.10)
+        table = net.loss_table(link)
+        assert table.startswith(prefix)
+        assert table in _tables(a_ns) and table in _tables(b_ns)
+        before = _rx_packets(b_ns, net.ifname(link, "b"))
+        subprocess.run(["ip", "netns", "exec", a_ns, "ping", "-q", "-n", "-c", str(SENT),
+                        "-i", "0.002", "-W", "1", net.link_addr(link, "b")],
+                       capture_output=True, text=True, timeout=60)
+        arrived = _rx_packets(b_ns, net.ifname(link, "b")) - before
+        lost = 1 - arrived / SENT  # one way: the echo requests that reached p2
+        print(f"degrade_link 10 %: {SENT - arrived} of {SENT} lost ({lost:.3f})")
+        assert 0.05 <= lost <= 0.15, f"lost {lost:.3f} of {SENT} at 10 %"
+        net.restore_degraded_link(link)
+        assert table not in _tables(a_ns) and table not in _tables(b_ns)
+        net.degrade_link(link, 0.5)  # left in place: teardown must remove it
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert prefix not in names  # namespaces (and their tables) are gone
