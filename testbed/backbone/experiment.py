@@ -221,6 +221,24 @@ def check_timing(cfg: dict, duration_s: float, where: str = "backbone") -> None:
 
 
 # running -------------------------------------------------------------------
+def _settled(net: BackboneNet, quiet_s: float, timeout_s: float) -> bool:
+    """Wait until no router's FIB has changed for ``quiet_s`` (SPF and FIB installs done).
+
+    "Every region has a route" is reached while adjacencies still come up, over paths
+    that are not yet the best ones; the path before a fault must be the settled one.
+    """
+    deadline = time.monotonic() + timeout_s
+    last, since = net.fib(), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+        now = net.fib()
+        if now != last:
+            last, since = now, time.monotonic()
+    return True
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -298,7 +316,9 @@ class Variant:
             start_s = round(time.monotonic() - t_start, 3)
             self.progress(f"  {self.name}: {len(self.bb.nodes)} routers converged "
                           f"in {start_s:g} s")
-            self.settle = self.cfg["settle_s"]
+            if not _settled(net, self.cfg["settle_s"], self.cfg["converge_timeout_s"]):
+                raise BringUpError(f"routing did not settle for {self.cfg['settle_s']:g} s "
+                                   f"within {self.cfg['converge_timeout_s']:g} s")
             for node in self.bb.nodes:
                 self._helper(stack, f"mon-{node}", ["ip", "-n", net.ns(node), "-ts", "monitor",
                                                     "route"],

@@ -232,6 +232,17 @@ class BackboneNet:
                     return False
         return True
 
+    def fib(self) -> dict[str, list[tuple]]:
+        """Every router's kernel routes (destination, gateways): to see routing settle."""
+        tables = {}
+        for node in self.bb.nodes:
+            table = _ip(["-j", "route", "show"], self.ns(node), check=False)
+            tables[node] = sorted(
+                (r.get("dst"), r.get("gateway"), r.get("dev"),
+                 tuple(sorted((h.get("gateway"), h.get("dev")) for h in r.get("nexthops", []))))
+                for r in json.loads(table or "[]"))
+        return tables
+
     def vty(self, node: str, command: str) -> str:
         """Output of ``vtysh -c command`` in ``node``'s routers ("" when it fails)."""
         d = self.daemons[node][0]

@@ -47,7 +47,7 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
     section = {
         "topology": "inline", "pops": [{"name": p.name} for p in bb.pops],
         "regions": [{"name": "ra", "pops": ["p1", "p4"]}, {"name": "rb", "pops": ["p2", "p3"]}],
-        "links": links, "settle_s": 0, "probe_rate_pps": 200,
+        "links": links, "settle_s": 1, "probe_rate_pps": 200,
         "timers": {"fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3}},
         "replication": [{"src": "ra", "dst": "rb", "rate_mbps": 10}],
         "faults": [{"at_s": 3, "action": "cut_link", "target": "p1-p2-1"},
