@@ -42,9 +42,10 @@ class Capabilities:
             "switch datapath": (
                 "Open vSwitch kernel datapath"
                 if self.ovs_kernel_datapath
-                else "Open vSwitch userspace datapath (netdev), offloads off on every veth"
+                else "Open vSwitch userspace datapath (netdev), offloads off on every veth, "
+                "8 MB packet-socket buffers"
             ),
-            "link rate": "HTB" if self.htb else "not shaped (HTB missing)",
+            "link rate": "HTB + byte FIFO" if self.htb else "not shaped (HTB missing)",
             "link delay": "netem" if self.netem else "not applied (netem missing)",
             "MACsec": "kernel MACsec" if self.macsec else "userspace 802.1AE",
         }

@@ -125,8 +125,8 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         live = bring_up(spec, caps, run_id=run_id, mode=variant.controller["mode"], out=out,
                         stack=stack)
         fabric, times = live.fabric, live.times
-        progress(f"{tag}: fabric up in {times.start_s:.2f} s, paths installed in "
-                 f"{times.paths_s:.2f} s; traffic for {scenario.duration_s:g} s")
+        progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
+                 f"traffic for {scenario.duration_s:g} s")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=scenario.seed, stack=stack)
