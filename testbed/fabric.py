@@ -241,7 +241,7 @@ class Fabric:
                    limit=self.spec.queue_kb * 1000)
 
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
-        """Shell lines that configure a host namespace (also read by the tests)."""
+        """Shell lines that configure a host namespace: MTU, address, offloads, shaping."""
         cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
                 "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
         for intf in interfaces:

@@ -141,6 +141,8 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         queues = queue_summary(fabric.queue_stats(), fabric.port_roles())
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
+                           "build_s": round(times.build_s, 3),
+                           "configure_s": round(times.configure_s, 3),
                            "stop_s": round(fabric.times.stop_s, 3),
                            "paths_installed_s": round(times.paths_s, 3),
                            "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,

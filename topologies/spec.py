@@ -125,9 +125,6 @@ class FabricSpec:
                 return h
         raise KeyError(name)
 
-    def links_of(self, node: str) -> list[Link]:
-        return [lk for lk in self.links if node in (lk.a, lk.b)]
-
     def uplink_ports(self, leaf: str) -> list[int]:
         """Ports of ``leaf`` that lead to spines, in spine order."""
         return [lk.a_port for lk in self.links if lk.kind == "uplink" and lk.a == leaf]

@@ -27,14 +27,11 @@ def cli(*args: str, **kw) -> subprocess.Popen:
 
 
 def no_testbed_leftovers() -> list[str]:
-    return [x for x in leftovers("tb") if _owned(x)]
-
-
-def _owned(item: str) -> bool:
+    """Anything on the host that a testbed run (tb + 4 hex digits) created."""
     from testbed.naming import is_owned
 
-    name = item.rsplit(":", 1)[-1].split("/")[-1]
-    return is_owned(name) or "mininet:tb" in item
+    return [x for x in leftovers("tb")
+            if "mininet:tb" in x or is_owned(x.rsplit(":", 1)[-1].split("/")[-1])]
 
 
 def test_short_default_scenario_writes_valid_results(tmp_path):
