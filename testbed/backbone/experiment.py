@@ -31,7 +31,7 @@ from testbed.results import read_jsonl, write_json
 from topologies.backbone import Backbone, default_backbone, small_backbone
 from topologies.backbone_check import DesignError, design_check, require
 
-from . import analysis
+from . import analysis, secure
 from .frr import Timers
 from .net import BackboneNet
 
@@ -62,6 +62,7 @@ SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
     "tail_s": ((int, float), 0.1, 10, 1.0),
 }
 IPERF_PORT = 5301
+WIRE_SAMPLE = 1000  # frames captured on one wire per variant (with MACsec)
 ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
                "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
 ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
@@ -151,7 +152,7 @@ def validate(section: dict, where: str = "backbone") -> dict:
     if not isinstance(section, dict):
         raise ConfigError(where, "must be a mapping")
     known = {"topology", "pops", "regions", "links", "risk_groups", "timers", "faults",
-             "replication", "shape", *SCALARS}
+             "replication", "shape", "macsec", *SCALARS}
     for key in section:
         if key not in known:
             raise ConfigError(f"{where}.{key}", "unknown key; known: " + ", ".join(sorted(known)))
@@ -170,6 +171,7 @@ def validate(section: dict, where: str = "backbone") -> dict:
     if not isinstance(cfg["shape"], bool):
         raise ConfigError(f"{where}.shape", "must be true or false")
     cfg["timers"] = _timers(section.get("timers"), where)
+    cfg["macsec"] = secure.validate(section.get("macsec"), f"{where}.macsec")
     regions = {r.name for r in bb.regions}
     flows = []
     for i, flow in enumerate(section.get("replication") or []):
@@ -286,6 +288,7 @@ class Variant:
                                                                   progress)
         self.timers = Timers(**cfg["timers"][name])
         self.snapshots: list[tuple[float, dict]] = []
+        self.macsec_backend = macsec_backend(cfg["macsec"], caps)
 
     def _helper(self, stack: ExitStack, name: str, argv: list[str], **kw: Any) -> Helper:
         helper = Helper(name, argv, pid_dir=self.folder / "pids", env=_env(), **kw)
@@ -302,7 +305,8 @@ class Variant:
         regions = [r.name for r in self.bb.regions]
         with ExitStack() as stack:
             stack.callback(shutil.rmtree, self.folder, True)
-            net = BackboneNet(self.bb, self.prefix, self.folder, stack)
+            net = BackboneNet(self.bb, self.prefix, self.folder, stack, macsec=self.cfg["macsec"],
+                              macsec_backend=self.macsec_backend)
             net.build(shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem)
             net.start_routing(self.timers)
             if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
@@ -338,6 +342,7 @@ class Variant:
             if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files), 10):
                 raise BringUpError("probes did not start")
             t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
+            sample = self._wire_sample(stack, net)
             faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
                       for f in self.cfg["faults"]]
             sched = Schedule(faults, net.actions(),
@@ -351,9 +356,48 @@ class Variant:
             self._snapshot(net)
             for h in iperf:
                 h.wait(max(1.0, t0 + self.duration_s + 10 - time.time()))
+            macsec = self._macsec_figures(net, sample)
             stop_t = time.monotonic()
         stop_s = round(time.monotonic() - stop_t, 3)
-        return self._figures(sched.records, t0, regions, start_s, stop_s, net)
+        entry = self._figures(sched.records, t0, regions, start_s, stop_s, net)
+        entry["macsec"] = macsec
+        if macsec and sample:
+            macsec["wire_sample"] = wire_sample_figures(self.out.parent / sample["pcap"],
+                                                        macsec["keys"], sample)
+        return entry
+
+    def _wire_sample(self, stack: ExitStack, net: BackboneNet) -> dict | None:
+        """tcpdump on one wire (side a) from the start of the probes, ``WIRE_SAMPLE`` frames.
+
+        The link is the first one the schedule cuts (else the first link): the
+        capture shows what an eavesdropper on that fibre would see.
+        """
+        if not net.secure or shutil.which("tcpdump") is None:
+            return None
+        cut = [f["target"] for f in self.cfg["faults"] if ACTIONS[f["action"]] == "link"]
+        link = cut[0] if cut else next(iter(net.links))
+        _, lk = net.links[link]
+        pcap = self.out / "wire.pcap"
+        log = self.out / "tcpdump.log"
+        self._helper(stack, "tcpdump", ["ip", "netns", "exec", net.ns(lk.a), "tcpdump", "-i",
+                                        net.wire(link, "a"), "-s", "0", "-U", "-c",
+                                        str(WIRE_SAMPLE), "-Z", "root", "-w", str(pcap)],
+                     log=log)
+        if not wait_for(lambda: log.exists() and "listening on" in log.read_text(), 10):
+            raise BringUpError(f"tcpdump did not start (see {log})")
+        return {"link": link, "interface": net.wire(link, "a"), "node": lk.a,
+                "pcap": f"{self.name}/wire.pcap"}
+
+    def _macsec_figures(self, net: BackboneNet, sample: dict | None) -> dict | None:
+        """Counters of every link end and forwarder CPU, read before the teardown."""
+        if not net.secure:
+            return None
+        counters = net.secure.counters()
+        cpu = net.secure.cpu_seconds()
+        return {"backend": net.secure.backend, "cipher": net.secure.settings["cipher"],
+                "counters": counters, "totals": secure.totals(counters),
+                "forwarder_cpu_s": cpu, "forwarder_cpu_total_s": round(sum(cpu.values()), 2),
+                "keys": net.secure.keys(), "wire_sample": sample}
 
     def _start_replication(self, stack: ExitStack, net: BackboneNet) -> list[Helper]:
         clients = []
@@ -432,6 +476,34 @@ class Variant:
             "loss_timeline": "loss_timeline.json",
             "t0": t0,
         }
+
+
+def macsec_backend(settings: dict, caps: Any) -> str:
+    """``kernel`` or ``userspace`` for the backbone's protected links (probed host)."""
+    if settings["backend"] == "kernel" and not caps.macsec:
+        raise BringUpError("backbone.macsec.backend: kernel MACsec is not available on "
+                           "this host (use auto or userspace)")
+    if settings["backend"] == "auto":
+        return "kernel" if caps.macsec else "userspace"
+    return settings["backend"]
+
+
+def wire_sample_figures(pcap: Path, keys: dict, sample: dict) -> dict:
+    """Ethertypes of the frames captured on a wire, and how many decrypt with the keys."""
+    from testbed.macsec.decrypt import decrypt_pcap
+    from traffic.pcapfile import read_frames
+
+    try:
+        frames = read_frames(pcap)
+    except (OSError, ValueError) as exc:
+        return {**sample, "frames": 0, "error": str(exc)}
+    types: dict[str, int] = {}
+    for frame in frames:
+        key = f"0x{int.from_bytes(frame[12:14], 'big'):04x}" if len(frame) >= 14 else "short"
+        types[key] = types.get(key, 0) + 1
+    ok, failed = decrypt_pcap(pcap, keys)
+    return {**sample, "frames": len(frames), "ethertypes": types, "decrypted": ok,
+            "not_decrypted": failed}
 
 
 def _listening(netns: str, port: int) -> bool:
@@ -520,7 +592,8 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
         "risk_groups": {g.name: list(g.links) for g in bb.risk_groups},
         "design_check": check,
         "delay_applied": bool(caps.netem),
-        "encrypted": False,
+        "encrypted": bool(cfg["macsec"]["enabled"]),
+        "macsec": _macsec_summary(cfg["macsec"], entries),
         "timers": cfg["timers"],
         "failovers": {e["name"]: e["failovers"] for e in entries},
         "restores": {e["name"]: e["restores"] for e in entries},
@@ -528,6 +601,19 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
         "plot": "probe_loss.png",
     }
     return {"runs": entries, "backbone": summary}
+
+
+def _macsec_summary(settings: dict, entries: list[dict]) -> dict:
+    """``backbone.macsec``: settings, backend, and per variant the counters, CPU, keys."""
+    out: dict[str, Any] = {"enabled": settings["enabled"], "cipher": settings["cipher"],
+                           "mtu": settings["mtu"], "replay_window": settings["replay_window"]}
+    done = [e for e in entries if e.get("macsec")]
+    if not done:
+        return {**out, "backend": None, "variants": {}}
+    out["backend"] = done[0]["macsec"]["backend"]
+    out["variants"] = {e["name"]: {k: v for k, v in e["macsec"].items()
+                                   if k not in ("backend", "cipher")} for e in done}
+    return out
 
 
 def report_section(backbone: dict, out: Path) -> list[str]:
@@ -542,6 +628,7 @@ def report_section(backbone: dict, out: Path) -> list[str]:
              "risk-group-disjoint paths to at least two other PoPs; every region is "
              f"dual-homed). Propagation delay {delay}.",
              ""]
+    lines += _macsec_lines(backbone.get("macsec"))
     for variant, failovers in backbone["failovers"].items():
         timers = backbone["timers"][variant]
         lines += [f"### {variant} timers (BFD {timers['bfd_ms']:g} ms x "
@@ -558,6 +645,34 @@ def report_section(backbone: dict, out: Path) -> list[str]:
     if (out / backbone["plot"]).exists():
         lines += [f"![probe loss]({backbone['plot']})", ""]
     return lines
+
+
+def _macsec_lines(macsec: dict | None) -> list[str]:
+    if not macsec or not macsec.get("enabled"):
+        return ["Links are not encrypted (`backbone.macsec` off).", ""]
+    lines = [f"Every link is encrypted with MACsec ({macsec['cipher']}, "
+             f"{macsec['backend']} backend, protected MTU {macsec['mtu']}); FRR runs on the "
+             "protected interfaces, the wires carry only 802.1AE frames. Lab keys per run and "
+             "link are in `summary.json` (`backbone.macsec.variants.*.keys`).", "",
+             "| timers | InPktsOK | InPktsNotValid | InPktsLate | InPktsNoTag | other errors | "
+             "forwarder CPU s | wire sample |",
+             "|---|---|---|---|---|---|---|---|"]
+    bad = ("InPktsInvalid", "InPktsBadTag", "InPktsUnknownSCI", "InPktsNoSCI",
+           "InPktsUnusedSA", "InPktsNotUsingSA")
+    for name, v in macsec.get("variants", {}).items():
+        t = v["totals"]
+        ws = v.get("wire_sample") or {}
+        sample = "-"
+        if ws.get("frames"):
+            types = ", ".join(f"{k}: {n}" for k, n in sorted(ws["ethertypes"].items()))
+            sample = (f"{ws['frames']} frames on {ws['link']} ({types}); "
+                      f"{ws['decrypted']} decrypt with the lab keys")
+        cpu = v.get("forwarder_cpu_total_s")
+        lines.append(f"| {name} | {t.get('InPktsOK', 0):,} | {t.get('InPktsNotValid', 0)} | "
+                     f"{t.get('InPktsLate', 0)} | {t.get('InPktsNoTag', 0)} | "
+                     f"{sum(t.get(k, 0) for k in bad)} | "
+                     f"{'-' if not v['forwarder_cpu_s'] else f'{cpu:g}'} | {sample} |")
+    return [*lines, ""]
 
 
 def _cell(value: float | None) -> str:

@@ -11,6 +11,11 @@ and is recorded as not applied where the kernel lacks it. Faults: a link cut set
 both ends down (both lose carrier); a risk-group cut does that to every link of the
 group; a PoP failure drops every packet in the PoP (nftables, carrier stays up, as
 with a hung router), so its neighbours only notice it through BFD or OSPF.
+
+With MACsec (:mod:`.secure`) each link end is a protected interface (the name
+above, carrying the address, where FRR runs) on a wire veth (``<prefix>w<i><side>``)
+that carries only 802.1AE frames. Shaping, delay, cuts and loss then act on the
+wire; the protected interface follows the wire's carrier.
 """
 
 from __future__ import annotations
@@ -48,6 +53,27 @@ def loss_rules(table: str, ifname: str, loss: float) -> str:
     return (f"table inet {table} {{\n"
             " chain postrouting { type filter hook postrouting priority -300; policy accept;\n"
             f"  oifname \"{ifname}\" numgen random mod {LOSS_SCALE} < {threshold} drop\n"
+            " }\n}\n")
+
+
+def wire_loss_rules(table: str, ifname: str, loss: float) -> str:
+    """nftables ruleset dropping ``loss`` of the frames sent on the wire ``ifname``.
+
+    A netdev egress hook: it also sees what a packet socket (the MACsec forwarder)
+    sends, which bypasses the IP hooks.
+
+    >>> print(wire_loss_rules("tb1a2bloss3", "tb1a2bw3a", 0.05), end="")
+    table netdev tb1a2bloss3 {
+     chain egress { type filter hook egress device "tb1a2bw3a" priority -300; policy accept;
+      numgen random mod 1000 < 50 drop
+     }
+    }
+    """
+    threshold = max(1, min(LOSS_SCALE, round(loss * LOSS_SCALE)))
+    return (f"table netdev {table} {{\n"
+            f" chain egress {{ type filter hook egress device \"{ifname}\" priority -300;"
+            " policy accept;\n"
+            f"  numgen random mod {LOSS_SCALE} < {threshold} drop\n"
             " }\n}\n")
 
 
@@ -97,7 +123,10 @@ def _in_ns(netns: str, argv: list[str], check: bool = True,
 class BackboneNet:
     """Namespaces, links and FRR routers of one backbone; undo steps go on ``stack``."""
 
-    def __init__(self, bb: Backbone, prefix: str, run_folder: Path, stack: ExitStack) -> None:
+    def __init__(self, bb: Backbone, prefix: str, run_folder: Path, stack: ExitStack,
+                 macsec: dict | None = None, macsec_backend: str = "userspace") -> None:
+        from .secure import SecureLinks
+
         self.bb, self.prefix, self.folder, self.stack = bb, prefix, run_folder, stack
         self.links = {lk.name: (i, lk) for i, lk in enumerate(bb.all_links)}
         self.daemons: dict[str, list[FrrDaemon]] = {}
@@ -105,6 +134,8 @@ class BackboneNet:
         self.link_of = {self.ifname(name, side): name for name in self.links for side in "ab"}
         self.shaped = False
         self.delay_applied = False
+        self.secure = (SecureLinks(self, macsec, macsec_backend)
+                       if macsec and macsec.get("enabled") else None)
 
     # names and addresses ---------------------------------------------------
     def ns(self, node: str) -> str:
@@ -112,6 +143,14 @@ class BackboneNet:
 
     def ifname(self, link: str, side: str) -> str:
         return f"{self.prefix}l{self.links[link][0]}{side}"
+
+    def wire(self, link: str, side: str) -> str:
+        """The veth end under a protected interface (only used with MACsec)."""
+        return f"{self.prefix}w{self.links[link][0]}{side}"
+
+    def phys(self, link: str, side: str) -> str:
+        """The interface on the wire: the veth, under the protected one with MACsec."""
+        return self.wire(link, side) if self.secure else self.ifname(link, side)
 
     def link_addr(self, link: str, side: str) -> str:
         return f"10.1.{self.links[link][0]}.{1 if side == 'a' else 2}"
@@ -132,11 +171,23 @@ class BackboneNet:
 
     # bring-up --------------------------------------------------------------
     def build(self, *, shape: bool, delay: bool) -> None:
-        """Namespaces, veths, addresses and sysctls; each undone at the end."""
+        """Namespaces, sysctls, links (protected ones with MACsec), addresses; undone at the end.
+
+        IPv6 is off in every namespace before any link exists, so no router
+        solicitation or MLD frame ever crosses a wire (the backbone is IPv4 only).
+        """
         for node in self.bb.nodes:
             ns = self.ns(node)
             _ip(["netns", "add", ns])
             self.stack.callback(_ip, ["netns", "del", ns], None, False)
+        for node in self.bb.nodes:
+            _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+                                   "net.ipv4.conf.all.rp_filter=0",
+                                   "net.ipv4.conf.default.rp_filter=0",
+                                   "net.ipv4.fib_multipath_hash_policy=1",
+                                   "net.ipv4.conf.all.ignore_routes_with_linkdown=1",
+                                   "net.ipv6.conf.all.disable_ipv6=1",
+                                   "net.ipv6.conf.default.disable_ipv6=1"])
         lines = []
         for node in self.bb.nodes:
             ns = self.ns(node)
@@ -148,31 +199,30 @@ class BackboneNet:
             lines += [f"-n {ns} link add {SITE_IF} type veth peer name {SITE_PEER}",
                       f"-n {ns} addr add 172.16.{r}.1/24 dev {SITE_IF}",
                       f"-n {ns} link set {SITE_PEER} up", f"-n {ns} link set {SITE_IF} up"]
+        veths = []
         for name, (_, lk) in self.links.items():
-            ia, ib = self.ifname(name, "a"), self.ifname(name, "b")
+            pa, pb = self.phys(name, "a"), self.phys(name, "b")
             na, nb = self.ns(lk.a), self.ns(lk.b)
-            lines.append(f"link add {ia} netns {na} type veth peer name {ib} netns {nb}")
-            for side, ns, ifn in (("a", na, ia), ("b", nb, ib)):
+            veths.append(f"link add {pa} netns {na} type veth peer name {pb} netns {nb}")
+            for side, ns, ifn in (("a", na, self.ifname(name, "a")),
+                                  ("b", nb, self.ifname(name, "b"))):
                 addr = self.link_addr(name, side)
                 self.addr_owner[addr] = (lk.a if side == "a" else lk.b, ifn)
-                lines += [f"-n {ns} addr add {addr}/30 dev {ifn}", f"-n {ns} link set {ifn} up"]
-        veths = [ln for ln in lines if ln.startswith("link add")]
+                if not self.secure:
+                    lines += [f"-n {ns} addr add {addr}/30 dev {ifn}",
+                              f"-n {ns} link set {ifn} up"]
         _batch(veths)
-        _batch([ln for ln in lines if not ln.startswith("link add")])
-        for node in self.bb.nodes:
-            _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
-                                   "net.ipv4.conf.all.rp_filter=0",
-                                   "net.ipv4.conf.default.rp_filter=0",
-                                   "net.ipv4.fib_multipath_hash_policy=1",
-                                   "net.ipv4.conf.all.ignore_routes_with_linkdown=1"])
+        _batch(lines + (self.secure.commands() if self.secure else []))
         if shape or delay:
             self._qdiscs(shape, delay)
+        if self.secure:
+            self.secure.start(self.stack)
 
     def _qdiscs(self, shape: bool, delay: bool) -> None:
         lines = []
         for name, (_, lk) in self.links.items():
             for side, node in (("a", lk.a), ("b", lk.b)):
-                dev = f"-n {self.ns(node)} qdisc add dev {self.ifname(name, side)} root"
+                dev = f"-n {self.ns(node)} qdisc add dev {self.phys(name, side)} root"
                 if delay:
                     lines.append(f"{dev} netem delay {lk.delay_ms}ms rate {lk.capacity_mbps}mbit"
                                  f" limit 100000")
@@ -273,8 +323,8 @@ class BackboneNet:
     # faults ----------------------------------------------------------------
     def _set_link(self, name: str, state: str) -> None:
         _, lk = self.links[name]
-        _batch([f"-n {self.ns(lk.a)} link set {self.ifname(name, 'a')} {state}",
-                f"-n {self.ns(lk.b)} link set {self.ifname(name, 'b')} {state}"])
+        _batch([f"-n {self.ns(lk.a)} link set {self.phys(name, 'a')} {state}",
+                f"-n {self.ns(lk.b)} link set {self.phys(name, 'b')} {state}"])
 
     def cut_link(self, name: str) -> None:
         self._set_link(name, "down")
@@ -292,8 +342,8 @@ class BackboneNet:
         lines = []
         for link in self.bb.group(name).links:
             _, lk = self.links[link]
-            lines += [f"-n {self.ns(lk.a)} link set {self.ifname(link, 'a')} {state}",
-                      f"-n {self.ns(lk.b)} link set {self.ifname(link, 'b')} {state}"]
+            lines += [f"-n {self.ns(lk.a)} link set {self.phys(link, 'a')} {state}",
+                      f"-n {self.ns(lk.b)} link set {self.phys(link, 'b')} {state}"]
         _batch(lines)
 
     def fail_pop(self, name: str) -> None:
@@ -312,7 +362,7 @@ class BackboneNet:
 
     def _ends(self, name: str) -> list[tuple[str, str]]:
         _, lk = self.links[name]
-        return [(self.ns(lk.a), self.ifname(name, "a")), (self.ns(lk.b), self.ifname(name, "b"))]
+        return [(self.ns(lk.a), self.phys(name, "a")), (self.ns(lk.b), self.phys(name, "b"))]
 
     def degrade_link(self, name: str, loss: float) -> None:
         """Drop ``loss`` of the packets leaving either end of ``name``.
@@ -326,10 +376,11 @@ class BackboneNet:
                     f"rate {lk.capacity_mbps}mbit limit 100000 loss {loss * 100:g}%"
                     for ns, ifn in self._ends(name)], tool="tc")
             return
-        table = self.loss_table(name)
+        table, family = self.loss_table(name), self._loss_family
+        rules = wire_loss_rules if self.secure else loss_rules
         for ns, ifn in self._ends(name):
-            _in_ns(ns, ["nft", "-f", "-"], stdin=loss_rules(table, ifn, loss))
-            self.stack.callback(_in_ns, ns, ["nft", "delete", "table", "inet", table], False)
+            _in_ns(ns, ["nft", "-f", "-"], stdin=rules(table, ifn, loss))
+            self.stack.callback(_in_ns, ns, ["nft", "delete", "table", family, table], False)
 
     def restore_degraded_link(self, name: str) -> None:
         _, lk = self.links[name]
@@ -339,7 +390,12 @@ class BackboneNet:
                     for ns, ifn in self._ends(name)], tool="tc")
             return
         for ns, _ifn in self._ends(name):
-            _in_ns(ns, ["nft", "delete", "table", "inet", self.loss_table(name)])
+            _in_ns(ns, ["nft", "delete", "table", self._loss_family, self.loss_table(name)])
+
+    @property
+    def _loss_family(self) -> str:
+        # protected links: the forwarder's packet socket bypasses the IP hooks
+        return "netdev" if self.secure else "inet"
 
     def actions(self) -> dict:
         return {"cut_link": self.cut_link, "restore_link": self.restore_link,

@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .config import LinkConfig
@@ -41,6 +42,13 @@ PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
 BATCH = 64
 MAX_FRAME = 65536 + 64
+TUNSETCARRIER = 0x400454E2
+RTMGRP_LINK = 1
+RTM_NEWLINK = 16
+IFF_UP = 0x1
+IFF_RUNNING = 0x40
+_NLMSG = struct.Struct("=IHHII")
+_IFINFO = struct.Struct("=BxHiII")
 
 
 def control_path(workdir: Path, side: str) -> Path:
@@ -71,6 +79,45 @@ def open_wire(ifname: str) -> socket.socket:
     return sock
 
 
+def link_events(data: bytes) -> list[tuple[int, bool]]:
+    """``(ifindex, carrier)`` of every RTM_NEWLINK message in a netlink datagram.
+
+    Carrier means administratively up and operationally running (IFF_UP and
+    IFF_RUNNING), which is what a peer's cut or a local ``link set down`` clears.
+
+    >>> msg = _NLMSG.pack(32, RTM_NEWLINK, 0, 0, 0) + _IFINFO.pack(0, 1, 7, 0x1043, 0)
+    >>> link_events(msg + _NLMSG.pack(32, RTM_NEWLINK, 0, 0, 0) + _IFINFO.pack(0, 1, 8, 0x1003, 0))
+    [(7, True), (8, False)]
+    """
+    out, off = [], 0
+    while off + _NLMSG.size <= len(data):
+        length, kind = _NLMSG.unpack_from(data, off)[:2]
+        if length < _NLMSG.size:
+            break
+        if kind == RTM_NEWLINK and length >= _NLMSG.size + _IFINFO.size:
+            _, _, index, flags, _ = _IFINFO.unpack_from(data, off + _NLMSG.size)
+            out.append((index, bool(flags & IFF_UP and flags & IFF_RUNNING)))
+        off += (length + 3) & ~3
+    return out
+
+
+def open_link_watch() -> socket.socket:
+    """A netlink socket that receives the namespace's link state changes."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.bind((0, RTMGRP_LINK))
+    sock.setblocking(False)
+    return sock
+
+
+def wire_carrier(ifname: str) -> bool:
+    """Whether ``ifname`` is up with carrier now (from sysfs of this namespace)."""
+    try:
+        return Path(f"/sys/class/net/{ifname}/operstate").read_text().strip() == "up"
+    except OSError:
+        return False
+
+
 def build_secy(cfg: LinkConfig, side: str) -> SecY:
     """The SecY of one side, with its transmit SAs and the peer's receive SAs."""
     me, peer = cfg.side(side), cfg.peer(side)
@@ -99,6 +146,9 @@ class Forwarder:
         self.stop = False
         self.tap = open_tap(self.me.tap)
         self.wire = open_wire(self.me.veth)
+        self.wire_index = socket.if_nametoindex(self.me.veth)
+        self.carrier: bool | None = None
+        self.carrier_changes = 0
         path = control_path(workdir, side)
         path.unlink(missing_ok=True)
         self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -106,9 +156,20 @@ class Forwarder:
         self.ctl.setblocking(False)
 
     # control -------------------------------------------------------------
+    def set_carrier(self, on: bool) -> None:
+        """Give the TAP the wire's carrier (TUNSETCARRIER), when it changed."""
+        if on != self.carrier:
+            fcntl.ioctl(self.tap, TUNSETCARRIER, struct.pack("i", int(on)))
+            if self.carrier is not None:
+                self.carrier_changes += 1
+                log.info("side %s: %s carrier %s", self.side, self.me.veth,
+                         "up" if on else "down")
+            self.carrier = on
+
     def stats(self) -> dict[str, object]:
         """Forwarding counters plus the SecY's."""
         return {"side": self.side, "time": time.time(), "io": dict(self.io),
+                "carrier": self.carrier, "carrier_changes": self.carrier_changes,
                 **self.secy.stats()}
 
     def write_stats(self) -> None:
@@ -187,6 +248,8 @@ class Forwarder:
                 frame, addr = wire.recvfrom(MAX_FRAME)
             except BlockingIOError:
                 return
+            except OSError:  # ENETDOWN once when the wire goes down; reading clears it
+                return
             if addr[2] == PACKET_OUTGOING:
                 continue
             io["wire_rx"] += 1
@@ -201,29 +264,7 @@ class Forwarder:
 
     def run(self) -> None:
         """Forward until SIGTERM/SIGINT; write stats periodically and at the end."""
-        poller = select.poll()
-        tap_fd, wire_fd, ctl_fd = self.tap, self.wire.fileno(), self.ctl.fileno()
-        for fd in (tap_fd, wire_fd, ctl_fd):
-            poller.register(fd, select.POLLIN)
-        next_stats = 0.0
-        self.write_stats()
-        while not self.stop:
-            try:
-                events = poller.poll(200)
-            except InterruptedError:
-                continue
-            for fd, _ in events:
-                if fd == tap_fd:
-                    self._from_tap()
-                elif fd == wire_fd:
-                    self._from_wire()
-                else:
-                    self._serve_control()
-            now = time.monotonic()
-            if now >= next_stats:
-                self.write_stats()
-                next_stats = now + 1.0
-        self.write_stats()
+        serve([self], lambda: self.stop)
 
     def close(self) -> None:
         """Release the TAP, the sockets and the control socket path."""
@@ -233,28 +274,101 @@ class Forwarder:
         control_path(self.workdir, self.side).unlink(missing_ok=True)
 
 
+def serve(forwarders: list[Forwarder], stopped: Callable[[], bool]) -> None:
+    """One poll loop for every link end of the process, plus the carrier watch."""
+    poller = select.poll()
+    handlers: dict[int, Callable[[], None]] = {}
+    watch = open_link_watch()
+    by_index = {f.wire_index: f for f in forwarders}
+
+    def on_link() -> None:
+        while True:
+            try:
+                data = watch.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError as exc:  # ENOBUFS: events lost, read the state again
+                log.warning("link watch: %s", exc)
+                for f in forwarders:
+                    f.set_carrier(wire_carrier(f.me.veth))
+                continue
+            for index, carrier in link_events(data):
+                if index in by_index:
+                    by_index[index].set_carrier(carrier)
+
+    for f in forwarders:
+        handlers[f.tap] = f._from_tap
+        handlers[f.wire.fileno()] = f._from_wire
+        handlers[f.ctl.fileno()] = f._serve_control
+    handlers[watch.fileno()] = on_link
+    for fd in handlers:
+        poller.register(fd, select.POLLIN)
+    for f in forwarders:  # after the watch is open, so no change is missed
+        f.set_carrier(wire_carrier(f.me.veth))
+    next_stats = 0.0
+    try:
+        while not stopped():
+            try:
+                events = poller.poll(200)
+            except InterruptedError:
+                continue
+            for fd, _ in events:
+                handlers[fd]()
+            now = time.monotonic()
+            if now >= next_stats:
+                for f in forwarders:
+                    f.write_stats()
+                next_stats = now + 1.0
+    finally:
+        watch.close()
+        for f in forwarders:
+            f.write_stats()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point of the forwarder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, type=Path)
-    parser.add_argument("--side", required=True, choices=["a", "b"])
-    parser.add_argument("--workdir", required=True, type=Path)
+    parser.add_argument("--config", type=Path)
+    parser.add_argument("--side", choices=["a", "b"])
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--link", nargs=3, action="append", default=[],
+                        metavar=("CONFIG", "SIDE", "WORKDIR"),
+                        help="serve one more link end (repeatable)")
     args = parser.parse_args(argv)
+    ends = [(Path(c), s, Path(w)) for c, s, w in args.link]
+    if args.config:
+        if not (args.side and args.workdir):
+            parser.error("--config needs --side and --workdir")
+        ends.insert(0, (args.config, args.side, args.workdir))
+    if not ends:
+        parser.error("give --config/--side/--workdir or at least one --link")
+    for _, side, _ in ends:
+        if side not in ("a", "b"):
+            parser.error(f"side must be a or b, got {side!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    cfg = LinkConfig.from_dict(json.loads(args.config.read_text()))
-    fwd = Forwarder(cfg, args.side, args.workdir)
+    forwarders: list[Forwarder] = []
+    stop = False
 
     def _stop(signum: int, _frame: object) -> None:
-        fwd.stop = True
+        nonlocal stop
+        stop = True
+        for f in forwarders:
+            f.stop = True
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    log.info("side %s forwarding %s <-> %s", args.side, fwd.me.tap, fwd.me.veth)
     try:
-        fwd.run()
+        for cfg_path, side, workdir in ends:
+            cfg = LinkConfig.from_dict(json.loads(cfg_path.read_text()))
+            forwarders.append(Forwarder(cfg, side, workdir))
+            log.info("side %s forwarding %s <-> %s", side, forwarders[-1].me.tap,
+                     forwarders[-1].me.veth)
+        serve(forwarders, lambda: stop)
     finally:
-        fwd.close()
-    log.info("side %s stopped: %s", args.side, json.dumps(fwd.io))
+        for f in forwarders:
+            f.close()
+    for f in forwarders:
+        log.info("side %s (%s) stopped: %s", f.side, f.me.tap, json.dumps(f.io))
     return 0
 
 

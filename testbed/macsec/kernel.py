@@ -73,6 +73,39 @@ def parse_ip_macsec_stats(text: str) -> dict[str, int]:
     return counters
 
 
+def _xpn_args(cfg: LinkConfig, ssci: int) -> list[str]:
+    return ["ssci", f"{ssci:08x}", "salt", cfg.salt] if cfg.cipher_suite.xpn else []
+
+
+def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
+    """The ``ip`` commands that put side ``side``'s macsec device on its veth.
+
+    Run inside the side's namespace, after the veth exists: MAC and MTU of the
+    veth (MTU + 32 for SecTAG and ICV), the macsec device named ``tap`` with its
+    transmit SAs and the peer's receive SC and SAs, then its MTU, address and up.
+
+    >>> cfg = LinkConfig.generate("d1")
+    >>> [" ".join(argv[1:4]) for argv in secy_commands(cfg, "a")][:3]
+    ['link set tbd1va', 'link add link', 'macsec add tbd1ta']
+    """
+    me, peer = cfg.side(side), cfg.peer(side)
+    out = [["ip", "link", "set", me.veth, "address", me.mac, "mtu", str(cfg.mtu + 32), "up"],
+           ["ip", "link", "add", "link", me.veth, "name", me.tap, "type", "macsec",
+            "sci", me.sci, "cipher", cfg.suite, "encrypt", "on" if cfg.encrypt else "off",
+            "validate", cfg.validate, "replay", "on" if cfg.replay_protect else "off",
+            "window", str(cfg.replay_window), "encodingsa", str(cfg.initial_an)]]
+    for an, key in me.keys.items():
+        out.append(["ip", "macsec", "add", me.tap, "tx", "sa", str(an), "pn", "1", "on",
+                    *_xpn_args(cfg, me.ssci), "key", f"{an:02x}", key])
+    out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "on"])
+    for an, key in peer.keys.items():
+        out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "sa", str(an), "pn",
+                    "1", "on", *_xpn_args(cfg, peer.ssci), "key", f"{an:02x}", key])
+    out += [["ip", "link", "set", me.tap, "mtu", str(cfg.mtu), "up"],
+            ["ip", "addr", "add", me.ip, "dev", me.tap]]
+    return out
+
+
 class KernelMacsecLink:
     """The same link as :class:`UserspaceLink`, with kernel macsec devices.
 
@@ -98,39 +131,18 @@ class KernelMacsecLink:
         self.stop()
 
     def _xpn_args(self, ssci: int) -> list[str]:
-        if not self.config.cipher_suite.xpn:
-            return []
-        return ["ssci", f"{ssci:08x}", "salt", self.config.salt]
+        return _xpn_args(self.config, ssci)
 
     def start(self) -> None:
         """Create namespaces, veth and macsec devices with their SAs."""
         cfg = self.config
-        a, b = cfg.a, cfg.b
         try:
-            for side in (a, b):
+            for side in (cfg.a, cfg.b):
                 add_netns(side.netns)
             self.wire(cfg)
-            for side, peer in ((a, b), (b, a)):
-                ns = side.netns
-                run(["ip", "link", "set", side.veth, "address", side.mac, "mtu",
-                     str(cfg.mtu + 32), "up"], netns=ns)
-                run(["ip", "link", "add", "link", side.veth, "name", side.tap, "type", "macsec",
-                     "sci", side.sci, "cipher", cfg.suite,
-                     "encrypt", "on" if cfg.encrypt else "off",
-                     "validate", cfg.validate,
-                     "replay", "on" if cfg.replay_protect else "off",
-                     "window", str(cfg.replay_window),
-                     "encodingsa", str(cfg.initial_an)], netns=ns)
-                for an, key in side.keys.items():
-                    run(["ip", "macsec", "add", side.tap, "tx", "sa", str(an), "pn", "1", "on",
-                         *self._xpn_args(side.ssci), "key", f"{an:02x}", key], netns=ns)
-                run(["ip", "macsec", "add", side.tap, "rx", "sci", peer.sci, "on"], netns=ns)
-                for an, key in peer.keys.items():
-                    run(["ip", "macsec", "add", side.tap, "rx", "sci", peer.sci, "sa", str(an),
-                         "pn", "1", "on", *self._xpn_args(peer.ssci), "key", f"{an:02x}", key],
-                        netns=ns)
-                run(["ip", "link", "set", side.tap, "mtu", str(cfg.mtu), "up"], netns=ns)
-                run(["ip", "addr", "add", side.ip, "dev", side.tap], netns=ns)
+            for s in "ab":
+                for argv in secy_commands(cfg, s):
+                    run(argv, netns=cfg.side(s).netns)
         except BaseException:
             self.stop()
             raise

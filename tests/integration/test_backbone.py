@@ -1,8 +1,11 @@
 """A small backbone with real FRR (OSPF + BFD, fast timers): a link cut reroutes by itself.
 
-The test only cuts and restores the link; the daemons find the other path. Then
-nothing with the run's prefix may be left: namespaces, interfaces, FRR processes,
-sockets and files under /run/testbed/<id>.
+Every link is encrypted with MACsec (kernel where it exists, the userspace
+forwarders here): adjacencies form over the protected interfaces, the wire under
+them carries only 802.1AE frames. The test only cuts and restores the link (the
+wires lose carrier; the protected interfaces follow); the daemons find the other
+path. Then nothing with the run's prefix may be left: namespaces, interfaces, FRR
+and forwarder processes, sockets and files under /run/testbed/<id>.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from testbed.backbone.experiment import run
+from testbed.macsec.decrypt import decrypt_frame, receivers
 from testbed.naming import new_run_id, run_prefix
 from topologies.backbone import small_backbone
+from traffic.pcapfile import read_frames
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(not Path("/usr/lib/frr/ospfd").exists()
@@ -50,6 +55,7 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
         "links": links, "settle_s": 1, "probe_rate_pps": 200,
         "timers": {"fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3}},
         "replication": [{"src": "ra", "dst": "rb", "rate_mbps": 10}],
+        "macsec": {"enabled": True, "cipher": "gcm-aes-128"},
         "faults": [{"at_s": 3, "action": "cut_link", "target": "p1-p2-1"},
                    {"at_s": 7, "action": "restore_link", "target": "p1-p2-1"}],
     }
@@ -76,3 +82,32 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
     assert entry["replication"][0]["bytes"] > 0
     assert (tmp_path / "probe_loss.png").stat().st_size > 0
     assert result["backbone"]["design_check"]["ok"]
+    _check_encrypted(result, tmp_path)
+
+
+def _check_encrypted(result: dict, out: Path) -> None:
+    """The wire sample holds only MACsec frames that decrypt; the SecYs counted no error."""
+    bb = result["backbone"]
+    assert bb["encrypted"] is True and bb["macsec"]["cipher"] == "gcm-aes-128"
+    fig = result["runs"][0]["macsec"]
+    totals = fig["totals"]
+    assert totals["InPktsOK"] > 1000  # probes, replication, OSPF and BFD all crossed
+    for bad in ("InPktsNotValid", "InPktsInvalid", "InPktsNoTag", "InPktsBadTag",
+                "InPktsUnknownSCI", "InPktsNoSCI"):
+        assert totals.get(bad, 0) == 0, (bad, totals)
+    if fig["backend"] == "userspace":  # the cut reached the protected interfaces
+        cut_ends = fig["counters"]["p1-p2-1"]
+        assert all(end["carrier_changes"] >= 2 for end in cut_ends.values()), cut_ends
+    sample = fig["wire_sample"]
+    assert sample["link"] == "p1-p2-1"
+    frames = read_frames(out / sample["pcap"])
+    assert len(frames) >= 100
+    assert {f[12:14] for f in frames} == {b"\x88\xe5"}  # no plaintext OSPF, BFD, ICMP, ARP
+    secys = receivers(fig["keys"])
+    inner = {}
+    for frame in frames:  # each decrypts with the lab keys, and its payload was encrypted
+        plain = decrypt_frame(secys, frame)
+        assert plain is not None
+        assert plain[14:] not in frame
+        inner[plain[12:14]] = inner.get(plain[12:14], 0) + 1
+    assert set(inner) <= {b"\x08\x00", b"\x08\x06"} and inner[b"\x08\x00"] > 0
