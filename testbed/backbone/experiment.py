@@ -62,7 +62,7 @@ SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
     "tail_s": ((int, float), 0.1, 10, 1.0),
 }
 IPERF_PORT = 5301
-WIRE_SAMPLE = 1000  # frames captured on one wire per variant (with MACsec)
+WIRE_SAMPLE = 500  # frames captured on one wire per variant (with MACsec)
 ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
                "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
 ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
@@ -563,6 +563,10 @@ def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
     progress(f"backbone: {len(bb.pops)} PoPs, {len(bb.regions)} regions, "
              f"{len(bb.all_links)} links; delay "
              + ("applied with netem" if caps.netem else "not applied (netem missing)"))
+    if cfg["macsec"]["enabled"]:
+        progress(f"backbone: links encrypted with MACsec ({cfg['macsec']['cipher']}, "
+                 f"{macsec_backend(cfg['macsec'], caps)} backend, protected MTU "
+                 f"{cfg['macsec']['mtu']})")
     root = run_dir(run_id)
     made_root = not root.exists()
     entries = []
