@@ -43,6 +43,8 @@ PACKET_OUTGOING = 4
 BATCH = 64
 MAX_FRAME = 65536 + 64
 TUNSETCARRIER = 0x400454E2
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
 RTMGRP_LINK = 1
 RTM_NEWLINK = 16
 IFF_UP = 0x1
@@ -79,15 +81,15 @@ def open_wire(ifname: str) -> socket.socket:
     return sock
 
 
-def link_events(data: bytes) -> list[tuple[int, bool]]:
-    """``(ifindex, carrier)`` of every RTM_NEWLINK message in a netlink datagram.
+def link_events(data: bytes) -> list[tuple[int, bool, bool]]:
+    """``(ifindex, up, running)`` of every RTM_NEWLINK message in a netlink datagram.
 
-    Carrier means administratively up and operationally running (IFF_UP and
-    IFF_RUNNING), which is what a peer's cut or a local ``link set down`` clears.
+    ``up`` is the administrative state (IFF_UP); ``running`` adds carrier
+    (IFF_RUNNING), which the peer's cut clears.
 
     >>> msg = _NLMSG.pack(32, RTM_NEWLINK, 0, 0, 0) + _IFINFO.pack(0, 1, 7, 0x1043, 0)
     >>> link_events(msg + _NLMSG.pack(32, RTM_NEWLINK, 0, 0, 0) + _IFINFO.pack(0, 1, 8, 0x1003, 0))
-    [(7, True), (8, False)]
+    [(7, True, True), (8, True, False)]
     """
     out, off = [], 0
     while off + _NLMSG.size <= len(data):
@@ -96,7 +98,7 @@ def link_events(data: bytes) -> list[tuple[int, bool]]:
             break
         if kind == RTM_NEWLINK and length >= _NLMSG.size + _IFINFO.size:
             _, _, index, flags, _ = _IFINFO.unpack_from(data, off + _NLMSG.size)
-            out.append((index, bool(flags & IFF_UP and flags & IFF_RUNNING)))
+            out.append((index, bool(flags & IFF_UP), bool(flags & IFF_UP and flags & IFF_RUNNING)))
         off += (length + 3) & ~3
     return out
 
@@ -110,12 +112,23 @@ def open_link_watch() -> socket.socket:
     return sock
 
 
-def wire_carrier(ifname: str) -> bool:
-    """Whether ``ifname`` is up with carrier now (from sysfs of this namespace)."""
+def wire_state(ifname: str) -> tuple[bool, bool]:
+    """``(up, running)`` of ``ifname`` now (from sysfs of this namespace)."""
     try:
-        return Path(f"/sys/class/net/{ifname}/operstate").read_text().strip() == "up"
-    except OSError:
-        return False
+        sysfs = Path(f"/sys/class/net/{ifname}")
+        up = bool(int(sysfs.joinpath("flags").read_text(), 16) & IFF_UP)
+        return up, up and sysfs.joinpath("operstate").read_text().strip() == "up"
+    except (OSError, ValueError):
+        return False, False
+
+
+def set_admin(ifname: str, up: bool) -> None:
+    """Set ``ifname`` administratively up or down (SIOCSIFFLAGS, in this namespace)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        req = struct.pack("16sh22x", ifname.encode(), 0)
+        flags = struct.unpack("16sh22x", fcntl.ioctl(sock, SIOCGIFFLAGS, req))[1]
+        flags = (flags | IFF_UP) if up else (flags & ~IFF_UP)
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sh22x", ifname.encode(), flags))
 
 
 def build_secy(cfg: LinkConfig, side: str) -> SecY:
@@ -147,7 +160,7 @@ class Forwarder:
         self.tap = open_tap(self.me.tap)
         self.wire = open_wire(self.me.veth)
         self.wire_index = socket.if_nametoindex(self.me.veth)
-        self.carrier: bool | None = None
+        self.state: tuple[bool, bool] | None = None  # the wire's (up, running)
         self.carrier_changes = 0
         path = control_path(workdir, side)
         path.unlink(missing_ok=True)
@@ -156,20 +169,29 @@ class Forwarder:
         self.ctl.setblocking(False)
 
     # control -------------------------------------------------------------
-    def set_carrier(self, on: bool) -> None:
-        """Give the TAP the wire's carrier (TUNSETCARRIER), when it changed."""
-        if on != self.carrier:
-            fcntl.ioctl(self.tap, TUNSETCARRIER, struct.pack("i", int(on)))
-            if self.carrier is not None:
-                self.carrier_changes += 1
-                log.info("side %s: %s carrier %s", self.side, self.me.veth,
-                         "up" if on else "down")
-            self.carrier = on
+    def follow_wire(self, up: bool, running: bool) -> None:
+        """Give the TAP the wire's state: admin up/down and carrier (TUNSETCARRIER)."""
+        if (up, running) == self.state:
+            return
+        old_up = self.state[0] if self.state else True
+        if running:  # carrier first, so that an admin up finds it
+            fcntl.ioctl(self.tap, TUNSETCARRIER, struct.pack("i", 1))
+        if up != old_up:
+            set_admin(self.me.tap, up)
+        if not running:
+            fcntl.ioctl(self.tap, TUNSETCARRIER, struct.pack("i", 0))
+        if self.state is not None:
+            self.carrier_changes += 1
+            log.info("side %s: %s %s, %s", self.side, self.me.veth, "up" if up else "down",
+                     "carrier" if running else "no carrier")
+        self.state = (up, running)
 
     def stats(self) -> dict[str, object]:
         """Forwarding counters plus the SecY's."""
         return {"side": self.side, "time": time.time(), "io": dict(self.io),
-                "carrier": self.carrier, "carrier_changes": self.carrier_changes,
+                "wire_up": self.state[0] if self.state else None,
+                "carrier": self.state[1] if self.state else None,
+                "carrier_changes": self.carrier_changes,
                 **self.secy.stats()}
 
     def write_stats(self) -> None:
@@ -290,11 +312,11 @@ def serve(forwarders: list[Forwarder], stopped: Callable[[], bool]) -> None:
             except OSError as exc:  # ENOBUFS: events lost, read the state again
                 log.warning("link watch: %s", exc)
                 for f in forwarders:
-                    f.set_carrier(wire_carrier(f.me.veth))
+                    f.follow_wire(*wire_state(f.me.veth))
                 continue
-            for index, carrier in link_events(data):
+            for index, up, running in link_events(data):
                 if index in by_index:
-                    by_index[index].set_carrier(carrier)
+                    by_index[index].follow_wire(up, running)
 
     for f in forwarders:
         handlers[f.tap] = f._from_tap
@@ -304,7 +326,7 @@ def serve(forwarders: list[Forwarder], stopped: Callable[[], bool]) -> None:
     for fd in handlers:
         poller.register(fd, select.POLLIN)
     for f in forwarders:  # after the watch is open, so no change is missed
-        f.set_carrier(wire_carrier(f.me.veth))
+        f.follow_wire(*wire_state(f.me.veth))
     next_stats = 0.0
     try:
         while not stopped():
