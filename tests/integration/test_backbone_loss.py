@@ -1,5 +1,8 @@
 """Loss on a real veth link: degrade_link drops about the set fraction (nftables where
-netem is missing), restore_degraded_link and teardown leave no table behind."""
+netem is missing), restore_degraded_link and teardown leave no table behind.
+
+With MACsec the loss acts on the wire under the protected interfaces (a netdev
+egress hook, which also sees the userspace forwarder's packet socket)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from testbed.backbone import secure
 from testbed.backbone.net import BackboneNet
 from testbed.naming import new_run_id, run_prefix
 from topologies.backbone import small_backbone
@@ -34,11 +38,14 @@ def _rx_packets(netns: str, ifname: str) -> int:
     return json.loads(out)[0]["stats64"]["rx"]["packets"]
 
 
-def test_degrade_link_drops_about_the_set_fraction(tmp_path):
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "macsec"])
+def test_degrade_link_drops_about_the_set_fraction(tmp_path, encrypted):
     prefix = run_prefix(new_run_id())
     link = "p1-p2-1"
+    macsec = {**secure.DEFAULTS, "enabled": True} if encrypted else None
     with ExitStack() as stack:
-        net = BackboneNet(small_backbone(), prefix, tmp_path, stack)
+        net = BackboneNet(small_backbone(), prefix, tmp_path, stack, macsec=macsec,
+                          macsec_backend="userspace")
         net.build(shape=False, delay=False)  # no netem qdisc: the nftables path
         a_ns, b_ns = net.ns("p1"), net.ns("p2")
         net.degrade_link(link, 0.10)
@@ -56,5 +63,11 @@ def test_degrade_link_drops_about_the_set_fraction(tmp_path):
         net.restore_degraded_link(link)
         assert table not in _tables(a_ns) and table not in _tables(b_ns)
         net.degrade_link(link, 0.5)  # left in place: teardown must remove it
+        if encrypted:  # the drops happened on the wire: the receiver saw no gap it rejected
+            counters = net.secure.counters()[link]
+            assert counters["b"]["InPktsOK"] >= arrived
+            assert counters["b"]["InPktsNotValid"] == 0
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert prefix not in names  # namespaces (and their tables) are gone
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in procs  # no forwarder left
