@@ -1,0 +1,153 @@
+"""Adaptive routing on the leaves: per-flow placement and elephant moves, as pure logic.
+
+Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
+
+- The proactive ECMP rule per remote destination (select group 1) stays as it is: it is
+  the fallback that keeps forwarding when the controller dies.
+- In ``adaptive`` mode the leaf gets, one priority higher, the same rule with one more
+  action: a copy of the packet (its first 128 bytes) to the controller. So a flow that
+  has no rule of its own is forwarded by ECMP *and* announced to the controller.
+- On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink with
+  the least measured load (telemetry utilisation, ties broken by how many placed flows
+  the uplink already carries) with an exact-match rule at :data:`PRIORITY_FLOW` and an
+  idle timeout. From then on the flow bypasses the ECMP group and stops reaching the
+  controller. The few packets forwarded by ECMP before the rule lands may take another
+  uplink: the only reordering, once, at the very start of a flow.
+- Every adaptive interval the controller reads the per-flow byte counters of those rules
+  (flow stats, by cookie) and the uplink utilisation of the last telemetry sample. When
+  the busiest and the idlest uplink of a leaf differ by more than ``imbalance``, it moves
+  one elephant (a flow above ``elephant_mbps``) from the busiest to the idlest uplink:
+  the one whose move leaves the two closest to equal, and only if the move narrows the
+  gap. A moved flow is frozen for a few intervals so flows do not oscillate. A move is a
+  modify of the flow's rule (its counters stay): a whole-flow move, once per decision,
+  so a TCP flow sees at most one burst of reordering, which SACK absorbs.
+
+The OpenFlow side (matches, flow mods) lives in :mod:`controllers.congestion_app`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRIORITY_LEARN = 105
+PRIORITY_FLOW = 200
+COOKIE_FLOW = 0xAD00_0000_0000_0000
+COOKIE_MASK = 0xFF00_0000_0000_0000
+FLOW_IDLE_S = 5
+#: intervals a moved flow stays where it was put
+FREEZE_INTERVALS = 5
+
+
+@dataclass(frozen=True)
+class FlowKey:
+    """An IPv4 5-tuple (proto 6 = TCP, 17 = UDP)."""
+
+    proto: int
+    src: str
+    dst: str
+    sport: int
+    dport: int
+
+    def __str__(self) -> str:
+        name = {6: "tcp", 17: "udp"}.get(self.proto, str(self.proto))
+        return f"{name} {self.src}:{self.sport}>{self.dst}:{self.dport}"
+
+
+@dataclass(frozen=True)
+class FlowLoad:
+    """A placed flow, the uplink its rule sends it to, and its measured rate."""
+
+    key: FlowKey
+    port: int
+    mbps: float
+
+
+@dataclass(frozen=True)
+class Move:
+    key: FlowKey
+    from_port: int
+    to_port: int
+    mbps: float
+    reason: str
+
+
+def least_loaded(util: dict[int, float], placed: dict[int, int]) -> int:
+    """The uplink for a new flow: lowest utilisation, then fewest placed flows, then port.
+
+    >>> least_loaded({3: 0.9, 4: 0.1}, {})
+    4
+    >>> least_loaded({3: 0.0, 4: 0.0}, {3: 1})
+    4
+    >>> least_loaded({3: 0.5, 4: 0.5}, {3: 2, 4: 2})
+    3
+    """
+    return min(util, key=lambda p: (round(util[p], 2), placed.get(p, 0), p))
+
+
+def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float,
+              imbalance: float, elephant_mbps: float,
+              frozen: frozenset[FlowKey] = frozenset()) -> Move | None:
+    """The one elephant to move from the busiest to the idlest uplink, or None.
+
+    ``util`` is each uplink's utilisation (0..1) in the last interval, ``flows`` the
+    placed flows with their rates.
+
+    >>> k1, k2 = FlowKey(6, "a", "b", 1, 2), FlowKey(6, "c", "d", 3, 4)
+    >>> f = [FlowLoad(k1, 3, 9.0), FlowLoad(k2, 3, 9.5)]
+    >>> m = plan_move({3: 0.95, 4: 0.0}, f, link_mbps=20, imbalance=0.2, elephant_mbps=1)
+    >>> m.key.src, m.from_port, m.to_port, m.mbps  # 9.5 of 19: leaves them equal
+    ('c', 3, 4, 9.5)
+    >>> plan_move({3: 0.5, 4: 0.45}, f, link_mbps=20, imbalance=0.2, elephant_mbps=1) is None
+    True
+    """
+    if len(util) < 2 or link_mbps <= 0:
+        return None
+    hot = max(util, key=lambda p: (util[p], -p))
+    cold = min(util, key=lambda p: (util[p], p))
+    gap = util[hot] - util[cold]
+    if gap <= imbalance:
+        return None
+    best: tuple[float, FlowLoad] | None = None
+    for flow in flows:
+        if flow.port != hot or flow.mbps < elephant_mbps or flow.key in frozen:
+            continue
+        share = flow.mbps / link_mbps
+        after = abs((util[hot] - share) - (util[cold] + share))
+        if after >= gap:  # the move would not narrow the gap
+            continue
+        if best is None or after < best[0]:
+            best = (after, flow)
+    if best is None:
+        return None
+    flow = best[1]
+    reason = (f"uplink {hot} at {util[hot]:.2f}, uplink {cold} at {util[cold]:.2f} "
+              f"(gap {gap:.2f} > {imbalance:g})")
+    return Move(flow.key, hot, cold, round(flow.mbps, 3), reason)
+
+
+class FlowRates:
+    """Per-flow rates from successive flow-stats readings (byte count and rule age)."""
+
+    def __init__(self) -> None:
+        self._last: dict[FlowKey, tuple[int, float]] = {}
+
+    def update(self, readings: list[tuple[FlowKey, int, int, float]]) -> list[FlowLoad]:
+        """``readings``: (key, out port, byte count, rule age in s) of one switch's rules.
+
+        >>> r = FlowRates()
+        >>> k = FlowKey(17, "a", "b", 1, 4791)
+        >>> r.update([(k, 3, 0, 1.0)])
+        [FlowLoad(key=FlowKey(proto=17, src='a', dst='b', sport=1, dport=4791), port=3, mbps=0.0)]
+        >>> r.update([(k, 3, 250_000, 1.2)])[0].mbps
+        10.0
+        """
+        loads, seen = [], {}
+        for key, port, nbytes, age in readings:
+            prev = self._last.get(key)
+            mbps = 0.0
+            if prev and age > prev[1] and nbytes >= prev[0]:
+                mbps = (nbytes - prev[0]) * 8 / (age - prev[1]) / 1e6
+            seen[key] = (nbytes, age)
+            loads.append(FlowLoad(key, port, round(mbps, 3)))
+        self._last = seen
+        return loads
