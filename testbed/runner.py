@@ -73,7 +73,7 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) ->
 
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
-             controller: dict | None = None) -> LiveFabric:
+             controller: dict | None = None, telemetry: bool = True) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
@@ -95,7 +95,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         "controller",
         [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
          "--status", str(status), "--config", str(config_file),
-         "--telemetry", str(out / "telemetry.jsonl")],
+         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else [])],
         pid_dir=pids, log=out / "controller.log",
     )
     stack.callback(controller_proc.stop)

@@ -1,0 +1,196 @@
+"""Congestion control on real switches: telemetry, adaptive moves, CE marking, spraying.
+
+One fabric (1 plane, 4 nodes, 2 leaves, 2 spines, 20 Mb/s links) runs the controller in
+``adaptive`` mode with controller ECN marking; the spray test uses the plain ECMP fabric
+of the ``live`` fixture. Traffic is UDP from :mod:`udp_tools` (beside this file).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from testbed.procs import wait_for
+from testbed.results import read_jsonl
+
+pytestmark = pytest.mark.ovs
+
+TOOLS = str(Path(__file__).with_name("udp_tools.py"))
+ROCE = 4791
+ECT0, NOT_ECT = 2, 0
+CONTROLLER = {
+    "mode": "adaptive",
+    "telemetry_ms": 100,
+    "adaptive": {"interval_ms": 100, "imbalance": 0.2, "elephant_mbps": 1.0},
+    "ecn": {"mode": "controller",
+            "classes": {"collective": {"min_kb": 10, "max_kb": 30, "probability": 0.5},
+                        "agents": {"min_kb": 10, "max_kb": 30, "probability": 0.5}}},
+}
+
+
+@pytest.fixture(scope="module")
+def congestion_live(tmp_path_factory):
+    from testbed.capabilities import probe
+    from testbed.naming import new_run_id, run_prefix
+    from testbed.runner import bring_up
+    from topologies.leafspine import build_fabric
+
+    from .conftest import leftovers
+
+    run_id = new_run_id()
+    prefix = run_prefix(run_id)
+    spec = build_fabric(prefix=prefix, planes=1, rails=1, nodes=4, leaves_per_plane=2,
+                        spines_per_plane=2, link_mbps=20)
+    out = tmp_path_factory.mktemp("congestion")
+    with ExitStack() as stack:
+        live = bring_up(spec, probe(run_id), run_id=run_id, controller=CONTROLLER, out=out,
+                        stack=stack)
+        live.out = out
+        yield live
+    assert leftovers(prefix) == []
+
+
+def receiver(live, host, port: int, seconds: float):
+    proc = live.fabric.spawn(host, f"recv{port}", [sys.executable, TOOLS, "recv", "--port",
+                                                   str(port), "--seconds", str(seconds)],
+                             pid_dir=live.pid_dir, stdout_pipe=True)
+    assert proc.proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def result(proc) -> dict:
+    line = proc.proc.stdout.readline()
+    proc.stop()
+    return json.loads(line)
+
+
+def sender(live, host, dst: str, port: int, *, mbps: float, seconds: float, tos: int = 0,
+           sports: int = 1, name: str = "send"):
+    return live.fabric.spawn(host, name, [
+        sys.executable, TOOLS, "send", "--dst", dst, "--port", str(port), "--mbps", str(mbps),
+        "--seconds", str(seconds), "--tos", str(tos), "--sports", str(sports)],
+        pid_dir=live.pid_dir, stdout_pipe=True)
+
+
+def port_tx(switch: str) -> dict[int, tuple[int, int]]:
+    """(tx_packets, tx_bytes) per OpenFlow port, from the switch itself."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch],
+                         capture_output=True, text=True, check=True).stdout
+    ports, current = {}, None
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("port"):
+            name = line.split(":")[0].split()[1]
+            current = int(name) if name.isdigit() else None
+        elif line.startswith("tx") and current is not None:
+            fields = dict(kv.split("=") for kv in line[3:].replace(" ", "").split(",")
+                          if "=" in kv)
+            ports[current] = (int(fields["pkts"]), int(fields["bytes"]))
+    return ports
+
+
+def events(live, name: str) -> list[dict]:
+    return [e for e in read_jsonl(live.status) if e.get("event") == name]
+
+
+def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congestion_live):
+    live = congestion_live
+    spec = live.spec
+    h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
+    dst = h3.interface(0, 0)
+    # 1. no queue: one ECT sender at a quarter of the link rate
+    rx = receiver(live, h3.name, ROCE, 4)
+    tx = sender(live, h0.name, dst.ip, ROCE, mbps=5, seconds=3, tos=ECT0)
+    tx.wait(10)
+    idle = result(rx)
+    assert idle["packets"] > 100 and idle["ect0"] == idle["packets"] and idle["ce"] == 0
+    # 2. a queue: two ECT senders and one not-ECT sender into h3's 20 Mb/s downlink
+    rx_ect = receiver(live, h3.name, ROCE, 6)
+    rx_plain = receiver(live, h3.name, ROCE + 1, 6)
+    senders = [sender(live, h0.name, dst.ip, ROCE, mbps=12, seconds=5, tos=ECT0, name="a"),
+               sender(live, h2.name, dst.ip, ROCE, mbps=12, seconds=5, tos=ECT0, name="b"),
+               sender(live, h2.name, dst.ip, ROCE + 1, mbps=2, seconds=5, tos=NOT_ECT,
+                      name="c")]
+    for s in senders:
+        s.wait(15)
+    busy, plain = result(rx_ect), result(rx_plain)
+    assert busy["ce"] > 0.05 * busy["packets"], busy
+    assert plain["packets"] > 50 and plain["ce"] == 0 and plain["not_ect"] == plain["packets"]
+    congested = f"{dst.leaf}e{dst.leaf_port}"
+    on = [e for e in events(live, "ecn_on") if e["ifname"] == congested]
+    assert on and all(e["backlog_bytes"] >= 10_000 for e in on)
+    # 3. the queue drains: marking stops (hysteresis ends below min_kb)
+    assert wait_for(lambda: len([e for e in events(live, "ecn_off")
+                                 if e["ifname"] == congested]) >= len(on), 5)
+    # the telemetry saw that queue
+    peak = max(s["backlog_bytes"] for s in read_jsonl(live.out / "telemetry.jsonl")
+               if s["ifname"] == congested)
+    assert peak > 10_000
+
+
+def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
+    live = congestion_live
+    spec = live.spec
+    h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
+    leaf = h0.interface(0, 0).leaf
+    uplinks = spec.uplink_ports(leaf)
+    rx2 = receiver(live, h2.name, 5001, 9)
+    rx3 = receiver(live, h3.name, 5001, 9)
+    a = sender(live, h0.name, h2.interface(0, 0).ip, 5001, mbps=7, seconds=8, name="e1")
+    b = sender(live, h0.name, h3.interface(0, 0).ip, 5001, mbps=7, seconds=8, name="e2")
+    placed = lambda: [e for e in events(live, "flow_placed")  # noqa: E731
+                      if e["switch"] == leaf and e["flow"].endswith(":5001")]
+    assert wait_for(lambda: len(placed()) >= 2, 5), events(live, "flow_placed")
+    time.sleep(0.5)
+    # a bad hash: put both elephants on the first uplink, behind the controller's back
+    for e in placed()[-2:]:
+        src, dst = e["flow"].split()[1].split(">")  # "udp 10.0.0.1:40000>10.0.0.3:5001"
+        (sip, sport), (dip, dport) = src.split(":"), dst.split(":")
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--strict", "mod-flows", leaf,
+                        f"priority=200,udp,nw_src={sip},nw_dst={dip},tp_src={sport},"
+                        f"tp_dst={dport},actions=output:{uplinks[0]}"], check=True)
+    t_collide = time.time()
+    assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3)
+    move = next(m for m in events(live, "flow_moved") if m["t"] > t_collide)
+    assert (move["switch"], move["from_port"], move["to_port"]) == (leaf, uplinks[0],
+                                                                       uplinks[1])
+    assert move["t"] - t_collide < 1.0  # within a few telemetry intervals
+    before = port_tx(leaf)
+    time.sleep(1.0)
+    after = port_tx(leaf)
+    moved_bytes = after[uplinks[1]][1] - before[uplinks[1]][1]
+    assert moved_bytes > 0.5 * 7e6 / 8  # the idle uplink now carries an elephant
+    for s in (a, b):
+        s.wait(15)
+    got2, got3 = result(rx2), result(rx3)
+    for got in (got2, got3):  # 7+7 Mb/s fit one 20 Mb/s uplink: nothing lost either way
+        assert got["packets"] > 0.9 * 7e6 * 8 / (8000 * 8)
+
+
+def test_spray_spreads_one_rotating_stream_over_every_uplink(live):
+    """OVS select groups hash the L4 ports (dp_hash): rotating the UDP source port per
+    packet spreads one stream; the same stream from one source port stays on one uplink."""
+    spec = live.spec
+    h0, h3 = spec.hosts[0], spec.hosts[3]
+    leaf = h0.interface(0, 0).leaf
+    uplinks = spec.uplink_ports(leaf)
+    spread = {}
+    for sports in (64, 1):
+        rx = receiver(live, h3.name, ROCE, 4)
+        before = port_tx(leaf)
+        tx = sender(live, h0.name, h3.interface(0, 0).ip, ROCE, mbps=10, seconds=2,
+                    sports=sports)
+        tx.wait(10)
+        got = result(rx)
+        after = port_tx(leaf)
+        spread[sports] = [after[p][0] - before[p][0] for p in uplinks]
+        assert got["packets"] > 200
+    total = sum(spread[64])
+    assert all(n > 0.25 * total / len(uplinks) for n in spread[64]), spread
+    assert sorted(spread[1])[0] < 0.05 * sum(spread[1]), spread
