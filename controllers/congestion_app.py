@@ -99,9 +99,16 @@ class CongestionControl(app_manager.OSKenApp):
     def on_features(self, ev) -> None:
         dp = ev.msg.datapath
         plan = self.plans.get(dp.id)
-        if plan is None or plan.role != "leaf" or ECMP_GROUP not in plan.groups:
+        if plan is None:
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        # marks left by a previous controller process: no port is marking now
+        dp.send_msg(parser.OFPFlowMod(
+            dp, cookie=ecn.COOKIE_MARK, cookie_mask=adaptive.COOKIE_MASK,
+            command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        if plan.role != "leaf" or ECMP_GROUP not in plan.groups:
+            return
         learn = self.mode == "adaptive"
         if learn:
             for route in plan.routes:
@@ -114,7 +121,10 @@ class CongestionControl(app_manager.OSKenApp):
                                   [parser.OFPActionGroup(route.group), self.to_controller(dp)])
         if self.cfg.controller_marks:
             for cls, group in ecn.ECT_GROUPS.items():
-                dp.send_msg(self.ect_group(dp, ofp.OFPGC_ADD, plan.dpid, cls, group))
+                # ADD, then MODIFY: after a controller restart the group exists (the ADD
+                # fails harmlessly) and may still carry the old process's marks
+                for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+                    dp.send_msg(self.ect_group(dp, command, plan.dpid, cls, group))
             for fields, group in ecn.ect_rules(plan):
                 actions = [parser.OFPActionGroup(group)]
                 if learn:
@@ -161,19 +171,9 @@ class CongestionControl(app_manager.OSKenApp):
         next_t, next_cpu = time.monotonic(), time.monotonic() + CPU_EVENT_S
         while True:
             try:
-                self.queues = self.reader.read()
-            except OSError as exc:  # a port vanished mid-dump (teardown): try again
-                self.logger.warning("qdisc dump failed: %s", exc)
-            self.sample_t = time.time()
-            self.tick_no += 1
-            for dp in list(self.datapaths.values()):
-                parser, ofp = dp.ofproto_parser, dp.ofproto
-                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
-                if (self.mode == "adaptive" and self.tick_no % every == 0
-                        and self.plans[dp.id].role == "leaf"):
-                    dp.send_msg(parser.OFPFlowStatsRequest(
-                        dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, adaptive.COOKIE_FLOW,
-                        adaptive.COOKIE_MASK, parser.OFPMatch()))
+                self.tick(every)
+            except Exception:  # keep sampling: one bad tick must not end the telemetry
+                self.logger.exception("telemetry tick failed")
             now = time.monotonic()
             if now >= next_cpu:
                 t = os.times()
@@ -183,6 +183,23 @@ class CongestionControl(app_manager.OSKenApp):
             hub.sleep(max(0.0, next_t - time.monotonic()))
             if time.monotonic() - next_t > interval:  # fell behind: do not burst
                 next_t = time.monotonic()
+
+    def tick(self, every: int) -> None:
+        """Snapshot every queue, then ask every switch for its port (and flow) counters."""
+        try:
+            self.queues = self.reader.read()
+        except OSError as exc:  # a port vanished mid-dump (teardown): next tick
+            self.logger.warning("qdisc dump failed: %s", exc)
+        self.sample_t = time.time()
+        self.tick_no += 1
+        for dp in list(self.datapaths.values()):
+            parser, ofp = dp.ofproto_parser, dp.ofproto
+            dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+            if (self.mode == "adaptive" and self.tick_no % every == 0
+                    and self.plans[dp.id].role == "leaf"):
+                dp.send_msg(parser.OFPFlowStatsRequest(
+                    dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, adaptive.COOKIE_FLOW,
+                    adaptive.COOKIE_MASK, parser.OFPMatch()))
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def on_port_stats(self, ev) -> None:
@@ -278,6 +295,9 @@ class CongestionControl(app_manager.OSKenApp):
                              stat.duration_sec + stat.duration_nsec / 1e9))
         loads = self.rates.setdefault(dp.id, adaptive.FlowRates()).update(readings)
         self.placed[dp.id] = {f.key: f.port for f in loads}
+        stale = time.monotonic() - 30
+        for k in [k for k, t in self.learned_at.items() if k[0] == dp.id and t < stale]:
+            del self.learned_at[k]
         self.rebalance(dp, loads)
 
     def rebalance(self, dp, loads: list[adaptive.FlowLoad]) -> None:
