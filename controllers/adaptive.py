@@ -36,6 +36,10 @@ COOKIE_MASK = 0xFF00_0000_0000_0000
 FLOW_IDLE_S = 5
 #: intervals a moved flow stays where it was put
 FREEZE_INTERVALS = 5
+#: a flow is moved only if its share is at most this fraction of the gap: rates are
+#: estimates over one short interval, and a flow as large as the gap would only carry the
+#: hot spot to the other uplink (and back, next time)
+MAX_SHARE_OF_GAP = 0.75
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class FlowLoad:
     key: FlowKey
     port: int
     mbps: float
+    age_s: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,12 @@ def least_loaded(util: dict[int, float], placed: dict[int, int]) -> int:
 
 def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float,
               imbalance: float, elephant_mbps: float,
-              frozen: frozenset[FlowKey] = frozenset()) -> Move | None:
+              frozen: frozenset[FlowKey] = frozenset(), min_age_s: float = 0.0) -> Move | None:
     """The one elephant to move from the busiest to the idlest uplink, or None.
 
     ``util`` is each uplink's utilisation (0..1) in the last interval, ``flows`` the
-    placed flows with their rates.
+    placed flows with their rates. Flows younger than ``min_age_s`` have no reliable
+    rate yet and stay where they are.
 
     >>> k1, k2 = FlowKey(6, "a", "b", 1, 2), FlowKey(6, "c", "d", 3, 4)
     >>> f = [FlowLoad(k1, 3, 9.0), FlowLoad(k2, 3, 9.5)]
@@ -109,12 +115,13 @@ def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float
         return None
     best: tuple[float, FlowLoad] | None = None
     for flow in flows:
-        if flow.port != hot or flow.mbps < elephant_mbps or flow.key in frozen:
+        if (flow.port != hot or flow.mbps < elephant_mbps or flow.key in frozen
+                or flow.age_s < min_age_s):
             continue
         share = flow.mbps / link_mbps
-        after = abs((util[hot] - share) - (util[cold] + share))
-        if after >= gap:  # the move would not narrow the gap
+        if share > MAX_SHARE_OF_GAP * gap:  # would not narrow the gap for sure
             continue
+        after = abs((util[hot] - share) - (util[cold] + share))
         if best is None or after < best[0]:
             best = (after, flow)
     if best is None:
@@ -136,8 +143,8 @@ class FlowRates:
 
         >>> r = FlowRates()
         >>> k = FlowKey(17, "a", "b", 1, 4791)
-        >>> r.update([(k, 3, 0, 1.0)])
-        [FlowLoad(key=FlowKey(proto=17, src='a', dst='b', sport=1, dport=4791), port=3, mbps=0.0)]
+        >>> r.update([(k, 3, 0, 1.0)])[0].mbps
+        0.0
         >>> r.update([(k, 3, 250_000, 1.2)])[0].mbps
         10.0
         """
@@ -148,6 +155,6 @@ class FlowRates:
             if prev and age > prev[1] and nbytes >= prev[0]:
                 mbps = (nbytes - prev[0]) * 8 / (age - prev[1]) / 1e6
             seen[key] = (nbytes, age)
-            loads.append(FlowLoad(key, port, round(mbps, 3)))
+            loads.append(FlowLoad(key, port, round(mbps, 3), age))
         self._last = seen
         return loads

@@ -9,12 +9,8 @@ left keep working or time out).
   drops) and an OpenFlow port-stats request to every switch; each reply is joined with
   the queue snapshot into ``telemetry.jsonl`` (:mod:`controllers.telemetry`).
 - ``adaptive`` mode: flow placement and elephant moves (:mod:`controllers.adaptive`).
-- ``spray`` mode needs no rule of its own: OVS (since 2.10) selects a select-group
-  bucket by ``dp_hash``, a symmetric L3/L4 hash of the packet's 5-tuple computed per
-  packet, so senders that rotate the UDP source port per packet (RoCE entropy) spread
-  every packet anew over the uplinks. (The NXM ``selection_method=hash,fields(...)``
-  extension needs OpenFlow 1.5, which these bridges do not speak; the default already
-  hashes on L4 ports, proven by the integration test.)
+- ``spray`` mode: RoCE packets choose their uplink by the low bits of the UDP source
+  port, which the senders rotate per packet (:mod:`controllers.spray`).
 - ECN marking by the controller (:mod:`controllers.ecn`) when ``ecn_backend`` is
   ``controller``.
 
@@ -40,9 +36,9 @@ from os_ken.lib import hub
 from os_ken.lib.packet import ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers import adaptive, ecn
+from controllers import adaptive, ecn, spray
 from controllers.config import CLASSES, ControllerConfig
-from controllers.fabric_app import StatusLog
+from controllers.fabric_app import FabricRouting, StatusLog
 from controllers.paths import ECMP_GROUP, plan_switch
 from controllers.telemetry import (
     PortCounters,
@@ -110,6 +106,12 @@ class CongestionControl(app_manager.OSKenApp):
         if plan.role != "leaf" or ECMP_GROUP not in plan.groups:
             return
         learn = self.mode == "adaptive"
+        if learn or self.cfg.controller_marks:
+            # the overlay's rules point at group 1, which the routing app adds from its own
+            # thread: add it here too, or a rule that arrives first is refused
+            # (BAD_OUT_GROUP); the routing app answers GROUP_EXISTS with the same buckets
+            dp.send_msg(FabricRouting.group_mod(dp, ofp.OFPGC_ADD, ECMP_GROUP,
+                                                plan.groups[ECMP_GROUP]))
         if learn:
             for route in plan.routes:
                 if route.group is None:
@@ -119,6 +121,8 @@ class CongestionControl(app_manager.OSKenApp):
                                             ip_proto=proto)
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, match,
                                   [parser.OFPActionGroup(route.group), self.to_controller(dp)])
+        if self.mode == "spray":
+            self.install_spray(dp, plan)
         if self.cfg.controller_marks:
             for cls, group in ecn.ECT_GROUPS.items():
                 # ADD, then MODIFY: after a controller restart the group exists (the ADD
@@ -130,6 +134,32 @@ class CongestionControl(app_manager.OSKenApp):
                 if learn:
                     actions.append(self.to_controller(dp))
                 self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions)
+
+    def install_spray(self, dp, plan) -> None:
+        """RoCE source-port buckets to uplinks (:mod:`controllers.spray`); with controller
+        marking, ECN-capable packets go through one indirect group per uplink instead."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        uplinks = plan.groups[ECMP_GROUP]
+        for rule in spray.spray_rules(plan, uplinks):
+            self.add_flow(dp, spray.PRIORITY_SPRAY, parser.OFPMatch(**rule.match()),
+                          [parser.OFPActionOutput(rule.port)])
+        if not self.cfg.controller_marks:
+            return
+        for port in uplinks:
+            for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+                dp.send_msg(self.spray_group(dp, command, port))
+        for rule in spray.spray_rules(plan, uplinks, ect=True):
+            self.add_flow(dp, spray.PRIORITY_SPRAY + 1, parser.OFPMatch(**rule.match()),
+                          [parser.OFPActionGroup(spray.SPRAY_GROUP_BASE + rule.port)])
+
+    def spray_group(self, dp, command: int, port: int):
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        actions = [parser.OFPActionOutput(port)]
+        if self.marks[(dp.id, port, "collective")].on:
+            actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
+        return parser.OFPGroupMod(dp, command, ofp.OFPGT_INDIRECT,
+                                  spray.SPRAY_GROUP_BASE + port,
+                                  [parser.OFPBucket(actions=actions)])
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def on_state(self, ev) -> None:
@@ -235,6 +265,8 @@ class CongestionControl(app_manager.OSKenApp):
             if info.role == "leaf_uplink":
                 dp.send_msg(self.ect_group(dp, ofp.OFPGC_MODIFY, dp.id, cls,
                                            ecn.ECT_GROUPS[cls]))
+                if self.mode == "spray" and cls == "collective":
+                    dp.send_msg(self.spray_group(dp, ofp.OFPGC_MODIFY, info.port))
             else:
                 for fields in ecn.mark_rules(self.plans[dp.id], info.port, cls):
                     match = parser.OFPMatch(**fields)
@@ -312,7 +344,8 @@ class CongestionControl(app_manager.OSKenApp):
         move = adaptive.plan_move(util, loads, link_mbps=self.link_mbps,
                                   imbalance=self.cfg.adaptive.imbalance,
                                   elephant_mbps=self.cfg.adaptive.elephant_mbps,
-                                  frozen=frozenset(frozen))
+                                  frozen=frozenset(frozen),
+                                  min_age_s=3 * self.cfg.adaptive.interval_ms / 1000)
         if move is None:
             return
         parser = dp.ofproto_parser

@@ -1,8 +1,8 @@
 """Congestion control on real switches: telemetry, adaptive moves, CE marking, spraying.
 
-One fabric (1 plane, 4 nodes, 2 leaves, 2 spines, 20 Mb/s links) runs the controller in
-``adaptive`` mode with controller ECN marking; the spray test uses the plain ECMP fabric
-of the ``live`` fixture. Traffic is UDP from :mod:`udp_tools` (beside this file).
+Two fabrics (1 plane, 4 nodes, 2 leaves, 2 spines, 20 Mb/s links) with controller ECN
+marking: one in ``adaptive`` mode, one in ``spray`` mode. Traffic is UDP from
+:mod:`udp_tools` (beside this file).
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ CONTROLLER = {
 }
 
 
-@pytest.fixture(scope="module")
-def congestion_live(tmp_path_factory):
+def _fabric(tmp_path_factory, controller: dict):
     from testbed.capabilities import probe
     from testbed.naming import new_run_id, run_prefix
     from testbed.runner import bring_up
@@ -47,13 +46,23 @@ def congestion_live(tmp_path_factory):
     prefix = run_prefix(run_id)
     spec = build_fabric(prefix=prefix, planes=1, rails=1, nodes=4, leaves_per_plane=2,
                         spines_per_plane=2, link_mbps=20)
-    out = tmp_path_factory.mktemp("congestion")
+    out = tmp_path_factory.mktemp(controller["mode"])
     with ExitStack() as stack:
-        live = bring_up(spec, probe(run_id), run_id=run_id, controller=CONTROLLER, out=out,
+        live = bring_up(spec, probe(run_id), run_id=run_id, controller=controller, out=out,
                         stack=stack)
         live.out = out
         yield live
     assert leftovers(prefix) == []
+
+
+@pytest.fixture(scope="module")
+def congestion_live(tmp_path_factory):
+    yield from _fabric(tmp_path_factory, CONTROLLER)
+
+
+@pytest.fixture(scope="module")
+def spray_live(tmp_path_factory):
+    yield from _fabric(tmp_path_factory, {**CONTROLLER, "mode": "spray"})
 
 
 def receiver(live, host, port: int, seconds: float):
@@ -173,9 +182,11 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
         assert got["packets"] > 0.9 * 7e6 * 8 / (8000 * 8)
 
 
-def test_spray_spreads_one_rotating_stream_over_every_uplink(live):
-    """OVS select groups hash the L4 ports (dp_hash): rotating the UDP source port per
-    packet spreads one stream; the same stream from one source port stays on one uplink."""
+def test_spray_spreads_one_rotating_stream_over_every_uplink(spray_live):
+    """Rotating the RoCE source port per packet spreads one stream over both uplinks
+    (even ECN-capable packets, which take the marking groups); the same stream from one
+    source port stays on one uplink."""
+    live = spray_live
     spec = live.spec
     h0, h3 = spec.hosts[0], spec.hosts[3]
     leaf = h0.interface(0, 0).leaf
@@ -185,7 +196,7 @@ def test_spray_spreads_one_rotating_stream_over_every_uplink(live):
         rx = receiver(live, h3.name, ROCE, 4)
         before = port_tx(leaf)
         tx = sender(live, h0.name, h3.interface(0, 0).ip, ROCE, mbps=10, seconds=2,
-                    sports=sports)
+                    sports=sports, tos=ECT0 if sports == 64 else NOT_ECT)
         tx.wait(10)
         got = result(rx)
         after = port_tx(leaf)
