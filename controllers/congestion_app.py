@@ -70,6 +70,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.counters: dict[tuple[int, int], PortCounters] = {}
         self.util: dict[tuple[int, int], float] = {}
         self.queues: dict = {}
+        self.asked: dict[tuple[int, int], tuple[float, dict]] = {}
         self.sample_t = time.time()
         self.tick_no = 0
         self.rng = random.Random(int(os.environ.get("TESTBED_SEED", "1")))
@@ -222,9 +223,15 @@ class CongestionControl(app_manager.OSKenApp):
             self.logger.warning("qdisc dump failed: %s", exc)
         self.sample_t = time.time()
         self.tick_no += 1
+        for k in [k for k, (t, _) in self.asked.items() if t < self.sample_t - 5]:
+            del self.asked[k]  # never answered (a switch went away)
         for dp in list(self.datapaths.values()):
             parser, ofp = dp.ofproto_parser, dp.ofproto
-            dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+            request = parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)
+            dp.set_xid(request)
+            # a late reply still belongs to the tick (time, queue snapshot) that asked
+            self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
+            dp.send_msg(request)
             if (self.mode == "adaptive" and self.tick_no % every == 0
                     and self.plans[dp.id].role == "leaf"):
                 dp.send_msg(parser.OFPFlowStatsRequest(
@@ -234,6 +241,12 @@ class CongestionControl(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def on_port_stats(self, ev) -> None:
         dp = ev.msg.datapath
+        asked = self.asked.pop((dp.id, ev.msg.xid), None)
+        if asked is None:
+            return
+        if ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            self.asked[(dp.id, ev.msg.xid)] = asked
+        t, queues = asked
         samples = []
         for stat in ev.msg.body:
             info = self.ports.get((dp.id, stat.port_no))
@@ -242,8 +255,7 @@ class CongestionControl(app_manager.OSKenApp):
             now = PortCounters(stat.tx_bytes, stat.rx_bytes, stat.tx_packets, stat.tx_dropped,
                                stat.duration_sec + stat.duration_nsec / 1e9)
             key = (dp.id, stat.port_no)
-            sample = make_sample(self.sample_t, info, self.counters.get(key), now,
-                                 self.queues.get(info.ifname))
+            sample = make_sample(t, info, self.counters.get(key), now, queues.get(info.ifname))
             self.counters[key] = now
             self.util[key] = sample.util
             samples.append(sample)
