@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 
 from os_ken.base import app_manager
@@ -71,6 +72,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.util: dict[tuple[int, int], float] = {}
         self.queues: dict = {}
         self.asked: dict[tuple[int, int], tuple[float, dict]] = {}
+        self.asked_lock = threading.Lock()
         self.sample_t = time.time()
         self.tick_no = 0
         self.rng = random.Random(int(os.environ.get("TESTBED_SEED", "1")))
@@ -223,14 +225,16 @@ class CongestionControl(app_manager.OSKenApp):
             self.logger.warning("qdisc dump failed: %s", exc)
         self.sample_t = time.time()
         self.tick_no += 1
-        for k in [k for k, (t, _) in self.asked.items() if t < self.sample_t - 5]:
-            del self.asked[k]  # never answered (a switch went away)
+        with self.asked_lock:  # the event thread pops answered requests
+            for k in [k for k, (t, _) in self.asked.items() if t < self.sample_t - 5]:
+                del self.asked[k]  # never answered (a switch went away)
         for dp in list(self.datapaths.values()):
             parser, ofp = dp.ofproto_parser, dp.ofproto
             request = parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)
             dp.set_xid(request)
             # a late reply still belongs to the tick (time, queue snapshot) that asked
-            self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
+            with self.asked_lock:
+                self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
             dp.send_msg(request)
             if (self.mode == "adaptive" and self.tick_no % every == 0
                     and self.plans[dp.id].role == "leaf"):
@@ -241,11 +245,12 @@ class CongestionControl(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def on_port_stats(self, ev) -> None:
         dp = ev.msg.datapath
-        asked = self.asked.pop((dp.id, ev.msg.xid), None)
+        with self.asked_lock:
+            asked = self.asked.pop((dp.id, ev.msg.xid), None)
+            if asked is not None and ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                self.asked[(dp.id, ev.msg.xid)] = asked
         if asked is None:
             return
-        if ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
-            self.asked[(dp.id, ev.msg.xid)] = asked
         t, queues = asked
         samples = []
         for stat in ev.msg.body:
