@@ -205,3 +205,58 @@ def test_spray_spreads_one_rotating_stream_over_every_uplink(spray_live):
     total = sum(spread[64])
     assert all(n > 0.25 * total / len(uplinks) for n in spread[64]), spread
     assert sorted(spread[1])[0] < 0.05 * sum(spread[1]), spread
+
+
+def _force(leaf: str, flow: str, port: int) -> None:
+    """Rewrite a placed flow's rule (``flow`` as in the events) to ``port``: a bad hash."""
+    proto, tuple_ = flow.split()
+    src, dst = tuple_.split(">")
+    (sip, sport), (dip, dport) = src.split(":"), dst.split(":")
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--strict", "mod-flows", leaf,
+                    f"priority=200,{proto},nw_src={sip},nw_dst={dip},tp_src={sport},"
+                    f"tp_dst={dport},actions=output:{port}"], check=True)
+
+
+def test_a_moved_tcp_flow_runs_at_full_rate_after_the_move(congestion_live):
+    """Two TCP elephants from two hosts of one leaf, forced onto one uplink, share it;
+    the controller moves one and both then run near their NIC's rate (none collapses)."""
+    live = congestion_live
+    spec = live.spec
+    h0, h1, h2, h3 = spec.hosts
+    leaf = h0.interface(0, 0).leaf
+    uplinks = spec.uplink_ports(leaf)
+    servers = [live.fabric.spawn(h.name, f"iperf-s{h.name}", ["iperf3", "-s", "-1"],
+                                 pid_dir=live.pid_dir) for h in (h2, h3)]
+    for h in (h2, h3):
+        assert wait_for(lambda: "LISTEN" in live.fabric.run(  # noqa: B023
+            h.name, ["ss", "-ltn", "sport = :5201"]).stdout, 5)  # noqa: B023
+    t_start = time.time()
+    clients = [live.fabric.spawn(src.name, f"iperf-c{src.name}",
+                                 ["iperf3", "-c", dst.interface(0, 0).ip, "-t", "9", "-J",
+                                  "-i", "0.5"], pid_dir=live.pid_dir, stdout_pipe=True)
+               for src, dst in ((h0, h2), (h1, h3))]
+    data = {}  # source ip -> the data connection (the last one placed to port 5201)
+
+    def placed() -> bool:
+        for e in events(live, "flow_placed"):
+            if e["t"] > t_start and e["switch"] == leaf and e["flow"].endswith(":5201"):
+                data[e["flow"].split()[1].split(":")[0]] = e["flow"]
+        return len(data) == 2 and time.time() - t_start > 2
+
+    assert wait_for(placed, 6)
+    for flow in data.values():
+        _force(leaf, flow, uplinks[0])
+    t_collide = time.time()
+    assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3)
+    move = next(m for m in events(live, "flow_moved") if m["t"] > t_collide)
+    assert move["flow"] in data.values() and move["to_port"] == uplinks[1]
+    reports = [json.loads(c.proc.stdout.read()) for c in clients]
+    for c in clients:
+        c.stop()
+    for s in servers:
+        s.stop()
+    for report in reports:
+        t0 = report["start"]["timestamp"]["timesecs"]
+        after = [i["sum"]["bits_per_second"] / 1e6 for i in report["intervals"]
+                 if t0 + i["sum"]["start"] >= move["t"] + 1.5]
+        assert after and sum(after) / len(after) > 0.7 * spec.link_mbps, after
