@@ -56,10 +56,11 @@ def _events(live, name: str) -> list[dict]:
     return [e for e in read_jsonl(live.status) if e.get("event") == name]
 
 
-def bench_move(rounds: int) -> dict:
+def bench_move(rounds: int, keep: Path | None = None) -> dict:
     ctl = {"mode": "adaptive", "telemetry_ms": 100}
     delays = []
     with TemporaryDirectory() as tmp, ExitStack() as stack:
+        tmp = str(keep) if keep else tmp
         live = _up(stack, Path(tmp), SMALL, ctl)
         spec = live.spec
         h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
@@ -163,10 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("move", "marking", "overhead"))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--keep", type=Path, help="keep the move run's files here")
     args = p.parse_args(argv)
     results = {}
     if args.only in (None, "move"):
-        results["move"] = bench_move(args.rounds)
+        results["move"] = bench_move(args.rounds, args.keep)
         print(json.dumps({"move": results["move"]}), flush=True)
     if args.only in (None, "marking"):
         results["marking"] = bench_marking([0.5, 0.9, 1.1, 1.3, 1.6])

@@ -133,28 +133,53 @@ def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float
 
 
 class FlowRates:
-    """Per-flow rates from successive flow-stats readings (byte count and rule age)."""
+    """Per-flow rates from successive flow-stats readings (byte count and rule age).
+
+    The userspace datapath pushes its per-flow counters into the OpenFlow rules only
+    when its revalidators run (about every half second), so a rule's byte count moves in
+    steps: over one 100 ms interval a flow looks idle or several times its real rate.
+    The rate is therefore taken between two *changes* of the count (each observed within
+    one interval of when it happened), and a flow whose count has not changed for
+    :data:`STALE_S` is idle.
+    """
+
+    STALE_S = 2.0
 
     def __init__(self) -> None:
-        self._last: dict[FlowKey, tuple[int, float]] = {}
+        #: key -> (byte count at its last change, rule age then, rate in Mb/s)
+        self._last: dict[FlowKey, tuple[int, float, float]] = {}
 
     def update(self, readings: list[tuple[FlowKey, int, int, float]]) -> list[FlowLoad]:
         """``readings``: (key, out port, byte count, rule age in s) of one switch's rules.
 
         >>> r = FlowRates()
         >>> k = FlowKey(17, "a", "b", 1, 4791)
-        >>> r.update([(k, 3, 0, 1.0)])[0].mbps
+        >>> r.update([(k, 3, 0, 0.1)])[0].mbps
         0.0
-        >>> r.update([(k, 3, 250_000, 1.2)])[0].mbps
+        >>> r.update([(k, 3, 0, 0.2)])[0].mbps  # counters not pushed yet
+        0.0
+        >>> r.update([(k, 3, 625_000, 0.6)])[0].mbps  # 5 Mbit in 0.5 s
         10.0
+        >>> r.update([(k, 3, 625_000, 0.7)])[0].mbps  # no step yet: rate holds
+        10.0
+        >>> r.update([(k, 3, 625_000, 2.7)])[0].mbps  # no step for 2 s: idle
+        0.0
         """
         loads, seen = [], {}
         for key, port, nbytes, age in readings:
             prev = self._last.get(key)
-            mbps = 0.0
-            if prev and age > prev[1] and nbytes >= prev[0]:
-                mbps = (nbytes - prev[0]) * 8 / (age - prev[1]) / 1e6
-            seen[key] = (nbytes, age)
-            loads.append(FlowLoad(key, port, round(mbps, 3), age))
+            if prev is None:
+                state = (nbytes, age, 0.0)
+            elif nbytes != prev[0]:
+                rate = 0.0
+                if nbytes > prev[0] and age > prev[1]:
+                    rate = (nbytes - prev[0]) * 8 / (age - prev[1]) / 1e6
+                state = (nbytes, age, rate)
+            elif age - prev[1] > self.STALE_S:
+                state = (prev[0], prev[1], 0.0)
+            else:
+                state = prev
+            seen[key] = state
+            loads.append(FlowLoad(key, port, round(state[2], 3), age))
         self._last = seen
         return loads

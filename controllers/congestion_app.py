@@ -361,8 +361,7 @@ class CongestionControl(app_manager.OSKenApp):
         move = adaptive.plan_move(util, loads, link_mbps=self.link_mbps,
                                   imbalance=self.cfg.adaptive.imbalance,
                                   elephant_mbps=self.cfg.adaptive.elephant_mbps,
-                                  frozen=frozenset(frozen),
-                                  min_age_s=3 * self.cfg.adaptive.interval_ms / 1000)
+                                  frozen=frozenset(frozen))
         if move is None:
             return
         parser = dp.ofproto_parser

@@ -228,3 +228,16 @@ def test_flow_key_from_a_frame_and_back_through_a_match():
     tcp_key = flow_key(bytes(Ether() / IP(src="10.0.0.2", dst="10.0.0.4") / TCP(sport=1)))
     assert key_of_match(flow_match(parser, tcp_key)) == tcp_key
     assert flow_key(bytes(Ether() / IP() / b"icmp?")) is None
+
+
+def test_flow_rates_survive_counters_pushed_in_steps():
+    """Readings every 100 ms of counters the datapath pushes about every 0.6 s."""
+    rates = FlowRates()
+    seen = []
+    for tick in range(1, 40):
+        t = 0.1 * tick
+        pushed_at = (int(t / 0.6)) * 0.6  # the counters as of the last push
+        loads = rates.update([(key(1), 3, int(9e6 / 8 * pushed_at), t)])
+        seen.append(loads[0].mbps)
+    steady = seen[12:]
+    assert all(7.0 < r < 11.5 for r in steady), steady
