@@ -18,7 +18,9 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   the busiest and the idlest uplink of a leaf differ by more than ``imbalance``, it moves
   one elephant (a flow above ``elephant_mbps``) from the busiest to the idlest uplink:
   the one whose move leaves the two closest to equal, and only if the move narrows the
-  gap. A moved flow is frozen for a few intervals so flows do not oscillate. A move is a
+  gap. A flow's share is its rate, or what the other flows leave of the uplink's load if
+  that is more (rates lag). A moved flow stays put for :data:`FREEZE_S` and the leaf makes
+  no other move for :data:`HOLD_S`, so flows do not oscillate. A move is a
   modify of the flow's rule (its counters stay): a whole-flow move, once per decision,
   so a TCP flow sees at most one burst of reordering, which SACK absorbs.
 
@@ -34,8 +36,11 @@ PRIORITY_FLOW = 200
 COOKIE_FLOW = 0xAD00_0000_0000_0000
 COOKIE_MASK = 0xFF00_0000_0000_0000
 FLOW_IDLE_S = 5
-#: intervals a moved flow stays where it was put
-FREEZE_INTERVALS = 5
+#: seconds a moved flow stays where it was put
+FREEZE_S = 2.0
+#: seconds a leaf waits after a move before the next one: flow rates lag by one
+#: counter push (about 0.6 s), and a move must show in them before the next decision
+HOLD_S = 1.0
 #: a flow is moved only if its share is at most this fraction of the gap: rates are
 #: estimates over one short interval, and a flow as large as the gap would only carry the
 #: hot spot to the other uplink (and back, next time)
@@ -101,8 +106,8 @@ def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float
     >>> k1, k2 = FlowKey(6, "a", "b", 1, 2), FlowKey(6, "c", "d", 3, 4)
     >>> f = [FlowLoad(k1, 3, 9.0), FlowLoad(k2, 3, 9.5)]
     >>> m = plan_move({3: 0.95, 4: 0.0}, f, link_mbps=20, imbalance=0.2, elephant_mbps=1)
-    >>> m.key.src, m.from_port, m.to_port, m.mbps  # 9.5 of 19: leaves them equal
-    ('c', 3, 4, 9.5)
+    >>> m.key.src, m.from_port, m.to_port, m.mbps  # carries 19 - 9.5: leaves them equal
+    ('a', 3, 4, 9.0)
     >>> plan_move({3: 0.5, 4: 0.45}, f, link_mbps=20, imbalance=0.2, elephant_mbps=1) is None
     True
     """
@@ -118,7 +123,10 @@ def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float
         if (flow.port != hot or flow.mbps < elephant_mbps or flow.key in frozen
                 or flow.age_s < min_age_s):
             continue
-        share = flow.mbps / link_mbps
+        # what the flow carries: its own rate, or, when the uplink carries more than its
+        # flows' (lagging) rates add up to, what the others leave of the uplink's load
+        others = sum(f.mbps for f in flows if f.port == hot and f.key != flow.key)
+        share = max(flow.mbps, util[hot] * link_mbps - others) / link_mbps
         if share > MAX_SHARE_OF_GAP * gap:  # would not narrow the gap for sure
             continue
         after = abs((util[hot] - share) - (util[cold] + share))

@@ -368,9 +368,9 @@ class CongestionControl(app_manager.OSKenApp):
         self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(parser, move.key),
                       [parser.OFPActionOutput(move.to_port)], cookie=adaptive.COOKIE_FLOW,
                       idle=adaptive.FLOW_IDLE_S, command=dp.ofproto.OFPFC_MODIFY_STRICT)
-        every = max(1, round(self.cfg.adaptive.interval_ms / self.cfg.telemetry_ms))
-        frozen[move.key] = self.tick_no + adaptive.FREEZE_INTERVALS * every
-        self.hold[dp.id] = self.tick_no + 2
+        ticks = lambda s: max(2, round(s * 1000 / self.cfg.telemetry_ms))  # noqa: E731
+        frozen[move.key] = self.tick_no + ticks(adaptive.FREEZE_S)
+        self.hold[dp.id] = self.tick_no + ticks(adaptive.HOLD_S)
         self.placed.setdefault(dp.id, {})[move.key] = move.to_port
         self.status.emit("flow_moved", flow=str(move.key), switch=plan.name,
                          from_port=move.from_port, to_port=move.to_port, mbps=move.mbps,

@@ -241,3 +241,11 @@ def test_flow_rates_survive_counters_pushed_in_steps():
         seen.append(loads[0].mbps)
     steady = seen[12:]
     assert all(7.0 < r < 11.5 for r in steady), steady
+
+
+def test_a_lone_flow_whose_rate_lags_is_not_moved():
+    """A TCP flow that grew into its uplink after a move still shows its old rate; the
+    uplink's load says it is alone there, so moving it would only carry the hot spot."""
+    flows = [FlowLoad(key(1), 3, 6.5), FlowLoad(key(2), 4, 9.0)]
+    assert plan_move({3: 0.92, 4: 0.48}, flows, link_mbps=20, imbalance=0.2,
+                     elephant_mbps=1) is None
