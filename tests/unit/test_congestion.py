@@ -249,3 +249,29 @@ def test_a_lone_flow_whose_rate_lags_is_not_moved():
     flows = [FlowLoad(key(1), 3, 6.5), FlowLoad(key(2), 4, 9.0)]
     assert plan_move({3: 0.92, 4: 0.48}, flows, link_mbps=20, imbalance=0.2,
                      elephant_mbps=1) is None
+
+
+def test_qdisc_dump_parser_reads_what_pyroute2_encodes():
+    """The hand parser against pyroute2's encoder: root qdiscs only, backlog and drops."""
+    import struct
+
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from controllers.telemetry import RTM_NEWQDISC, TC_H_ROOT, Queue, parse_qdisc_dump
+
+    def qdisc(index: int, parent: int, backlog: int, drops: int) -> bytes:
+        m = tcmsg()
+        m["header"]["type"] = RTM_NEWQDISC
+        m["index"], m["parent"], m["handle"] = index, parent, 0x10000
+        m["attrs"] = [("TCA_KIND", "htb"), ("TCA_STATS2", {"attrs": [
+            ("TCA_STATS_BASIC", {"bytes": 5, "packets": 1}),
+            ("TCA_STATS_QUEUE", {"qlen": 1, "backlog": backlog, "drops": drops,
+                                 "requeues": 0, "overlimits": 3})]})]
+        m.encode()
+        return bytes(m.data)
+
+    done = struct.pack("=IHHIIi", 20, 3, 2, 1, 0, 0)  # NLMSG_DONE
+    data = qdisc(5, TC_H_ROOT, 18_028, 7) + qdisc(5, 0x100010, 99, 9) + qdisc(6, TC_H_ROOT,
+                                                                               0, 0)
+    assert parse_qdisc_dump(data) == ({5: Queue(18_028, 7), 6: Queue(0, 0)}, False)
+    assert parse_qdisc_dump(data + done)[1] is True
