@@ -171,7 +171,8 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
                            "queue_kb": spec.queue_kb, "mtu": spec.mtu,
                            "queues": queues}
-    entry["telemetry"] = telemetry_report.summarize(out / "telemetry.jsonl")
+    entry["telemetry"] = telemetry_report.summarize(out / "telemetry.jsonl",
+                                                    out / "controller-events.jsonl")
     entry["agents"] = agents_entry(work.chains_file)
     entry["training"] = training_entry(
         [work.rank_file(r) for r in range(len(work.ranks or []))])

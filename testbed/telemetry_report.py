@@ -37,15 +37,33 @@ def uplink_imbalance(samples: list[dict]) -> list[float]:
     return [round(max(u) - min(u), 4) for u in groups.values() if len(u) > 1]
 
 
-def summarize(telemetry_file: Path) -> dict:
+def controller_actions(events_file: Path) -> dict:
+    """What the controller did (counts of its events) and the CPU it used (last report).
+
+    >>> controller_actions(Path("/nonexistent"))
+    {'flows_placed': 0, 'flows_moved': 0, 'ecn_on': 0, 'ecn_off': 0, 'cpu_s': None}
+    """
+    counts: dict[str, int] = defaultdict(int)
+    cpu = None
+    for e in read_jsonl(Path(events_file)):
+        counts[e.get("event", "")] += 1
+        if e.get("event") == "cpu":
+            cpu = round(e["user_s"] + e["system_s"], 2)
+    return {"flows_placed": counts["flow_placed"], "flows_moved": counts["flow_moved"],
+            "ecn_on": counts["ecn_on"], "ecn_off": counts["ecn_off"], "cpu_s": cpu}
+
+
+def summarize(telemetry_file: Path, events_file: Path | None = None) -> dict:
     """Peak and mean queue depth, mean utilisation and drops per port role; uplink imbalance.
 
     Means are over busy samples too idle ones: every sample of every port of the role.
-    Drops are each port's qdisc drop counter at the end minus at the start.
+    Drops are each port's qdisc drop counter at the end minus at the start. With
+    ``events_file`` (controller-events.jsonl), also ``controller``: what it did.
     """
     samples = list(read_jsonl(Path(telemetry_file)))
+    extra = {"controller": controller_actions(events_file)} if events_file else {}
     if not samples:
-        return {"samples": 0}
+        return {"samples": 0, **extra}
     times = sorted({s["t"] for s in samples})
     out: dict = {"samples": len(times),
                  "interval_ms": (round(1000 * (times[-1] - times[0]) / (len(times) - 1), 1)
@@ -74,7 +92,7 @@ def summarize(telemetry_file: Path) -> dict:
         "mean": round(mean(imbalance), 4) if imbalance else None,
         "max": max(imbalance) if imbalance else None,
     }
-    return out
+    return {**out, **extra}
 
 
 def _events(variant_dir: Path) -> dict[str, int]:

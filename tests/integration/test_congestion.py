@@ -11,11 +11,13 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from controllers.telemetry import port_table
 from testbed.procs import wait_for
 from testbed.results import read_jsonl
 
@@ -35,6 +37,7 @@ CONTROLLER = {
 
 
 def _fabric(tmp_path_factory, controller: dict):
+    """A small fabric whose controller runs with ``controller``; ``.out`` is its folder."""
     from testbed.capabilities import probe
     from testbed.naming import new_run_id, run_prefix
     from testbed.runner import bring_up
@@ -57,7 +60,9 @@ def _fabric(tmp_path_factory, controller: dict):
 
 @pytest.fixture(scope="module")
 def congestion_live(tmp_path_factory):
-    yield from _fabric(tmp_path_factory, CONTROLLER)
+    from testbed.runner import free_port
+
+    yield from _fabric(tmp_path_factory, {**CONTROLLER, "prometheus_port": free_port()})
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +142,48 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     # 3. the queue drains: marking stops (hysteresis ends below min_kb)
     assert wait_for(lambda: len([e for e in events(live, "ecn_off")
                                  if e["ifname"] == congested]) >= len(on), 5)
-    # the telemetry saw that queue
+    # the telemetry saw that queue, and exports it for Prometheus on 127.0.0.1
     peak = max(s["backlog_bytes"] for s in read_jsonl(live.out / "telemetry.jsonl")
                if s["ifname"] == congested)
     assert peak > 10_000
+    url = f"http://127.0.0.1:{_prometheus_port(live)}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    assert f'testbed_port_backlog_bytes{{switch="{dst.leaf}",port="{dst.leaf_port}"' in text
+    assert text.count("testbed_port_utilisation{") == len(port_table(spec))
+
+
+def _prometheus_port(live) -> int:  # noqa: N802
+    return json.loads((live.out / "controller.json").read_text())["prometheus_port"]
+
+
+@pytest.fixture(scope="module")
+def red_live(tmp_path_factory):
+    from testbed.capabilities import probe
+    from testbed.naming import new_run_id
+
+    if not probe(new_run_id()).red:
+        pytest.skip("the kernel has no RED qdisc (sch_red): switch-side ECN marking needs it")
+    yield from _fabric(tmp_path_factory, {"mode": "ecmp", "ecn": {
+        "mode": "switch", "classes": CONTROLLER["ecn"]["classes"]}})
+
+
+def test_switch_queues_mark_ce_with_red_where_the_kernel_has_it(red_live):
+    live = red_live
+    spec = live.spec
+    h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
+    dst = h3.interface(0, 0)
+    port = f"{dst.leaf}e{dst.leaf_port}"
+    qdiscs = subprocess.run(["tc", "qdisc", "show", "dev", port], capture_output=True,
+                            text=True, check=True).stdout
+    assert " red " in qdiscs and "ecn" in qdiscs
+    rx = receiver(live, h3.name, ROCE, 6)
+    senders = [sender(live, h.name, dst.ip, ROCE, mbps=14, seconds=5, tos=ECT0, name=f"r{i}")
+               for i, h in enumerate((h0, h2))]
+    for s in senders:
+        s.wait(15)
+    got = result(rx)
+    assert got["ce"] > 0 and got["ce"] + got["ect0"] == got["packets"]
+    assert events(live, "ecn_on") == []  # the switch queue marked, not the controller
 
 
 def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
