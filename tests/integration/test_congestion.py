@@ -152,7 +152,7 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     assert text.count("testbed_port_utilisation{") == len(port_table(spec))
 
 
-def _prometheus_port(live) -> int:  # noqa: N802
+def _prometheus_port(live) -> int:
     return json.loads((live.out / "controller.json").read_text())["prometheus_port"]
 
 
