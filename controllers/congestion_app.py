@@ -124,6 +124,11 @@ class CongestionControl(app_manager.OSKenApp):
                                             ip_proto=proto)
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, match,
                                   [parser.OFPActionGroup(route.group), self.to_controller(dp)])
+        if self.cfg.controller_marks:
+            for port in plan.groups[ECMP_GROUP]:
+                for cls in CLASSES:
+                    for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+                        dp.send_msg(self.mark_group(dp, command, cls, port))
         if self.mode == "spray":
             self.install_spray(dp, plan)
         if self.cfg.controller_marks:
@@ -141,27 +146,24 @@ class CongestionControl(app_manager.OSKenApp):
     def install_spray(self, dp, plan) -> None:
         """RoCE source-port buckets to uplinks (:mod:`controllers.spray`); with controller
         marking, ECN-capable packets go through one indirect group per uplink instead."""
-        ofp, parser = dp.ofproto, dp.ofproto_parser
+        parser = dp.ofproto_parser
         uplinks = plan.groups[ECMP_GROUP]
         for rule in spray.spray_rules(plan, uplinks):
             self.add_flow(dp, spray.PRIORITY_SPRAY, parser.OFPMatch(**rule.match()),
                           [parser.OFPActionOutput(rule.port)])
         if not self.cfg.controller_marks:
             return
-        for port in uplinks:
-            for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
-                dp.send_msg(self.spray_group(dp, command, port))
         for rule in spray.spray_rules(plan, uplinks, ect=True):
             self.add_flow(dp, spray.PRIORITY_SPRAY + 1, parser.OFPMatch(**rule.match()),
-                          [parser.OFPActionGroup(spray.SPRAY_GROUP_BASE + rule.port)])
+                          [parser.OFPActionGroup(ecn.mark_group("collective", rule.port))])
 
-    def spray_group(self, dp, command: int, port: int):
+    def mark_group(self, dp, command: int, cls: str, port: int):
+        """The indirect group through which ECN-capable ``cls`` packets leave ``port``."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
         actions = [parser.OFPActionOutput(port)]
-        if self.marks[(dp.id, port, "collective")].on:
+        if self.marks[(dp.id, port, cls)].on:
             actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
-        return parser.OFPGroupMod(dp, command, ofp.OFPGT_INDIRECT,
-                                  spray.SPRAY_GROUP_BASE + port,
+        return parser.OFPGroupMod(dp, command, ofp.OFPGT_INDIRECT, ecn.mark_group(cls, port),
                                   [parser.OFPBucket(actions=actions)])
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
@@ -282,8 +284,7 @@ class CongestionControl(app_manager.OSKenApp):
             if info.role == "leaf_uplink":
                 dp.send_msg(self.ect_group(dp, ofp.OFPGC_MODIFY, dp.id, cls,
                                            ecn.ECT_GROUPS[cls]))
-                if self.mode == "spray" and cls == "collective":
-                    dp.send_msg(self.spray_group(dp, ofp.OFPGC_MODIFY, info.port))
+                dp.send_msg(self.mark_group(dp, ofp.OFPGC_MODIFY, cls, info.port))
             else:
                 for fields in ecn.mark_rules(self.plans[dp.id], info.port, cls):
                     match = parser.OFPMatch(**fields)
@@ -320,11 +321,24 @@ class CongestionControl(app_manager.OSKenApp):
         port = adaptive.least_loaded({p: self.util.get((dp.id, p), 0.0) for p in uplinks},
                                      counts)
         placed[key] = port
+        self.pin_flow(dp, key, port, dp.ofproto.OFPFC_ADD)
+        self.status.emit("flow_placed", flow=str(key), switch=plan.name, port=port)
+
+    def pin_flow(self, dp, key: adaptive.FlowKey, port: int, command: int) -> None:
+        """The rules that send flow ``key`` out of ``port``: one for all its packets and,
+        when the controller marks, one per ECT codepoint through the marking group."""
         parser = dp.ofproto_parser
         self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(parser, key),
                       [parser.OFPActionOutput(port)], cookie=adaptive.COOKIE_FLOW,
-                      idle=adaptive.FLOW_IDLE_S)
-        self.status.emit("flow_placed", flow=str(key), switch=plan.name, port=port)
+                      idle=adaptive.FLOW_IDLE_S, command=command)
+        cls = ecn.flow_class(key.proto, key.dport)
+        if not self.cfg.controller_marks or cls is None:
+            return
+        for ect in ecn.ECT_CODEPOINTS:
+            self.add_flow(dp, adaptive.PRIORITY_FLOW + 1, flow_match(parser, key, ip_ecn=ect),
+                          [parser.OFPActionGroup(ecn.mark_group(cls, port))],
+                          cookie=adaptive.COOKIE_FLOW, idle=adaptive.FLOW_IDLE_S,
+                          command=command)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def on_flow_stats(self, ev) -> None:
@@ -334,14 +348,18 @@ class CongestionControl(app_manager.OSKenApp):
         if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
             return
         del self.flow_parts[dp.id]
-        readings = []
+        flows: dict[adaptive.FlowKey, list] = {}  # key -> [port, bytes, age]
         for stat in parts:
             key = key_of_match(stat.match)
             port = out_port(stat.instructions)
             if key is None or port is None:
                 continue
-            readings.append((key, port, stat.byte_count,
-                             stat.duration_sec + stat.duration_nsec / 1e9))
+            entry = flows.setdefault(key, [port, 0, 0.0])
+            entry[1] += stat.byte_count  # a flow's ECT packets count on their own rules
+            if stat.priority == adaptive.PRIORITY_FLOW:
+                entry[0] = port
+                entry[2] = stat.duration_sec + stat.duration_nsec / 1e9
+        readings = [(key, port, nbytes, age) for key, (port, nbytes, age) in flows.items()]
         loads = self.rates.setdefault(dp.id, adaptive.FlowRates()).update(readings)
         self.placed[dp.id] = {f.key: f.port for f in loads}
         stale = time.monotonic() - 30
@@ -364,10 +382,7 @@ class CongestionControl(app_manager.OSKenApp):
                                   frozen=frozenset(frozen))
         if move is None:
             return
-        parser = dp.ofproto_parser
-        self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(parser, move.key),
-                      [parser.OFPActionOutput(move.to_port)], cookie=adaptive.COOKIE_FLOW,
-                      idle=adaptive.FLOW_IDLE_S, command=dp.ofproto.OFPFC_MODIFY_STRICT)
+        self.pin_flow(dp, move.key, move.to_port, dp.ofproto.OFPFC_MODIFY_STRICT)
         ticks = lambda s: max(2, round(s * 1000 / self.cfg.telemetry_ms))  # noqa: E731
         frozen[move.key] = self.tick_no + ticks(adaptive.FREEZE_S)
         self.hold[dp.id] = self.tick_no + ticks(adaptive.HOLD_S)
@@ -389,11 +404,11 @@ def flow_key(data: bytes) -> adaptive.FlowKey | None:
     return adaptive.FlowKey(ip.proto, ip.src, ip.dst, l4.src_port, l4.dst_port)
 
 
-def flow_match(parser, key: adaptive.FlowKey):
+def flow_match(parser, key: adaptive.FlowKey, **extra):
     l4 = "tcp" if key.proto == 6 else "udp"
     return parser.OFPMatch(**{"eth_type": ecn.ETH_IPV4, "ip_proto": key.proto,
                               "ipv4_src": key.src, "ipv4_dst": key.dst,
-                              f"{l4}_src": key.sport, f"{l4}_dst": key.dport})
+                              f"{l4}_src": key.sport, f"{l4}_dst": key.dport, **extra})
 
 
 def key_of_match(match) -> adaptive.FlowKey | None:
@@ -407,8 +422,11 @@ def key_of_match(match) -> adaptive.FlowKey | None:
 
 
 def out_port(instructions) -> int | None:
+    """The uplink a per-flow rule sends to: its output port, or its marking group's."""
     for inst in instructions:
         for action in getattr(inst, "actions", []):
             if hasattr(action, "port"):
                 return action.port
+            if hasattr(action, "group_id"):
+                return ecn.port_of_group(action.group_id)
     return None

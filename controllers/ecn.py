@@ -17,7 +17,10 @@ match ``ip_ecn=1`` or ``ip_ecn=2`` only, so not-ECT packets are never touched):
 - leaf uplinks, chosen by the select group: ECN-capable traffic of each class is steered
   (at :data:`PRIORITY_ECT`, installed once) to a select group of its own with the same
   buckets as the ECMP group; a marking port's bucket carries the set_field action. The
-  bucket set is identical, so the group's hash puts a flow on the same uplink.
+  bucket set is identical, so the group's hash puts a flow on the same uplink;
+- leaf uplinks chosen by a rule of the controller (spray buckets, adaptive per-flow
+  rules): ECN-capable packets go through the class's indirect group of that uplink
+  (:func:`mark_group`), whose bucket carries the set_field while the uplink marks.
 
 Classes: ``collective`` is RoCEv2 (UDP destination port 4791), ``agents`` is TCP.
 """
@@ -38,6 +41,46 @@ ECT_GROUPS = {"collective": 2, "agents": 3}
 ECT_CODEPOINTS = (1, 2)
 ROCE_PORT = 4791
 ETH_IPV4 = 0x0800
+
+
+#: indirect group per class and uplink, id base + OpenFlow port: its one bucket outputs to
+#: the uplink, with set_field ip_ecn=3 while that uplink marks for the class. Rules that
+#: pin ECN-capable packets to one uplink (spray buckets, adaptive per-flow rules) use it.
+MARK_GROUP_BASE = {"collective": 0x100, "agents": 0x200}
+
+
+def mark_group(cls: str, port: int) -> int:
+    """The marking group of ``cls`` traffic leaving uplink ``port``.
+
+    >>> mark_group("agents", 3)
+    515
+    """
+    return MARK_GROUP_BASE[cls] + port
+
+
+def port_of_group(group: int) -> int | None:
+    """The uplink behind a marking group id, or None for other groups.
+
+    >>> port_of_group(mark_group("collective", 4)), port_of_group(1)
+    (4, None)
+    """
+    for base in MARK_GROUP_BASE.values():
+        if base <= group < base + 0x100:
+            return group - base
+    return None
+
+
+def flow_class(proto: int, dport: int) -> str | None:
+    """The traffic class of a flow: TCP is ``agents``, RoCE (UDP 4791) ``collective``.
+
+    >>> flow_class(6, 5201), flow_class(17, 4791), flow_class(17, 5001)
+    ('agents', 'collective', None)
+    """
+    if proto == 6:
+        return "agents"
+    if proto == 17 and dport == ROCE_PORT:
+        return "collective"
+    return None
 
 
 def class_match(cls: str) -> dict:

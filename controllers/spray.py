@@ -25,9 +25,6 @@ from controllers.ecn import ETH_IPV4, ROCE_PORT
 from controllers.paths import SwitchPlan
 
 PRIORITY_SPRAY = 115
-#: indirect group per uplink for ECN-capable sprayed packets: id base + OpenFlow port, so
-#: the controller can make one uplink mark CE by rewriting that group's single bucket
-SPRAY_GROUP_BASE = 0x100
 
 
 @dataclass(frozen=True)

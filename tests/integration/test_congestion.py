@@ -85,11 +85,11 @@ def result(proc) -> dict:
 
 
 def sender(live, host, dst: str, port: int, *, mbps: float, seconds: float, tos: int = 0,
-           sports: int = 1, name: str = "send"):
+           sports: int = 1, first_sport: int = 0, name: str = "send"):
     return live.fabric.spawn(host, name, [
         sys.executable, TOOLS, "send", "--dst", dst, "--port", str(port), "--mbps", str(mbps),
-        "--seconds", str(seconds), "--tos", str(tos), "--sports", str(sports)],
-        pid_dir=live.pid_dir, stdout_pipe=True)
+        "--seconds", str(seconds), "--tos", str(tos), "--sports", str(sports),
+        "--first-sport", str(first_sport)], pid_dir=live.pid_dir, stdout_pipe=True)
 
 
 def port_tx(switch: str) -> dict[int, tuple[int, int]]:
@@ -303,3 +303,26 @@ def test_a_moved_tcp_flow_runs_at_full_rate_after_the_move(congestion_live):
         after = [i["sum"]["bits_per_second"] / 1e6 for i in report["intervals"]
                  if t0 + i["sum"]["start"] >= move["t"] + 1.5]
         assert after and sum(after) / len(after) > 0.7 * spec.link_mbps, after
+
+
+def test_a_congested_uplink_marks_the_packets_pinned_to_it(spray_live):
+    """Two RoCE streams whose source ports share their low bit take the same uplink of
+    the leaf (28 Mb/s into 20): that uplink marks CE through its marking group; the
+    receivers' own host ports are not congested (14 Mb/s each)."""
+    live = spray_live
+    spec = live.spec
+    h0, h1, h2, h3 = spec.hosts
+    leaf = h0.interface(0, 0).leaf
+    t0 = time.time()
+    rxs = [receiver(live, h.name, ROCE, 6) for h in (h2, h3)]
+    txs = [sender(live, src.name, dst.interface(0, 0).ip, ROCE, mbps=14, seconds=5,
+                  tos=ECT0, first_sport=40000 + 2 * i, name=f"u{i}")
+           for i, (src, dst) in enumerate(((h0, h2), (h1, h3)))]
+    for s in txs:
+        s.wait(15)
+    got = [result(rx) for rx in rxs]
+    assert all(g["ce"] > 0.05 * g["packets"] for g in got), got
+    marking = [(e["switch"], e["role"]) for e in events(live, "ecn_on") if e["t"] > t0]
+    # the uplink is where the queue builds first (ports behind it see only the bursts
+    # of a busy ovs-vswitchd)
+    assert marking and marking[0] == (leaf, "leaf_uplink"), marking

@@ -16,13 +16,13 @@ import time
 
 
 def send(dst: str, port: int, mbps: float, seconds: float, size: int, tos: int,
-         sports: int) -> dict:
+         sports: int, first_sport: int = 0) -> dict:
     socks = []
-    for _ in range(sports):
+    for i in range(sports):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-        s.bind(("0.0.0.0", 0))
+        s.bind(("0.0.0.0", first_sport + i if first_sport else 0))
         socks.append(s)
     payload = b"\0" * size
     gap = size * 8 / (mbps * 1e6)
@@ -76,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--size", type=int, default=8000)
     s.add_argument("--tos", type=int, default=0)
     s.add_argument("--sports", type=int, default=1)
+    s.add_argument("--first-sport", type=int, default=0, help="0: the kernel picks")
     r = sub.add_parser("recv")
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--seconds", type=float, required=True)
     args = p.parse_args(argv)
     if args.cmd == "send":
         out = send(args.dst, args.port, args.mbps, args.seconds, args.size, args.tos,
-                   args.sports)
+                   args.sports, args.first_sport)
     else:
         out = recv(args.port, args.seconds)
     print(json.dumps(out), flush=True)
