@@ -118,12 +118,18 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     spec = live.spec
     h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
     dst = h3.interface(0, 0)
-    # 1. no queue: one ECT sender at a quarter of the link rate
+    # 1. no queue: one ECT sender at a fifth of the link rate. A stalled ovs-vswitchd
+    # (a loaded machine) can still release a burst that queues: then, and only then,
+    # marking is allowed, and only after the controller measured that queue
+    t_idle = time.time()
     rx = receiver(live, h3.name, ROCE, 4)
-    tx = sender(live, h0.name, dst.ip, ROCE, mbps=5, seconds=3, tos=ECT0)
+    tx = sender(live, h0.name, dst.ip, ROCE, mbps=4, seconds=3, tos=ECT0)
     tx.wait(10)
     idle = result(rx)
-    assert idle["packets"] > 100 and idle["ect0"] == idle["packets"] and idle["ce"] == 0
+    assert idle["packets"] > 100 and idle["ect0"] + idle["ce"] == idle["packets"]
+    idle_on = [e for e in events(live, "ecn_on") if e["t"] >= t_idle]
+    assert all(e["backlog_bytes"] >= 10_000 for e in idle_on)
+    assert idle["ce"] == 0 or idle_on, idle
     # 2. a queue: two ECT senders and one not-ECT sender into h3's 20 Mb/s downlink
     rx_ect = receiver(live, h3.name, ROCE, 6)
     rx_plain = receiver(live, h3.name, ROCE + 1, 6)
@@ -135,6 +141,7 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
         s.wait(15)
     busy, plain = result(rx_ect), result(rx_plain)
     assert busy["ce"] > 0.05 * busy["packets"], busy
+    assert busy["ce"] / busy["packets"] > idle["ce"] / idle["packets"]
     assert plain["packets"] > 50 and plain["ce"] == 0 and plain["not_ect"] == plain["packets"]
     congested = f"{dst.leaf}e{dst.leaf_port}"
     on = [e for e in events(live, "ecn_on") if e["ifname"] == congested]
