@@ -182,10 +182,14 @@ class CongestionControl(app_manager.OSKenApp):
     def add_flow(dp, priority: int, match, actions, *, cookie: int = 0, idle: int = 0,
                  command: int | None = None) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        command = ofp.OFPFC_ADD if command is None else command
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        # a delete filters on out_port/out_group too: ANY, or it matches nothing
+        deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
         dp.send_msg(parser.OFPFlowMod(
-            dp, cookie=cookie, command=ofp.OFPFC_ADD if command is None else command,
-            idle_timeout=idle, priority=priority, match=match, instructions=inst))
+            dp, cookie=cookie, command=command, idle_timeout=idle, priority=priority,
+            match=match, instructions=inst,
+            out_port=ofp.OFPP_ANY if deleting else 0, out_group=ofp.OFPG_ANY if deleting else 0))
 
     def ect_group(self, dp, command: int, dpid: int, cls: str, group: int):
         """The select group for ECN-capable ``cls`` traffic: ECMP buckets, marking ones."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from controllers import ecn
 from controllers.telemetry import port_table
 from testbed.procs import wait_for
 from testbed.results import read_jsonl
@@ -149,6 +150,9 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     # 3. the queue drains: marking stops (hysteresis ends below min_kb)
     assert wait_for(lambda: len([e for e in events(live, "ecn_off")
                                  if e["ifname"] == congested]) >= len(on), 5)
+    flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", dst.leaf],
+                           capture_output=True, text=True, check=True).stdout
+    assert f"priority={ecn.PRIORITY_MARK}," not in flows  # the marking rules are gone
     # the telemetry saw that queue, and exports it for Prometheus on 127.0.0.1
     peak = max(s["backlog_bytes"] for s in read_jsonl(live.out / "telemetry.jsonl")
                if s["ifname"] == congested)
