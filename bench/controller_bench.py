@@ -4,9 +4,9 @@ Three measurements, each on a fresh fabric:
 
 1. ``move``: two 7 Mb/s elephants from one leaf, forced onto the same uplink (a bad
    hash); time from the collision to the controller's ``flow_moved``, repeated.
-2. ``marking``: ECT RoCE traffic into one 20 Mb/s host port at rising offered load; per
-   step the telemetry's peak backlog of that port and the share of packets that arrived
-   with CE.
+2. ``marking``: ECT RoCE traffic (two senders, constant rate: they do not react) into one
+   20 Mb/s host port at rising offered load; per step the telemetry's mean and peak
+   backlog of that port and the share of packets that arrived with CE.
 3. ``overhead``: controller CPU (user + system, from /proc) per second of an idle
    default-size fabric (2 planes, 8 nodes, 2 leaves and 2 spines per plane), telemetry
    at 100 ms against telemetry off.
@@ -101,11 +101,9 @@ def bench_move(rounds: int, keep: Path | None = None) -> dict:
             "telemetry_ms": 100}
 
 
-def bench_marking(steps: list[float]) -> list[dict]:
+def bench_marking(steps: list[float], thresholds: dict) -> list[dict]:
     ctl = {"mode": "ecmp", "telemetry_ms": 100,
-           "ecn": {"mode": "controller",
-                   "classes": {"collective": {"min_kb": 20, "max_kb": 60,
-                                              "probability": 0.1}}}}
+           "ecn": {"mode": "controller", "classes": {"collective": thresholds}}}
     rows = []
     with TemporaryDirectory() as tmp, ExitStack() as stack:
         live = _up(stack, Path(tmp), SMALL, ctl)
@@ -165,13 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--keep", type=Path, help="keep the move run's files here")
+    p.add_argument("--min-kb", type=float, default=20, help="marking: collective min_kb")
+    p.add_argument("--max-kb", type=float, default=60, help="marking: collective max_kb")
+    p.add_argument("--probability", type=float, default=0.1, help="marking: probability")
     args = p.parse_args(argv)
     results = {}
     if args.only in (None, "move"):
         results["move"] = bench_move(args.rounds, args.keep)
         print(json.dumps({"move": results["move"]}), flush=True)
     if args.only in (None, "marking"):
-        results["marking"] = bench_marking([0.5, 0.9, 1.1, 1.3, 1.6])
+        th = {"min_kb": args.min_kb, "max_kb": args.max_kb, "probability": args.probability}
+        results["marking"] = {"thresholds": th,
+                              "steps": bench_marking([0.5, 0.9, 1.1, 1.3, 1.6], th)}
         print(json.dumps({"marking": results["marking"]}), flush=True)
     if args.only in (None, "overhead"):
         results["overhead"] = bench_overhead(args.seconds)
