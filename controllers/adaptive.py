@@ -5,8 +5,11 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
 - The proactive ECMP rule per remote destination (select group 1) stays as it is: it is
   the fallback that keeps forwarding when the controller dies.
 - In ``adaptive`` mode the leaf gets, one priority higher, the same rule with one more
-  action: a copy of the packet (its first 128 bytes) to the controller. So a flow that
-  has no rule of its own is forwarded by ECMP *and* announced to the controller.
+  action: a copy of the packet (its first 128 bytes) to the controller, for TCP SYNs
+  and UDP (:func:`learn_matches`). So a flow that has no rule of its own is forwarded by
+  ECMP *and* announced to the controller. (Copying every packet of every unplaced flow
+  halved chain throughput in the default scenario: each copy is an upcall through the
+  single-threaded userspace switch and a packet-in.)
 - On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink with
   the least measured load (telemetry utilisation, ties broken by how many placed flows
   the uplink already carries) with an exact-match rule at :data:`PRIORITY_FLOW` and an
@@ -45,6 +48,23 @@ HOLD_S = 1.0
 #: estimates over one short interval, and a flow as large as the gap would only carry the
 #: hot spot to the other uplink (and back, next time)
 MAX_SHARE_OF_GAP = 0.75
+
+
+TCP_SYN, TCP_ACK = 0x02, 0x12 & ~0x02
+
+
+def learn_matches(ip: str) -> list[dict]:
+    """What the leaf copies to the controller for destination ``ip``: a TCP connection's
+    first packet (SYN without ACK: one packet a connection, and the rule is in place
+    before data flows) and UDP packets of flows not yet placed (RoCE queue pairs, few
+    and long).
+
+    >>> [sorted(m) for m in learn_matches("10.0.0.3")]  # doctest: +NORMALIZE_WHITESPACE
+    [['eth_type', 'ip_proto', 'ipv4_dst', 'tcp_flags'], ['eth_type', 'ip_proto', 'ipv4_dst']]
+    """
+    return [{"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 6,
+             "tcp_flags": (TCP_SYN, TCP_SYN | TCP_ACK)},
+            {"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 17}]
 
 
 @dataclass(frozen=True)

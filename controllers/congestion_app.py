@@ -119,10 +119,8 @@ class CongestionControl(app_manager.OSKenApp):
             for route in plan.routes:
                 if route.group is None:
                     continue
-                for proto in (6, 17):
-                    match = parser.OFPMatch(eth_type=ecn.ETH_IPV4, ipv4_dst=route.ip,
-                                            ip_proto=proto)
-                    self.add_flow(dp, adaptive.PRIORITY_LEARN, match,
+                for fields in adaptive.learn_matches(route.ip):
+                    self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
                                   [parser.OFPActionGroup(route.group), self.to_controller(dp)])
         if self.cfg.controller_marks:
             for port in plan.groups[ECMP_GROUP]:
@@ -139,7 +137,7 @@ class CongestionControl(app_manager.OSKenApp):
                     dp.send_msg(self.ect_group(dp, command, plan.dpid, cls, group))
             for fields, group in ecn.ect_rules(plan):
                 actions = [parser.OFPActionGroup(group)]
-                if learn:
+                if learn and fields["ip_proto"] == 17:  # TCP is learnt from its SYN
                     actions.append(self.to_controller(dp))
                 self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions)
 
