@@ -16,8 +16,9 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   idle timeout. From then on the flow bypasses the ECMP group and stops reaching the
   controller. The few packets forwarded by ECMP before the rule lands may take another
   uplink: the only reordering, once, at the very start of a flow.
-- Every adaptive interval the controller reads the per-flow byte counters of those rules
-  (flow stats, by cookie) and the uplink utilisation of the last telemetry sample. When
+- The controller reads the per-flow byte counters of those rules (flow stats, by cookie)
+  every :data:`FLOW_POLL_S`, and at once when a telemetry sample shows the leaf's uplinks
+  apart by more than ``imbalance``; with the uplink utilisation of that sample: when
   the busiest and the idlest uplink of a leaf differ by more than ``imbalance``, it moves
   one elephant (a flow above ``elephant_mbps``) from the busiest to the idlest uplink:
   the one whose move leaves the two closest to equal, and only if the move narrows the
@@ -38,7 +39,12 @@ PRIORITY_LEARN = 105
 PRIORITY_FLOW = 200
 COOKIE_FLOW = 0xAD00_0000_0000_0000
 COOKIE_MASK = 0xFF00_0000_0000_0000
-FLOW_IDLE_S = 5
+#: a placed flow idle this long loses its rule and falls back to ECMP (a flowlet gap:
+#: nothing of it is in flight any more, so a new path cannot reorder it)
+FLOW_IDLE_S = 2
+#: how often per-flow counters are read regardless of imbalance: the userspace datapath
+#: pushes them into the rules only about twice a second, faster polling reads the same
+FLOW_POLL_S = 0.5
 #: seconds a moved flow stays where it was put
 FREEZE_S = 2.0
 #: seconds a leaf waits after a move before the next one: flow rates lag by one

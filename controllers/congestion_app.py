@@ -82,6 +82,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.flow_parts: dict[int, list] = {}
         self.frozen: dict[int, dict[adaptive.FlowKey, int]] = {}
         self.hold: dict[int, int] = {}
+        self.flow_asked: dict[int, float] = {}
         self.learned_at: dict[tuple[int, adaptive.FlowKey], float] = {}
         self.exporter = (PrometheusExporter(self.cfg.prometheus_port)
                          if self.cfg.prometheus_port else None)
@@ -204,7 +205,8 @@ class CongestionControl(app_manager.OSKenApp):
     # -- telemetry ------------------------------------------------------------------
     def poll_loop(self) -> None:
         interval = self.cfg.telemetry_ms / 1000
-        every = max(1, round(self.cfg.adaptive.interval_ms / self.cfg.telemetry_ms))
+        every = max(1, round(max(self.cfg.adaptive.interval_ms, 1000 * adaptive.FLOW_POLL_S)
+                             / self.cfg.telemetry_ms))
         next_t, next_cpu = time.monotonic(), time.monotonic() + CPU_EVENT_S
         while True:
             try:
@@ -242,9 +244,17 @@ class CongestionControl(app_manager.OSKenApp):
             dp.send_msg(request)
             if (self.mode == "adaptive" and self.tick_no % every == 0
                     and self.plans[dp.id].role == "leaf"):
-                dp.send_msg(parser.OFPFlowStatsRequest(
-                    dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, adaptive.COOKIE_FLOW,
-                    adaptive.COOKIE_MASK, parser.OFPMatch()))
+                self.request_flow_stats(dp)
+
+    def request_flow_stats(self, dp) -> None:
+        """Ask a leaf for its per-flow counters, unless a request is still unanswered."""
+        if time.monotonic() - self.flow_asked.get(dp.id, -1e9) < 2.0:
+            return
+        self.flow_asked[dp.id] = time.monotonic()
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPFlowStatsRequest(
+            dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, adaptive.COOKIE_FLOW,
+            adaptive.COOKIE_MASK, parser.OFPMatch()))
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def on_port_stats(self, ev) -> None:
@@ -270,6 +280,12 @@ class CongestionControl(app_manager.OSKenApp):
             samples.append(sample)
             if self.cfg.controller_marks:
                 self.update_marking(dp, info, sample.backlog_bytes)
+        plan = self.plans[dp.id]
+        if (self.mode == "adaptive" and plan.role == "leaf" and samples
+                and self.tick_no >= self.hold.get(dp.id, 0)):
+            util = [self.util.get((dp.id, p), 0.0) for p in plan.groups.get(ECMP_GROUP, [])]
+            if len(util) > 1 and max(util) - min(util) > self.cfg.adaptive.imbalance:
+                self.request_flow_stats(dp)  # imbalanced: decide now, not at the next poll
         if self.telemetry_path and samples:
             with open(self.telemetry_path, "a") as f:
                 f.write("".join(s.to_json() + "\n" for s in samples))
@@ -350,6 +366,7 @@ class CongestionControl(app_manager.OSKenApp):
         if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
             return
         del self.flow_parts[dp.id]
+        self.flow_asked.pop(dp.id, None)
         flows: dict[adaptive.FlowKey, list] = {}  # key -> [port, bytes, age]
         for stat in parts:
             key = key_of_match(stat.match)
