@@ -3,8 +3,10 @@
 Mininet builds the namespaces and veth pairs from the spec (names, ports and MACs come
 from the spec, never from Mininet's defaults). Switches speak OpenFlow 1.3 to the run's
 controller with fail_mode=secure. The rest is set here: every link shaped to its rate with
-HTB and a short FIFO (the switch buffer), offloads off on every veth when the userspace
-datapath is used (or TCP stalls), addresses and sysctls in each host namespace.
+HTB and a short FIFO (the switch buffer; on switch ports a RED queue that marks CE instead
+when the run asks for switch-side ECN and the kernel has RED), offloads off on every veth
+when the userspace datapath is used (or TCP stalls), addresses and sysctls in each host
+namespace.
 """
 
 from __future__ import annotations
