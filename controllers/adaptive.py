@@ -9,7 +9,11 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   and UDP (:func:`learn_matches`). So a flow that has no rule of its own is forwarded by
   ECMP *and* announced to the controller. (Copying every packet of every unplaced flow
   halved chain throughput in the default scenario: each copy is an upcall through the
-  single-threaded userspace switch and a packet-in.)
+  single-threaded userspace switch and a packet-in.) Placing every short agent-chain
+  connection still costs: a rule added and expired per connection, each a flow-table
+  change after which the userspace switch revalidates its datapath flows; in the default
+  scenario chains completed fell to about half of ECMP's. With ``adaptive.place_tcp:
+  false`` only UDP (RoCE) flows are placed and moved, and TCP stays on the ECMP group.
 - On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink with
   the least measured load (telemetry utilisation, ties broken by how many placed flows
   the uplink already carries) with an exact-match rule at :data:`PRIORITY_FLOW` and an
@@ -59,7 +63,7 @@ MAX_SHARE_OF_GAP = 0.75
 TCP_SYN, TCP_ACK = 0x02, 0x12 & ~0x02
 
 
-def learn_matches(ip: str) -> list[dict]:
+def learn_matches(ip: str, *, tcp: bool = True) -> list[dict]:
     """What the leaf copies to the controller for destination ``ip``: a TCP connection's
     first packet (SYN without ACK: one packet a connection, and the rule is in place
     before data flows) and UDP packets of flows not yet placed (RoCE queue pairs, few
@@ -68,9 +72,11 @@ def learn_matches(ip: str) -> list[dict]:
     >>> [sorted(m) for m in learn_matches("10.0.0.3")]  # doctest: +NORMALIZE_WHITESPACE
     [['eth_type', 'ip_proto', 'ipv4_dst', 'tcp_flags'], ['eth_type', 'ip_proto', 'ipv4_dst']]
     """
+    udp = [{"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 17}]
+    if not tcp:  # ``adaptive.place_tcp: false``: TCP stays on ECMP
+        return udp
     return [{"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 6,
-             "tcp_flags": (TCP_SYN, TCP_SYN | TCP_ACK)},
-            {"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 17}]
+             "tcp_flags": (TCP_SYN, TCP_SYN | TCP_ACK)}, *udp]
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ class AdaptiveConfig:
     interval_ms: float = 100
     imbalance: float = 0.2
     elephant_mbps: float = 1.0
+    #: place (and move) TCP connections too, learnt from their SYN; false: UDP only
+    place_tcp: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ class ControllerConfig:
             adaptive=AdaptiveConfig(
                 interval_ms=ad.get("interval_ms", telemetry_ms),
                 imbalance=ad.get("imbalance", 0.2),
-                elephant_mbps=ad.get("elephant_mbps", 1.0)),
+                elephant_mbps=ad.get("elephant_mbps", 1.0),
+                place_tcp=bool(ad.get("place_tcp", True))),
             ecn=EcnConfig(mode=ecn.get("mode", "off"), classes=classes),
             ecn_backend=data.get("ecn_backend") or ecn_backend(ecn.get("mode", "off"), red=False),
         )

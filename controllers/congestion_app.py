@@ -120,7 +120,8 @@ class CongestionControl(app_manager.OSKenApp):
             for route in plan.routes:
                 if route.group is None:
                     continue
-                for fields in adaptive.learn_matches(route.ip):
+                for fields in adaptive.learn_matches(route.ip,
+                                                     tcp=self.cfg.adaptive.place_tcp):
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
                                   [parser.OFPActionGroup(route.group), self.to_controller(dp)])
         if self.cfg.controller_marks:

@@ -275,3 +275,13 @@ def test_qdisc_dump_parser_reads_what_pyroute2_encodes():
                                                                                0, 0)
     assert parse_qdisc_dump(data) == ({5: Queue(18_028, 7), 6: Queue(0, 0)}, False)
     assert parse_qdisc_dump(data + done)[1] is True
+
+
+def test_place_tcp_off_learns_udp_only():
+    from controllers.adaptive import learn_matches
+
+    cfg = ControllerConfig.from_dict({"mode": "adaptive", "adaptive": {"place_tcp": False}})
+    assert not cfg.adaptive.place_tcp
+    assert [m["ip_proto"] for m in learn_matches("10.0.0.3", tcp=False)] == [17]
+    syn = learn_matches("10.0.0.3")[0]
+    assert syn["ip_proto"] == 6 and syn["tcp_flags"] == (0x02, 0x12)  # SYN set, ACK clear
