@@ -1,5 +1,8 @@
 """Start the fabric controller: ``python -m controllers --spec FILE --port N``.
 
+``--config`` (the scenario's resolved ``controller`` section as JSON) chooses the
+routing mode and ECN marking; ``--telemetry`` names the JSON-lines file of port samples.
+
 os-ken 4.x ships no manager command, so this sets its configuration and runs the app
 with ``AppManager.run_apps``. It listens on 127.0.0.1 only.
 """
@@ -11,7 +14,9 @@ import os
 import signal
 import sys
 
-APPS = {"ecmp": "controllers.fabric_app"}
+#: the routing base (proactive, survives the controller) and the congestion overlay
+APPS = ["controllers.fabric_app", "controllers.congestion_app"]
+MODES = ("ecmp", "adaptive", "spray")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,14 +24,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="topology spec JSON")
     parser.add_argument("--port", type=int, required=True, help="OpenFlow TCP port")
     parser.add_argument("--status", help="JSON lines of controller events")
-    parser.add_argument("--mode", choices=sorted(APPS), default="ecmp")
+    parser.add_argument("--mode", choices=MODES, default=None,
+                        help="routing mode (default: the config's, else ecmp)")
+    parser.add_argument("--config", help="controller section JSON (mode, telemetry, ecn)")
+    parser.add_argument("--telemetry", help="JSON lines of port samples to write")
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535:
         parser.error(f"--port: must be 1..65535, got {args.port}")
     if not os.path.exists(args.spec):
         parser.error(f"--spec: no such file {args.spec}")
 
+    if args.config and not os.path.exists(args.config):
+        parser.error(f"--config: no such file {args.config}")
+
     os.environ["TESTBED_SPEC"] = args.spec
+    if args.config:
+        os.environ["TESTBED_CONFIG"] = args.config
+    if args.mode:  # overrides the config's mode (kept for callers that pass only a mode)
+        os.environ["TESTBED_MODE"] = args.mode
+    if args.telemetry:
+        os.environ["TESTBED_TELEMETRY"] = args.telemetry
     if args.status:
         os.environ["TESTBED_STATUS"] = args.status
     # os-ken's native hub cannot unwind run_apps (HubThread has no kill()); the app
@@ -40,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
         project="os_ken",
     )
-    AppManager.run_apps([APPS[args.mode]])
+    AppManager.run_apps(APPS)
     return 0
 
 

@@ -3,8 +3,10 @@
 Mininet builds the namespaces and veth pairs from the spec (names, ports and MACs come
 from the spec, never from Mininet's defaults). Switches speak OpenFlow 1.3 to the run's
 controller with fail_mode=secure. The rest is set here: every link shaped to its rate with
-HTB and a short FIFO (the switch buffer), offloads off on every veth when the userspace
-datapath is used (or TCP stalls), addresses and sysctls in each host namespace.
+HTB and a short FIFO (the switch buffer; on switch ports a RED queue that marks CE instead
+when the run asks for switch-side ECN and the kernel has RED), offloads off on every veth
+when the userspace datapath is used (or TCP stalls), addresses and sysctls in each host
+namespace.
 """
 
 from __future__ import annotations
@@ -112,8 +114,12 @@ class Fabric:
         *,
         run_id: str,
         controller_port: int,
+        red: dict | None = None,
     ):
+        """``red``: ECN-marking RED thresholds for every switch port's queue (``min_kb``,
+        ``max_kb``, ``probability``) instead of the byte FIFO; needs ``caps.red``."""
         self.spec = spec
+        self.red = red
         self.caps = caps
         self.run_id = run_id
         self.controller_port = controller_port
@@ -233,12 +239,34 @@ class Fabric:
         ipr.tc("add", "htb", index, 0x10000, default=HTB_MINOR)
         ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,
                rate=rate, ceil=rate, burst=burst_bytes(mbps, self.spec.mtu), prio=1)
-        if self.delay_applied:
+        if self.red:
+            self._red(ipr, index, mbps)
+        elif self.delay_applied:
             ipr.tc("add", "netem", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
                    delay=int(self.spec.delay_ms * 1000), limit=self.queue_packets())
         else:
             ipr.tc("add", "bfifo", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
                    limit=self.spec.queue_kb * 1000)
+
+    def red_argv(self, ifname: str, mbps: float) -> list[str]:
+        """``tc`` line for a RED queue that marks CE between the ``red`` thresholds.
+
+        pyroute2 0.9 has no RED plugin, hence the command line. Burst follows tc-red(8):
+        (2 * min + max) / (3 * avpkt).
+        """
+        red, avpkt = self.red or {}, 1500
+        lo, hi = int(red["min_kb"] * 1000), int(red["max_kb"] * 1000)
+        return ["tc", "qdisc", "add", "dev", ifname, "parent", f"1:{HTB_MINOR:x}",
+                "handle", f"{HTB_MINOR:x}:", "red", "limit", str(self.spec.queue_kb * 1000),
+                "min", str(lo), "max", str(hi), "avpkt", str(avpkt),
+                "burst", str(max(1, (2 * lo + hi) // (3 * avpkt))),
+                "probability", f"{red['probability']:g}", "bandwidth", f"{mbps:g}mbit", "ecn"]
+
+    def _red(self, ipr: IPRoute, index: int, mbps: float) -> None:
+        ifname = ipr.get_links(index)[0].get_attr("IFLA_IFNAME")
+        done = subprocess.run(self.red_argv(ifname, mbps), capture_output=True, text=True)
+        if done.returncode:
+            raise BringUpError(f"RED queue on {ifname} failed: {done.stderr.strip()}")
 
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
         """Shell lines that configure a host namespace: MTU, address, offloads, shaping."""

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from testbed import telemetry_report  # noqa: E402
 from testbed.results import read_jsonl  # noqa: E402
 from testbed.scenario import EXPERIMENTS  # noqa: E402
 
@@ -152,6 +153,14 @@ def _queue_lines(summary: dict) -> list[str]:
     return lines
 
 
+def telemetry_lines(summary: dict, out: Path) -> list[str]:
+    """One telemetry section per variant that recorded port samples."""
+    parts = [telemetry_report.section(out / "variants" / run["name"], run["name"])[0]
+             for run in summary["runs"] if run.get("telemetry", {}).get("samples")]
+    parts = [p for p in parts if p]
+    return ["## Switch telemetry", "", *parts] if parts else []
+
+
 def write(summary: dict, out: Path) -> Path:
     """Plots plus report.md in ``out``; returns the report's path."""
     chain_png = plot_chain_latency(summary, out)
@@ -192,6 +201,7 @@ def write(summary: dict, out: Path) -> Path:
         lines += [f"![chain latency]({chain_png.name})", ""]
     if train_png:
         lines += [f"![training iterations]({train_png.name})", ""]
+    lines += telemetry_lines(summary, out)
     lines += ["## Host capabilities in force", ""]
     lines += [f"- {k}: {v}" for k, v in caps["backends"].items()]
     lines += ["", "Per-chain, per-hop and per-iteration records are in `variants/NAME/`."]

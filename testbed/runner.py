@@ -13,10 +13,11 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed import report, workloads
+from controllers.config import ControllerConfig, ecn_backend
+from testbed import report, telemetry_report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError
 from testbed.fabric import Fabric, FabricTimes
@@ -58,32 +59,54 @@ class LiveFabric:
         return self.fabric.spec
 
 
-def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, out: Path,
-             stack: ExitStack) -> LiveFabric:
+def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) -> dict:
+    """The controller section as the controller reads it: plus the link rate and who marks
+    CE (``ecn.mode: auto`` resolved from the host's RED); BringUpError if impossible."""
+    config = {**controller, "link_mbps": spec.link_mbps}
+    ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
+    if ecn_mode == "switch" and not caps.red:
+        raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "
+                           "(use 'auto' or 'controller')")
+    config["ecn_backend"] = ecn_backend(ecn_mode, red=caps.red)
+    return config
+
+
+def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
+             stack: ExitStack, mode: str | None = None,
+             controller: dict | None = None, telemetry: bool = True) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
-    Returns once the controller has installed the paths on every switch and the first
-    and last host reach each other on every plane.
+    ``controller`` is the variant's resolved controller section (``mode`` alone is the
+    older form). Returns once the controller has installed the paths on every switch and
+    the first and last host reach each other on every plane.
     """
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.json"
     spec.to_json(spec_file)
+    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps)
+    config_file = out / "controller.json"
+    write_json(config_file, config)
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
     port = free_port()
     status = out / "controller-events.jsonl"
-    controller = Helper(
+    controller_proc = Helper(
         "controller",
         [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
-         "--status", str(status), "--mode", mode],
+         "--status", str(status), "--config", str(config_file),
+         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else [])],
         pid_dir=pids, log=out / "controller.log",
     )
-    stack.callback(controller.stop)
+    stack.callback(controller_proc.stop)
     if not wait_for(lambda: _events(status, "started"), 30):
         raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
 
-    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port)
+    red = None
+    if config["ecn_backend"] == "switch":  # the class that marks earliest sets the queue
+        classes = ControllerConfig.from_dict(config).ecn.classes.values()
+        red = asdict(min(classes, key=lambda c: c.min_kb))
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red)
     stack.callback(fabric.stop)
     n = len(spec.switches)
 
@@ -94,7 +117,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, ou
                 f"controller installed paths on {len(installed())} of {n} switches in 30 s")
 
     times = fabric.start(await_paths)
-    return LiveFabric(fabric=fabric, controller=controller, status=status, pid_dir=pids,
+    return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
                       times=times)
 
 
@@ -122,7 +145,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
     with ExitStack() as stack:
         progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} switches, "
                  f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
-        live = bring_up(spec, caps, run_id=run_id, mode=variant.controller["mode"], out=out,
+        live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
                         stack=stack)
         fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
@@ -148,6 +171,8 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
                            "queue_kb": spec.queue_kb, "mtu": spec.mtu,
                            "queues": queues}
+    entry["telemetry"] = telemetry_report.summarize(out / "telemetry.jsonl",
+                                                    out / "controller-events.jsonl")
     entry["agents"] = agents_entry(work.chains_file)
     entry["training"] = training_entry(
         [work.rank_file(r) for r in range(len(work.ranks or []))])

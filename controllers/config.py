@@ -1,0 +1,111 @@
+"""The controller's run configuration: the scenario's resolved ``controller`` section.
+
+The runner writes it to ``controller.json`` (plus ``link_mbps``); the scenario module
+validates it. Here it is only read, with the documented defaults for missing keys, so
+the controller also starts from a bare ``{"mode": "ecmp"}``.
+
+>>> cfg = ControllerConfig.from_dict({"mode": "adaptive", "telemetry_ms": 50})
+>>> cfg.mode, cfg.adaptive.interval_ms, cfg.ecn.mode
+('adaptive', 50, 'off')
+>>> cfg.ecn.classes["collective"].min_bytes
+20000
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("ecmp", "adaptive", "spray")
+ECN_MODES = ("off", "controller", "switch", "auto")
+#: traffic classes the ECN thresholds apply to
+CLASSES = ("collective", "agents")
+
+
+def ecn_backend(mode: str, *, red: bool) -> str:
+    """Who marks CE for ``ecn.mode``: ``auto`` uses the kernel's RED where it exists.
+
+    >>> ecn_backend("auto", red=True), ecn_backend("auto", red=False), ecn_backend("off", red=True)
+    ('switch', 'controller', 'off')
+    """
+    if mode == "auto":
+        return "switch" if red else "controller"
+    return mode
+
+
+@dataclass(frozen=True)
+class EcnClass:
+    """RED-style thresholds of one traffic class, in KB of egress queue."""
+
+    min_kb: float = 20
+    max_kb: float = 60
+    probability: float = 0.1
+
+    @property
+    def min_bytes(self) -> int:
+        return int(self.min_kb * 1000)
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.max_kb * 1000)
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    interval_ms: float = 100
+    imbalance: float = 0.2
+    elephant_mbps: float = 1.0
+    #: place (and move) TCP connections too, learnt from their SYN; false: UDP only
+    place_tcp: bool = True
+
+
+@dataclass(frozen=True)
+class EcnConfig:
+    mode: str = "off"
+    classes: dict[str, EcnClass] = field(
+        default_factory=lambda: {name: EcnClass() for name in CLASSES})
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    mode: str = "ecmp"
+    telemetry_ms: float = 100
+    prometheus_port: int = 0
+    link_mbps: float = 0.0
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    ecn: EcnConfig = field(default_factory=EcnConfig)
+    #: who marks CE: "off", "switch" (RED in the kernel) or "controller"; the runner
+    #: resolves ``ecn.mode: auto`` from the host's capabilities and writes it here
+    ecn_backend: str = "off"
+
+    @property
+    def controller_marks(self) -> bool:
+        return self.ecn_backend == "controller"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ControllerConfig:
+        telemetry_ms = data.get("telemetry_ms", 100)
+        ad = data.get("adaptive") or {}
+        ecn = data.get("ecn") or {}
+        classes = {name: EcnClass(**(ecn.get("classes") or {}).get(name, {}))
+                   for name in CLASSES}
+        return cls(
+            mode=data.get("mode", "ecmp"),
+            telemetry_ms=telemetry_ms,
+            prometheus_port=int(data.get("prometheus_port", 0)),
+            link_mbps=float(data.get("link_mbps", 0.0)),
+            adaptive=AdaptiveConfig(
+                interval_ms=ad.get("interval_ms", telemetry_ms),
+                imbalance=ad.get("imbalance", 0.2),
+                elephant_mbps=ad.get("elephant_mbps", 1.0),
+                place_tcp=bool(ad.get("place_tcp", True))),
+            ecn=EcnConfig(mode=ecn.get("mode", "off"), classes=classes),
+            ecn_backend=data.get("ecn_backend") or ecn_backend(ecn.get("mode", "off"), red=False),
+        )
+
+    @classmethod
+    def from_json(cls, path: str | Path | None) -> ControllerConfig:
+        if not path:
+            return cls()
+        return cls.from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,452 @@
+"""os-ken app beside the routing app: telemetry, adaptive routing and ECN marking.
+
+It never touches the proactive base (:mod:`controllers.fabric_app` owns it); everything
+it installs is an overlay at higher priority with its own cookie or group ids, so if this
+process dies the switches keep forwarding on the base rules (and the overlay rules it
+left keep working or time out).
+
+- Telemetry: every ``telemetry_ms`` one netlink dump of all root qdiscs (queue depth,
+  drops) and an OpenFlow port-stats request to every switch; each reply is joined with
+  the queue snapshot into ``telemetry.jsonl`` (:mod:`controllers.telemetry`).
+- ``adaptive`` mode: flow placement and elephant moves (:mod:`controllers.adaptive`).
+- ``spray`` mode: RoCE packets choose their uplink by the low bits of the UDP source
+  port, which the senders rotate per packet (:mod:`controllers.spray`).
+- ECN marking by the controller (:mod:`controllers.ecn`) when ``ecn_backend`` is
+  ``controller``.
+
+os-ken's native hub runs :func:`hub.spawn` as an OS thread; the polling loop only reads
+netlink (a short dump) and sends requests, replies are handled on the app's event thread.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    set_ev_cls,
+)
+from os_ken.lib import hub
+from os_ken.lib.packet import ipv4, packet, tcp, udp
+from os_ken.ofproto import ofproto_v1_3
+
+from controllers import adaptive, ecn, spray
+from controllers.config import CLASSES, ControllerConfig
+from controllers.fabric_app import FabricRouting, StatusLog
+from controllers.paths import ECMP_GROUP, plan_switch
+from controllers.telemetry import (
+    PortCounters,
+    PrometheusExporter,
+    QueueReader,
+    make_sample,
+    port_table,
+)
+from topologies.spec import FabricSpec
+
+LEARN_BYTES = 128
+CPU_EVENT_S = 5.0
+
+
+class CongestionControl(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.spec = FabricSpec.from_json(os.environ["TESTBED_SPEC"])
+        self.cfg = ControllerConfig.from_json(os.environ.get("TESTBED_CONFIG"))
+        self.mode = os.environ.get("TESTBED_MODE") or self.cfg.mode
+        self.status = StatusLog(os.environ.get("TESTBED_STATUS"))
+        self.telemetry_path = os.environ.get("TESTBED_TELEMETRY")
+        self.link_mbps = self.cfg.link_mbps or self.spec.uplink_mbps
+        self.ports = port_table(self.spec)
+        self.plans = {sw.dpid: plan_switch(self.spec, sw.dpid) for sw in self.spec.switches}
+        self.datapaths: dict[int, object] = {}
+        self.counters: dict[tuple[int, int], PortCounters] = {}
+        self.util: dict[tuple[int, int], float] = {}
+        self.queues: dict = {}
+        self.asked: dict[tuple[int, int], tuple[float, dict]] = {}
+        self.asked_lock = threading.Lock()
+        self.sample_t = time.time()
+        self.tick_no = 0
+        self.rng = random.Random(int(os.environ.get("TESTBED_SEED", "1")))
+        self.marks = {(d, p, c): ecn.MarkState() for (d, p) in self.ports for c in CLASSES}
+        self.rates: dict[int, adaptive.FlowRates] = {}
+        self.placed: dict[int, dict[adaptive.FlowKey, int]] = {}
+        self.flow_parts: dict[int, list] = {}
+        self.frozen: dict[int, dict[adaptive.FlowKey, int]] = {}
+        self.hold: dict[int, int] = {}
+        self.flow_asked: dict[int, float] = {}
+        self.learned_at: dict[tuple[int, adaptive.FlowKey], float] = {}
+        self.exporter = (PrometheusExporter(self.cfg.prometheus_port)
+                         if self.cfg.prometheus_port else None)
+        self.active = bool(self.telemetry_path or self.exporter or self.mode == "adaptive"
+                           or self.cfg.controller_marks)
+        if self.active:
+            self.reader = QueueReader(sorted(p.ifname for p in self.ports.values()))
+            hub.spawn(self.poll_loop)
+        self.status.emit("congestion_started", mode=self.mode, ecn=self.cfg.ecn_backend,
+                         telemetry_ms=self.cfg.telemetry_ms)
+
+    # -- switches -------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def on_features(self, ev) -> None:
+        dp = ev.msg.datapath
+        plan = self.plans.get(dp.id)
+        if plan is None:
+            return
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        # marks left by a previous controller process: no port is marking now
+        dp.send_msg(parser.OFPFlowMod(
+            dp, cookie=ecn.COOKIE_MARK, cookie_mask=adaptive.COOKIE_MASK,
+            command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        if plan.role != "leaf" or ECMP_GROUP not in plan.groups:
+            return
+        learn = self.mode == "adaptive"
+        if learn or self.cfg.controller_marks:
+            # the overlay's rules point at group 1, which the routing app adds from its own
+            # thread: add it here too, or a rule that arrives first is refused
+            # (BAD_OUT_GROUP); the routing app answers GROUP_EXISTS with the same buckets
+            dp.send_msg(FabricRouting.group_mod(dp, ofp.OFPGC_ADD, ECMP_GROUP,
+                                                plan.groups[ECMP_GROUP]))
+        if learn:
+            for route in plan.routes:
+                if route.group is None:
+                    continue
+                for fields in adaptive.learn_matches(route.ip,
+                                                     tcp=self.cfg.adaptive.place_tcp):
+                    self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
+                                  [parser.OFPActionGroup(route.group), self.to_controller(dp)])
+        if self.cfg.controller_marks:
+            for port in plan.groups[ECMP_GROUP]:
+                for cls in CLASSES:
+                    for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+                        dp.send_msg(self.mark_group(dp, command, cls, port))
+        if self.mode == "spray":
+            self.install_spray(dp, plan)
+        if self.cfg.controller_marks:
+            for cls, group in ecn.ECT_GROUPS.items():
+                # ADD, then MODIFY: after a controller restart the group exists (the ADD
+                # fails harmlessly) and may still carry the old process's marks
+                for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
+                    dp.send_msg(self.ect_group(dp, command, plan.dpid, cls, group))
+            for fields, group in ecn.ect_rules(plan):
+                actions = [parser.OFPActionGroup(group)]
+                if learn and fields["ip_proto"] == 17:  # TCP is learnt from its SYN
+                    actions.append(self.to_controller(dp))
+                self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions)
+
+    def install_spray(self, dp, plan) -> None:
+        """RoCE source-port buckets to uplinks (:mod:`controllers.spray`); with controller
+        marking, ECN-capable packets go through one indirect group per uplink instead."""
+        parser = dp.ofproto_parser
+        uplinks = plan.groups[ECMP_GROUP]
+        for rule in spray.spray_rules(plan, uplinks):
+            self.add_flow(dp, spray.PRIORITY_SPRAY, parser.OFPMatch(**rule.match()),
+                          [parser.OFPActionOutput(rule.port)])
+        if not self.cfg.controller_marks:
+            return
+        for rule in spray.spray_rules(plan, uplinks, ect=True):
+            self.add_flow(dp, spray.PRIORITY_SPRAY + 1, parser.OFPMatch(**rule.match()),
+                          [parser.OFPActionGroup(ecn.mark_group("collective", rule.port))])
+
+    def mark_group(self, dp, command: int, cls: str, port: int):
+        """The indirect group through which ECN-capable ``cls`` packets leave ``port``."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        actions = [parser.OFPActionOutput(port)]
+        if self.marks[(dp.id, port, cls)].on:
+            actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
+        return parser.OFPGroupMod(dp, command, ofp.OFPGT_INDIRECT, ecn.mark_group(cls, port),
+                                  [parser.OFPBucket(actions=actions)])
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def on_state(self, ev) -> None:
+        dp = ev.datapath
+        if ev.state == MAIN_DISPATCHER and dp.id in self.plans:
+            self.datapaths[dp.id] = dp
+        elif ev.state == DEAD_DISPATCHER and dp.id is not None:
+            self.datapaths.pop(dp.id, None)
+
+    @staticmethod
+    def to_controller(dp):
+        return dp.ofproto_parser.OFPActionOutput(dp.ofproto.OFPP_CONTROLLER, LEARN_BYTES)
+
+    @staticmethod
+    def add_flow(dp, priority: int, match, actions, *, cookie: int = 0, idle: int = 0,
+                 command: int | None = None) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        command = ofp.OFPFC_ADD if command is None else command
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        # a delete filters on out_port/out_group too: ANY, or it matches nothing
+        deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
+        dp.send_msg(parser.OFPFlowMod(
+            dp, cookie=cookie, command=command, idle_timeout=idle, priority=priority,
+            match=match, instructions=inst,
+            out_port=ofp.OFPP_ANY if deleting else 0, out_group=ofp.OFPG_ANY if deleting else 0))
+
+    def ect_group(self, dp, command: int, dpid: int, cls: str, group: int):
+        """The select group for ECN-capable ``cls`` traffic: ECMP buckets, marking ones."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        buckets = []
+        for port in self.plans[dpid].groups[ECMP_GROUP]:
+            actions = [parser.OFPActionOutput(port)]
+            if self.marks[(dpid, port, cls)].on:
+                actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
+            buckets.append(parser.OFPBucket(weight=1, watch_port=port,
+                                            watch_group=ofp.OFPG_ANY, actions=actions))
+        return parser.OFPGroupMod(dp, command, ofp.OFPGT_SELECT, group, buckets)
+
+    # -- telemetry ------------------------------------------------------------------
+    def poll_loop(self) -> None:
+        interval = self.cfg.telemetry_ms / 1000
+        every = max(1, round(max(self.cfg.adaptive.interval_ms, 1000 * adaptive.FLOW_POLL_S)
+                             / self.cfg.telemetry_ms))
+        next_t, next_cpu = time.monotonic(), time.monotonic() + CPU_EVENT_S
+        while True:
+            try:
+                self.tick(every)
+            except Exception:  # keep sampling: one bad tick must not end the telemetry
+                self.logger.exception("telemetry tick failed")
+            now = time.monotonic()
+            if now >= next_cpu:
+                t = os.times()
+                self.status.emit("cpu", user_s=round(t.user, 3), system_s=round(t.system, 3))
+                next_cpu = now + CPU_EVENT_S
+            next_t += interval
+            hub.sleep(max(0.0, next_t - time.monotonic()))
+            if time.monotonic() - next_t > interval:  # fell behind: do not burst
+                next_t = time.monotonic()
+
+    def tick(self, every: int) -> None:
+        """Snapshot every queue, then ask every switch for its port (and flow) counters."""
+        try:
+            self.queues = self.reader.read()
+        except OSError as exc:  # a port vanished mid-dump (teardown): next tick
+            self.logger.warning("qdisc dump failed: %s", exc)
+        self.sample_t = time.time()
+        self.tick_no += 1
+        with self.asked_lock:  # the event thread pops answered requests
+            for k in [k for k, (t, _) in self.asked.items() if t < self.sample_t - 5]:
+                del self.asked[k]  # never answered (a switch went away)
+        for dp in list(self.datapaths.values()):
+            parser, ofp = dp.ofproto_parser, dp.ofproto
+            request = parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY)
+            dp.set_xid(request)
+            # a late reply still belongs to the tick (time, queue snapshot) that asked
+            with self.asked_lock:
+                self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
+            dp.send_msg(request)
+            if (self.mode == "adaptive" and self.tick_no % every == 0
+                    and self.plans[dp.id].role == "leaf"):
+                self.request_flow_stats(dp)
+
+    def request_flow_stats(self, dp) -> None:
+        """Ask a leaf for its per-flow counters, unless a request is still unanswered."""
+        if time.monotonic() - self.flow_asked.get(dp.id, -1e9) < 2.0:
+            return
+        self.flow_asked[dp.id] = time.monotonic()
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPFlowStatsRequest(
+            dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, adaptive.COOKIE_FLOW,
+            adaptive.COOKIE_MASK, parser.OFPMatch()))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def on_port_stats(self, ev) -> None:
+        dp = ev.msg.datapath
+        with self.asked_lock:
+            asked = self.asked.pop((dp.id, ev.msg.xid), None)
+            if asked is not None and ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                self.asked[(dp.id, ev.msg.xid)] = asked
+        if asked is None:
+            return
+        t, queues = asked
+        samples = []
+        for stat in ev.msg.body:
+            info = self.ports.get((dp.id, stat.port_no))
+            if info is None:
+                continue
+            now = PortCounters(stat.tx_bytes, stat.rx_bytes, stat.tx_packets, stat.tx_dropped,
+                               stat.duration_sec + stat.duration_nsec / 1e9)
+            key = (dp.id, stat.port_no)
+            sample = make_sample(t, info, self.counters.get(key), now, queues.get(info.ifname))
+            self.counters[key] = now
+            self.util[key] = sample.util
+            samples.append(sample)
+            if self.cfg.controller_marks:
+                self.update_marking(dp, info, sample.backlog_bytes)
+        plan = self.plans[dp.id]
+        if (self.mode == "adaptive" and plan.role == "leaf" and samples
+                and self.tick_no >= self.hold.get(dp.id, 0)):
+            util = [self.util.get((dp.id, p), 0.0) for p in plan.groups.get(ECMP_GROUP, [])]
+            if len(util) > 1 and max(util) - min(util) > self.cfg.adaptive.imbalance:
+                self.request_flow_stats(dp)  # imbalanced: decide now, not at the next poll
+        if self.telemetry_path and samples:
+            with open(self.telemetry_path, "a") as f:
+                f.write("".join(s.to_json() + "\n" for s in samples))
+        if self.exporter:
+            self.exporter.update(samples)
+
+    # -- ECN ------------------------------------------------------------------------
+    def update_marking(self, dp, info, backlog: int) -> None:
+        for cls in CLASSES:
+            state = self.marks[(dp.id, info.port, cls)]
+            if not state.update(backlog, self.cfg.ecn.classes[cls], self.rng.random):
+                continue
+            ofp, parser = dp.ofproto, dp.ofproto_parser
+            if info.role == "leaf_uplink":
+                dp.send_msg(self.ect_group(dp, ofp.OFPGC_MODIFY, dp.id, cls,
+                                           ecn.ECT_GROUPS[cls]))
+                dp.send_msg(self.mark_group(dp, ofp.OFPGC_MODIFY, cls, info.port))
+            else:
+                for fields in ecn.mark_rules(self.plans[dp.id], info.port, cls):
+                    match = parser.OFPMatch(**fields)
+                    if state.on:
+                        self.add_flow(dp, ecn.PRIORITY_MARK, match,
+                                      [parser.OFPActionSetField(ip_ecn=3),
+                                       parser.OFPActionOutput(info.port)],
+                                      cookie=ecn.COOKIE_MARK)
+                    else:
+                        self.add_flow(dp, ecn.PRIORITY_MARK, match, [],
+                                      command=ofp.OFPFC_DELETE_STRICT)
+            self.status.emit("ecn_on" if state.on else "ecn_off", switch=info.switch,
+                             port=info.port, ifname=info.ifname, role=info.role,
+                             **{"class": cls}, backlog_bytes=backlog)
+
+    # -- adaptive -------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def on_packet_in(self, ev) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        plan = self.plans.get(dp.id)
+        if self.mode != "adaptive" or plan is None or plan.role != "leaf":
+            return
+        key = flow_key(msg.data)
+        if key is None:
+            return
+        now = time.monotonic()
+        if now - self.learned_at.get((dp.id, key), -1e9) < 1.0:
+            return  # rule on its way; these are packets that were already in flight
+        self.learned_at[(dp.id, key)] = now
+        uplinks = plan.groups[ECMP_GROUP]
+        placed = self.placed.setdefault(dp.id, {})
+        counts = {p: sum(1 for q in placed.values() if q == p) for p in uplinks}
+        port = adaptive.least_loaded({p: self.util.get((dp.id, p), 0.0) for p in uplinks},
+                                     counts)
+        placed[key] = port
+        self.pin_flow(dp, key, port, dp.ofproto.OFPFC_ADD)
+        self.status.emit("flow_placed", flow=str(key), switch=plan.name, port=port)
+
+    def pin_flow(self, dp, key: adaptive.FlowKey, port: int, command: int) -> None:
+        """The rules that send flow ``key`` out of ``port``: one for all its packets and,
+        when the controller marks, one per ECT codepoint through the marking group."""
+        parser = dp.ofproto_parser
+        self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(parser, key),
+                      [parser.OFPActionOutput(port)], cookie=adaptive.COOKIE_FLOW,
+                      idle=adaptive.FLOW_IDLE_S, command=command)
+        cls = ecn.flow_class(key.proto, key.dport)
+        if not self.cfg.controller_marks or cls is None:
+            return
+        for ect in ecn.ECT_CODEPOINTS:
+            self.add_flow(dp, adaptive.PRIORITY_FLOW + 1, flow_match(parser, key, ip_ecn=ect),
+                          [parser.OFPActionGroup(ecn.mark_group(cls, port))],
+                          cookie=adaptive.COOKIE_FLOW, idle=adaptive.FLOW_IDLE_S,
+                          command=command)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def on_flow_stats(self, ev) -> None:
+        msg, dp = ev.msg, ev.msg.datapath
+        parts = self.flow_parts.setdefault(dp.id, [])
+        parts.extend(msg.body)
+        if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            return
+        del self.flow_parts[dp.id]
+        self.flow_asked.pop(dp.id, None)
+        flows: dict[adaptive.FlowKey, list] = {}  # key -> [port, bytes, age]
+        for stat in parts:
+            key = key_of_match(stat.match)
+            port = out_port(stat.instructions)
+            if key is None or port is None:
+                continue
+            entry = flows.setdefault(key, [port, 0, 0.0])
+            entry[1] += stat.byte_count  # a flow's ECT packets count on their own rules
+            if stat.priority == adaptive.PRIORITY_FLOW:
+                entry[0] = port
+                entry[2] = stat.duration_sec + stat.duration_nsec / 1e9
+        readings = [(key, port, nbytes, age) for key, (port, nbytes, age) in flows.items()]
+        loads = self.rates.setdefault(dp.id, adaptive.FlowRates()).update(readings)
+        self.placed[dp.id] = {f.key: f.port for f in loads}
+        stale = time.monotonic() - 30
+        for k in [k for k, t in self.learned_at.items() if k[0] == dp.id and t < stale]:
+            del self.learned_at[k]
+        self.rebalance(dp, loads)
+
+    def rebalance(self, dp, loads: list[adaptive.FlowLoad]) -> None:
+        plan = self.plans[dp.id]
+        if self.tick_no < self.hold.get(dp.id, 0):
+            return  # the last move is not in the utilisation figures yet
+        frozen = self.frozen.setdefault(dp.id, {})
+        for key in [k for k, until in frozen.items() if until <= self.tick_no]:
+            del frozen[key]
+        uplinks = plan.groups[ECMP_GROUP]
+        util = {p: self.util.get((dp.id, p), 0.0) for p in uplinks}
+        move = adaptive.plan_move(util, loads, link_mbps=self.link_mbps,
+                                  imbalance=self.cfg.adaptive.imbalance,
+                                  elephant_mbps=self.cfg.adaptive.elephant_mbps,
+                                  frozen=frozenset(frozen))
+        if move is None:
+            return
+        self.pin_flow(dp, move.key, move.to_port, dp.ofproto.OFPFC_MODIFY_STRICT)
+        ticks = lambda s: max(2, round(s * 1000 / self.cfg.telemetry_ms))  # noqa: E731
+        frozen[move.key] = self.tick_no + ticks(adaptive.FREEZE_S)
+        self.hold[dp.id] = self.tick_no + ticks(adaptive.HOLD_S)
+        self.placed.setdefault(dp.id, {})[move.key] = move.to_port
+        self.status.emit("flow_moved", flow=str(move.key), switch=plan.name,
+                         from_port=move.from_port, to_port=move.to_port, mbps=move.mbps,
+                         reason=move.reason)
+
+
+def flow_key(data: bytes) -> adaptive.FlowKey | None:
+    """The IPv4 TCP/UDP 5-tuple of a (truncated) Ethernet frame, or None."""
+    pkt = packet.Packet(data)
+    ip = pkt.get_protocol(ipv4.ipv4)
+    if ip is None:
+        return None
+    l4 = pkt.get_protocol(tcp.tcp) or pkt.get_protocol(udp.udp)
+    if l4 is None:
+        return None
+    return adaptive.FlowKey(ip.proto, ip.src, ip.dst, l4.src_port, l4.dst_port)
+
+
+def flow_match(parser, key: adaptive.FlowKey, **extra):
+    l4 = "tcp" if key.proto == 6 else "udp"
+    return parser.OFPMatch(**{"eth_type": ecn.ETH_IPV4, "ip_proto": key.proto,
+                              "ipv4_src": key.src, "ipv4_dst": key.dst,
+                              f"{l4}_src": key.sport, f"{l4}_dst": key.dport, **extra})
+
+
+def key_of_match(match) -> adaptive.FlowKey | None:
+    fields = dict(match.items())
+    proto = fields.get("ip_proto")
+    l4 = {6: "tcp", 17: "udp"}.get(proto)
+    if l4 is None or f"{l4}_src" not in fields:
+        return None
+    return adaptive.FlowKey(proto, fields["ipv4_src"], fields["ipv4_dst"],
+                            fields[f"{l4}_src"], fields[f"{l4}_dst"])
+
+
+def out_port(instructions) -> int | None:
+    """The uplink a per-flow rule sends to: its output port, or its marking group's."""
+    for inst in instructions:
+        for action in getattr(inst, "actions", []):
+            if hasattr(action, "port"):
+                return action.port
+            if hasattr(action, "group_id"):
+                return ecn.port_of_group(action.group_id)
+    return None

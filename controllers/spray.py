@@ -1,0 +1,76 @@
+"""Packet spraying on the leaves: the RoCE source port picks the uplink, per packet.
+
+RoCEv2 NICs put their entropy in the UDP source port; switches hash it to choose a path.
+Senders that rotate the source port per packet therefore spray one queue pair's packets
+over every uplink, and the receiver reorders by packet sequence number.
+
+OVS 3.1's select groups do not serve for this here: their default selection method
+(``dp_hash``) did not spread 64 source ports of one host pair over two uplinks on the
+userspace datapath (all packets took one uplink, measured by the integration test's
+first version), and choosing ``selection_method=hash,fields(udp_src,...)`` needs
+OpenFlow 1.5, which these bridges do not speak. So ``spray`` mode installs the hash
+itself, proactively: for each remote destination, RoCE packets (UDP destination port
+4791) whose source port has low bits ``i`` go out of uplink ``i mod n``, with a masked
+match on ``udp_src`` (OVS accepts masks on transport ports). Consecutive source ports
+go round-robin over the uplinks; random ones spread evenly. Everything else (TCP, other
+UDP) stays on the ECMP select group. The rules are proactive, so spraying survives the
+controller too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controllers.ecn import ETH_IPV4, ROCE_PORT
+from controllers.paths import SwitchPlan
+
+PRIORITY_SPRAY = 115
+
+
+@dataclass(frozen=True)
+class SprayRule:
+    """Packets to ``ip`` with ``udp_src & mask == value`` (and ``ip_ecn``) use ``port``."""
+
+    ip: str
+    value: int
+    mask: int
+    port: int
+    ip_ecn: int | None = None
+
+    def match(self) -> dict:
+        fields = {"eth_type": ETH_IPV4, "ipv4_dst": self.ip, "ip_proto": 17,
+                  "udp_dst": ROCE_PORT, "udp_src": (self.value, self.mask)}
+        if self.ip_ecn is not None:
+            fields["ip_ecn"] = self.ip_ecn
+        return fields
+
+
+def spray_bits(n: int) -> int:
+    """Source-port bits needed to reach ``n`` uplinks (the buckets are 2**bits).
+
+    >>> spray_bits(1), spray_bits(2), spray_bits(3), spray_bits(4)
+    (0, 1, 2, 2)
+    """
+    return max(0, (n - 1).bit_length())
+
+
+def spray_rules(plan: SwitchPlan, uplinks: list[int], *, ect: bool = False) -> list[SprayRule]:
+    """Every remote destination times every source-port bucket; ``ect``: one rule per
+    ECT codepoint as well (for the marking groups).
+
+    >>> from controllers.paths import Route
+    >>> plan = SwitchPlan(1, "l", "leaf", {1: [3, 4]}, [Route("10.0.0.1", port=1),
+    ...                                                Route("10.0.0.3", group=1)])
+    >>> [(r.ip, r.value, r.mask, r.port) for r in spray_rules(plan, [3, 4])]
+    [('10.0.0.3', 0, 1, 3), ('10.0.0.3', 1, 1, 4)]
+    >>> [(r.value, r.port) for r in spray_rules(plan, [3, 4, 5])]  # 4 buckets, 3 uplinks
+    [(0, 3), (1, 4), (2, 5), (3, 3)]
+    """
+    if len(uplinks) < 2:
+        return []
+    bits = spray_bits(len(uplinks))
+    mask = (1 << bits) - 1
+    ecns: tuple[int | None, ...] = (1, 2) if ect else (None,)
+    return [SprayRule(r.ip, value, mask, uplinks[value % len(uplinks)], e)
+            for r in plan.routes if r.group is not None
+            for value in range(1 << bits) for e in ecns]

@@ -1,0 +1,279 @@
+"""Port telemetry: OpenFlow port counters plus the egress queue depth of every switch port.
+
+Two sources are joined per sample. The switch reports what it sent (OpenFlow port stats:
+bytes, packets, drops, with the counter's own duration, so rates do not depend on when
+the reply arrived). The queue in front of the wire is not the switch's: switch ports are
+shaped by HTB + a byte FIFO in the root namespace (:mod:`testbed.fabric`), so its depth
+is read over netlink, one dump of all qdiscs per sample (the root qdisc's backlog and
+drops). Everything here is pure except :class:`QueueReader`; the os-ken app in
+:mod:`controllers.congestion_app` drives it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from topologies.spec import FabricSpec
+
+TC_H_ROOT = 0xFFFFFFFF
+ROLES = ("leaf_uplink", "spine_downlink", "leaf_downlink")
+
+
+@dataclass(frozen=True)
+class PortInfo:
+    """One switch port: where it is and what it leads to."""
+
+    switch: str
+    dpid: int
+    port: int
+    ifname: str
+    role: str
+    mbps: float
+
+
+def port_table(spec: FabricSpec) -> dict[tuple[int, int], PortInfo]:
+    """Every switch port of ``spec`` by (dpid, OpenFlow port), with its role and rate.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
+    >>> table = port_table(spec)
+    >>> leaf = spec.switch("tbdoc0p0l0").dpid
+    >>> [(p.port, p.ifname, p.role) for (d, _), p in sorted(table.items()) if d == leaf]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [(1, 'tbdoc0p0l0e1', 'leaf_downlink'), (2, 'tbdoc0p0l0e2', 'leaf_downlink'),
+     (3, 'tbdoc0p0l0e3', 'leaf_uplink'), (4, 'tbdoc0p0l0e4', 'leaf_uplink')]
+    """
+    dpids = {sw.name: sw.dpid for sw in spec.switches}
+    table: dict[tuple[int, int], PortInfo] = {}
+
+    def add(switch: str, port: int, ifname: str, role: str, mbps: float) -> None:
+        table[(dpids[switch], port)] = PortInfo(switch, dpids[switch], port, ifname, role, mbps)
+
+    for lk in spec.links:
+        if lk.kind == "uplink":
+            add(lk.a, lk.a_port, lk.a_intf, "leaf_uplink", lk.mbps)
+            add(lk.b, lk.b_port, lk.b_intf, "spine_downlink", lk.mbps)
+        else:
+            add(lk.b, lk.b_port, lk.b_intf, "leaf_downlink", lk.mbps)
+    return table
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """One OpenFlow port-stats entry; ``duration_s`` is the counter's own clock."""
+
+    tx_bytes: int
+    rx_bytes: int
+    tx_packets: int
+    tx_dropped: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Queue:
+    backlog_bytes: int
+    drops: int
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One line of telemetry.jsonl."""
+
+    t: float
+    switch: str
+    port: int
+    ifname: str
+    role: str
+    tx_bytes: int
+    rx_bytes: int
+    tx_packets: int
+    tx_dropped: int
+    backlog_bytes: int
+    qdisc_drops: int
+    util: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+def utilisation(prev: PortCounters | None, now: PortCounters, mbps: float) -> float:
+    """Transmit rate between two counter readings over the link rate, clipped to 0..1.
+
+    >>> a = PortCounters(0, 0, 0, 0, 1.0)
+    >>> utilisation(a, PortCounters(125_000, 0, 0, 0, 1.1), 20)  # 10 Mb/s on 20 Mb/s
+    0.5
+    >>> utilisation(None, a, 20), utilisation(a, PortCounters(5, 0, 0, 0, 1.0), 20)
+    (0.0, 0.0)
+    """
+    if prev is None or mbps <= 0:
+        return 0.0
+    dt = now.duration_s - prev.duration_s
+    if dt <= 0 or now.tx_bytes < prev.tx_bytes:
+        return 0.0
+    rate = (now.tx_bytes - prev.tx_bytes) * 8 / dt / 1e6
+    return round(min(1.0, rate / mbps), 4)
+
+
+def make_sample(t: float, info: PortInfo, prev: PortCounters | None, now: PortCounters,
+                queue: Queue | None) -> Sample:
+    """Join one port's counters and queue into a telemetry record."""
+    q = queue or Queue(0, 0)
+    return Sample(t=round(t, 4), switch=info.switch, port=info.port, ifname=info.ifname,
+                  role=info.role, tx_bytes=now.tx_bytes, rx_bytes=now.rx_bytes,
+                  tx_packets=now.tx_packets, tx_dropped=now.tx_dropped,
+                  backlog_bytes=q.backlog_bytes, qdisc_drops=q.drops,
+                  util=utilisation(prev, now, info.mbps))
+
+
+RTM_NEWQDISC, RTM_GETQDISC = 36, 38
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+TCA_STATS2, TCA_STATS_QUEUE = 7, 3
+NLMSG_HDR = struct.Struct("=IHHII")
+TCMSG = struct.Struct("=BxxxiIII")
+RTATTR = struct.Struct("=HH")
+GNET_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
+
+
+def _attrs(data: bytes, start: int, end: int):
+    """(type, payload start, payload end) of the netlink attributes in data[start:end]."""
+    while start + RTATTR.size <= end:
+        length, kind = RTATTR.unpack_from(data, start)
+        if length < RTATTR.size:
+            return
+        yield kind & 0x3FFF, start + RTATTR.size, start + length
+        start += (length + 3) & ~3
+
+
+def parse_qdisc_dump(data: bytes) -> tuple[dict[int, Queue], bool]:
+    """Root-qdisc queue stats by interface index from RTM_NEWQDISC messages; and whether
+    the dump is complete (NLMSG_DONE seen)."""
+    out: dict[int, Queue] = {}
+    offset, done = 0, False
+    while offset + NLMSG_HDR.size <= len(data):
+        length, kind, _, _, _ = NLMSG_HDR.unpack_from(data, offset)
+        if length < NLMSG_HDR.size:
+            break
+        end = offset + length
+        if kind == NLMSG_DONE:
+            done = True
+        elif kind == NLMSG_ERROR:
+            raise OSError("netlink error in qdisc dump")
+        elif kind == RTM_NEWQDISC:
+            _, index, _, parent, _ = TCMSG.unpack_from(data, offset + NLMSG_HDR.size)
+            if parent == TC_H_ROOT:
+                body = offset + NLMSG_HDR.size + TCMSG.size
+                for kind2, a, b in _attrs(data, body, end):
+                    if kind2 != TCA_STATS2:
+                        continue
+                    for kind3, c, _ in _attrs(data, a, b):
+                        if kind3 == TCA_STATS_QUEUE:
+                            _, backlog, drops, _, _ = GNET_QUEUE.unpack_from(data, c)
+                            out[index] = Queue(backlog_bytes=backlog, drops=drops)
+        offset = (end + 3) & ~3
+    return out, done
+
+
+class QueueReader:
+    """Root-qdisc backlog and drops of the given interfaces, one netlink dump per call.
+
+    The dump is parsed here, reading only the queue counters: pyroute2 parses every
+    attribute of every qdisc on the host, about 30 ms for a hundred qdiscs, which at 10
+    samples a second is a third of a core. Interface indexes come from pyroute2, looked
+    up again only for names not yet found (ports appear while the fabric comes up).
+    """
+
+    def __init__(self, ifnames: list[str]):
+        self._wanted = set(ifnames)
+        self._names: dict[int, str] = {}
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self._sock.bind((0, 0))
+        self._sock.settimeout(2.0)
+        self._seq = 0
+
+    def _resolve(self) -> None:
+        missing = self._wanted - set(self._names.values())
+        if not missing:
+            return
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for link in ipr.get_links():
+                name = link.get_attr("IFLA_IFNAME")
+                if name in missing:
+                    self._names[link["index"]] = name
+
+    def dump(self) -> dict[int, Queue]:
+        """Queue counters of every root qdisc on the host, by interface index."""
+        self._seq += 1
+        request = NLMSG_HDR.pack(NLMSG_HDR.size + TCMSG.size, RTM_GETQDISC,
+                                 NLM_F_REQUEST | NLM_F_DUMP, self._seq, 0)
+        self._sock.send(request + TCMSG.pack(0, 0, 0, 0, 0))
+        out: dict[int, Queue] = {}
+        while True:
+            part, done = parse_qdisc_dump(self._sock.recv(1 << 20))
+            out.update(part)
+            if done:
+                return out
+
+    def read(self) -> dict[str, Queue]:
+        self._resolve()
+        return {self._names[i]: q for i, q in self.dump().items() if i in self._names}
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def prometheus_text(samples: list[Sample]) -> str:
+    """The latest sample of each port in the Prometheus text format.
+
+    >>> s = Sample(1.0, "sw", 3, "swe3", "leaf_uplink", 10, 20, 1, 0, 1500, 2, 0.5)
+    >>> print(prometheus_text([s]).splitlines()[2])
+    testbed_port_tx_bytes_total{switch="sw",port="3",ifname="swe3",role="leaf_uplink"} 10
+    """
+    metrics = (("tx_bytes_total", "counter", "tx_bytes"),
+               ("rx_bytes_total", "counter", "rx_bytes"),
+               ("tx_dropped_total", "counter", "tx_dropped"),
+               ("qdisc_drops_total", "counter", "qdisc_drops"),
+               ("backlog_bytes", "gauge", "backlog_bytes"),
+               ("utilisation", "gauge", "util"))
+    lines = []
+    for name, kind, attr in metrics:
+        lines += [f"# HELP testbed_port_{name} switch port {attr}",
+                  f"# TYPE testbed_port_{name} {kind}"]
+        for s in samples:
+            labels = f'switch="{s.switch}",port="{s.port}",ifname="{s.ifname}",role="{s.role}"'
+            lines.append(f"testbed_port_{name}{{{labels}}} {getattr(s, attr)}")
+    return "\n".join(lines) + "\n"
+
+
+class PrometheusExporter:
+    """Serve the latest samples on 127.0.0.1:``port`` (``/metrics``) from a daemon thread."""
+
+    def __init__(self, port: int):
+        self.latest: dict[str, Sample] = {}
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                body = prometheus_text(list(exporter.latest.values())).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def update(self, samples: list[Sample]) -> None:
+        for s in samples:
+            self.latest[s.ifname] = s
