@@ -372,7 +372,7 @@ def _check_seeds(value: Any, seed: int) -> tuple[int, ...]:
 def _parse_experiment(kind: str, data: dict, name: str, seed: int,
                       duration: float) -> Scenario:
     """A scenario built around one experiment section (no fabric sections)."""
-    for key in ("topology", "controller", "agents", "training", "variants"):
+    for key in ("topology", "controller", "agents", "training", "variants", "seeds"):
         if key in data:
             raise ConfigError(key, f"not used by a {kind} scenario (it is set in '{kind}')")
     module = importlib.import_module(EXPERIMENTS[kind])

@@ -152,3 +152,16 @@ def test_sprayed_out_of_order_message_is_placed_not_lost(live, tmp_path: Path) -
     assert ok["bytes_received"] == 80_000 and ok["reordered_packets"] > 10, ok
     assert ok["icrc_errors"] == 0 and ok["duplicate_packets"] == 0
     assert lossy["packets_lost"] == 1 and lossy["timeouts"] == 1, lossy
+
+
+def test_agent_tcp_ecn_is_set_per_namespace(live) -> None:
+    """``agents.ecn`` turns on net.ipv4.tcp_ecn=1 inside the host namespaces only."""
+    from testbed.workloads import enable_tcp_ecn
+
+    host = live.spec.hosts[1].name
+    sysctl = ["sysctl", "-n", "net.ipv4.tcp_ecn"]
+    root_before = Path("/proc/sys/net/ipv4/tcp_ecn").read_text().strip()
+    enable_tcp_ecn(live.fabric, [host])
+    assert live.fabric.run(host, sysctl).stdout.strip() == "1"
+    assert live.fabric.run(live.spec.hosts[3].name, sysctl).stdout.strip() != "1"
+    assert Path("/proc/sys/net/ipv4/tcp_ecn").read_text().strip() == root_before
