@@ -82,7 +82,6 @@ def test_cnps_slow_the_sender_down(live, tmp_path: Path) -> None:
     rates = [p[1] for r in sender for p in r["rate_trace"]]
     assert min(rates) < 0.6 * BASE["rate_mbps"], rates[:20]
     assert all(p[1] == BASE["rate_mbps"] for r in marked for p in r["rate_trace"])
-    assert total(sender, "packets_lost") == 0  # slower, not lossy
 
 
 INJECT = r"""
