@@ -10,9 +10,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from testbed import telemetry_report  # noqa: E402
+from testbed import (
+    comparison,  # noqa: E402
+    telemetry_report,  # noqa: E402
+)
 from testbed.results import read_jsonl  # noqa: E402
 from testbed.scenario import EXPERIMENTS  # noqa: E402
+
+
+def run_dir(run: dict, out: Path) -> Path:
+    """Folder of a run's records (with several seeds: the first seed's)."""
+    return out / run.get("dir", f"variants/{run['name']}")
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -52,7 +60,7 @@ def plot_chain_latency(summary: dict, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     drawn = False
     for run in summary["runs"]:
-        path = out / "variants" / run["name"] / "chains.jsonl"
+        path = run_dir(run, out) / "chains.jsonl"
         values = sorted(c["latency_ms"] for c in read_jsonl(path) if c.get("ok"))
         if not values:
             continue
@@ -84,7 +92,7 @@ def plot_training(summary: dict, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     drawn = False
     for run in summary["runs"]:
-        folder = out / "variants" / run["name"]
+        folder = run_dir(run, out)
         by_iter: dict[int, list[dict]] = {}
         for path in sorted(folder.glob("training-rank*.jsonl")):
             for rec in read_jsonl(path):
@@ -188,6 +196,8 @@ def write(summary: dict, out: Path) -> Path:
     if kind != "fabric":
         module = importlib.import_module(EXPERIMENTS[kind])
         lines += [*module.report_section(summary[kind], out), ""]
+    if kind == "fabric":  # seeds, medians, ratios, goodput and DCQCN rate plots
+        lines += comparison.section(summary, out)
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from traffic.stats import summary as latency_summary
 
+#: per-iteration counters of ECN, DCQCN and spraying, summed over ranks and iterations
+CONGESTION_KEYS = ("reordered_packets", "ce_received", "cnps_sent", "cnps_received")
 EMPTY_LATENCY = {"p50": None, "p95": None, "p99": None, "max": None}
 
 
@@ -56,7 +58,8 @@ def training_entry(rank_files: list[Path]) -> dict:
     records = [r for recs in per_iter.values() for r in recs]
     if not records:
         return {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
-                "iteration_ms": {"p50": None, "p99": None}, "packets_lost": 0, "timeouts": 0}
+                "iteration_ms": {"p50": None, "p99": None}, "packets_lost": 0, "timeouts": 0,
+                **dict.fromkeys(CONGESTION_KEYS, 0)}
     total_bytes = sum(r["bytes_received"] for r in records)
     span = max(r["end"] for r in records) - min(r["start"] for r in records)
     iteration_ms = [
@@ -72,6 +75,7 @@ def training_entry(rank_files: list[Path]) -> dict:
         else {"p50": None, "p99": None},
         "packets_lost": sum(r.get("packets_lost", 0) for r in records),
         "timeouts": sum(r.get("timeouts", 0) for r in records),
+        **{key: sum(r.get(key, 0) for r in records) for key in CONGESTION_KEYS},
     }
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from controllers.config import ControllerConfig, ecn_backend
 from testbed import report, telemetry_report, workloads
 from testbed.capabilities import Capabilities, probe
-from testbed.errors import BringUpError
+from testbed.errors import BringUpError, ConfigError
 from testbed.fabric import Fabric, FabricTimes
 from testbed.naming import claim, new_run_id, run_prefix
 from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, training_entry, write_json
 from testbed.scenario import Scenario, Variant
+from testbed.seeds import combine
 from topologies.spec import FabricSpec
 
 Progress = Callable[[str], None]
@@ -136,15 +137,19 @@ def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> di
 
 
 def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
-                caps: Capabilities, out: Path, progress: Progress) -> dict:
+                caps: Capabilities, out: Path, progress: Progress,
+                seed: int | None = None) -> dict:
     """Bring up, measure and tear down one variant; returns its ``runs`` entry."""
     run_id = new_run_id()
+    seed = scenario.seed if seed is None else seed
     tag = f"[{index}/{total}] {variant.name}"
     spec = variant.fabric(run_prefix(run_id))
-    entry: dict = {"name": variant.name, "run_id": run_id}
+    entry: dict = {"name": variant.name, "run_id": run_id, "seed": seed,
+                   "reference": variant.reference, "pattern": variant.training["pattern"]}
     with ExitStack() as stack:
         progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} switches, "
                  f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
+        entry["controller_mode"] = variant.controller["mode"]
         live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
                         stack=stack)
         fabric, times = live.fabric, live.times
@@ -152,7 +157,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                  f"traffic for {scenario.duration_s:g} s")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
-                               duration_s=scenario.duration_s, seed=scenario.seed, stack=stack)
+                               duration_s=scenario.duration_s, seed=seed, stack=stack)
         last = [0.0]
 
         def tick(elapsed: float, chains: int) -> None:
@@ -215,16 +220,38 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
             summary[scenario.kind] = result[scenario.kind]
             # the experiment's own record (MACsec: the lab keys that decrypt wire.pcap)
             write_json(out / "manifest.json", {**summary, "scenario_source": scenario.source})
-        total = len(scenario.variants)
-        for i, variant in enumerate(scenario.variants, 1):
-            entry = run_variant(variant, index=i, total=total, scenario=scenario, caps=caps,
-                                out=out / "variants" / variant.name, progress=progress)
-            summary["runs"].append(entry)
-            write_json(out / "summary.json", summary)
+        check_ecn_backend(scenario, caps)
+        seeds = scenario.run_seeds if scenario.kind == "fabric" else ()
+        summary["seeds"] = list(seeds)
+        total = len(scenario.variants) * len(seeds)
+        per_seed: dict[str, list[dict]] = {}
+        index = 0
+        for seed in seeds:  # variants interleaved per seed: noise touches them alike
+            for variant in scenario.variants:
+                index += 1
+                folder = Path("variants") / variant.name
+                if len(seeds) > 1:
+                    folder = folder / f"seed{seed}"
+                entry = run_variant(variant, index=index, total=total, scenario=scenario,
+                                    caps=caps, out=out / folder, progress=progress, seed=seed)
+                entry["dir"] = str(folder)
+                per_seed.setdefault(variant.name, []).append(entry)
+                summary["runs"] = [combine(name, entries) for name, entries in per_seed.items()]
+                write_json(out / "summary.json", summary)
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json(out / "summary.json", summary)
     report.write(summary, out)
     return summary
+
+
+def check_ecn_backend(scenario: Scenario, caps: Capabilities) -> None:
+    """``ecn.mode: switch`` needs RED in the kernel; without it the run stops before
+    anything is created (``auto`` falls back to controller marking instead)."""
+    for i, variant in enumerate(scenario.variants):
+        if variant.controller["ecn"]["mode"] == "switch" and not caps.red:
+            raise ConfigError(f"variants[{i}].controller.ecn.mode",
+                              "'switch' marking needs the RED qdisc, which this kernel lacks; "
+                              "use 'auto' (RED where present, else the controller marks)")
 
 
 def default_out(results_root: Path, name: str) -> Path:

@@ -9,6 +9,7 @@ pure (it touches nothing on the host) and stops at the first problem with a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import re
 from dataclasses import dataclass
@@ -40,6 +41,43 @@ def _nonneg(v) -> str | None:
 
 NUM = (int, float)
 
+
+def _one_of(*allowed: str):
+    def check(v) -> str | None:
+        return None if v in allowed else f"must be one of {', '.join(map(repr, allowed))}"
+    return check
+
+
+def _range(lo: float, hi: float):
+    return lambda v: None if lo <= v <= hi else f"must be {lo:g}..{hi:g}"
+
+
+def _port(v) -> str | None:
+    return None if v == 0 or 1024 <= v <= 65535 else "must be 0 (off) or 1024..65535"
+
+
+def _kb_order(section: dict, where: str) -> None:
+    if section["min_kb"] >= section["max_kb"]:
+        raise ConfigError(f"{where}.min_kb", f"must be less than max_kb ({section['max_kb']}), "
+                                             f"got {section['min_kb']}")
+
+
+class Nested(dict):
+    """A sub-section's schema (field -> (types, check, default)), validated recursively;
+    ``after`` runs cross-field checks on the resolved sub-section."""
+
+    def __init__(self, fields: dict, after=None) -> None:
+        super().__init__(fields)
+        self.after = after
+
+
+def _ecn_class() -> Nested:
+    return Nested({"min_kb": (NUM, _pos, 20), "max_kb": (NUM, _pos, 60),
+                   "probability": (NUM, _range(0, 1), 0.1)}, after=_kb_order)
+
+
+ECN_MODES = ("off", "controller", "switch", "auto")
+
 SCHEMA: dict[str, dict[str, tuple]] = {
     "topology": {
         "planes": (int, _pos, 2),
@@ -54,7 +92,22 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "delay_ms": (NUM, _nonneg, 0),
     },
     "controller": {
-        "mode": (str, lambda v: None if v == "ecmp" else "must be 'ecmp'", "ecmp"),
+        "mode": (str, _one_of("ecmp", "adaptive", "spray"), "ecmp"),
+        "telemetry_ms": (int, _range(10, 5000), 100),
+        "prometheus_port": (int, _port, 0),
+        "adaptive": (dict, Nested({
+            "interval_ms": (NUM, _range(10, 60000), 100),
+            "imbalance": (NUM, _range(0.01, 10), 0.2),
+            "elephant_mbps": (NUM, _pos, 1.0),
+            "place_tcp": (bool, None, True),
+        }), None),
+        "ecn": (dict, Nested({
+            # YAML reads a bare `off` as false: accepted and written back as "off"
+            "mode": ((str, bool), lambda v: None if v is False or v in ECN_MODES
+                     else f"must be one of {', '.join(map(repr, ECN_MODES))}", "off"),
+            "classes": (dict, Nested({"collective": (dict, _ecn_class(), None),
+                                      "agents": (dict, _ecn_class(), None)}), None),
+        }), None),
     },
     "agents": {
         "enabled": (bool, None, True),
@@ -63,6 +116,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "concurrency": (int, lambda v: None if 1 <= v <= 256 else "must be 1..256", 8),
         "timeout_ms": (NUM, _pos, 2000),
         "service_us": (int, _nonneg, 0),
+        "ecn": (bool, None, False),  # net.ipv4.tcp_ecn=1 in every host namespace
     },
     "training": {
         "enabled": (bool, None, False),
@@ -72,14 +126,31 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "rate_mbps": (NUM, _pos, 80),
         "payload": (int, lambda v: None if 64 <= v <= 8192 else "must be 64..8192", 4096),
         "step_timeout_ms": (NUM, _pos, 500),
+        "pattern": (str, _one_of("ring", "stride", "random"), "ring"),
+        "stride": (int, _nonneg, 0),  # 0: half the ranks
+        "ecn": (bool, None, False),
+        "cnp_interval_us": (NUM, _nonneg, 50),
+        "spray": (bool, None, False),
+        "dcqcn": (dict, Nested({
+            "enabled": (bool, None, False),
+            "g": (NUM, lambda v: None if 0 < v <= 1 else "must be in (0, 1]", 1 / 16),
+            "rai_mbps": (NUM, _pos, 0.5),
+            "rhai_mbps": (NUM, _pos, 2.0),
+            "timer_us": (NUM, _range(10, 10**6), 2000),
+            "alpha_timer_us": (NUM, _range(10, 10**6), 2000),
+            "byte_counter_kb": (NUM, _pos, 64),
+            "f": (int, _range(0, 100), 5),
+            "min_rate_mbps": (NUM, _pos, 0.5),
+        }), None),
     },
 }
 #: scenarios built around one experiment section instead of fabric variants:
 #: section name -> module with validate(section) / check_timing(cfg, duration) / run(...)
 EXPERIMENTS = {"macsec": "testbed.macsec.experiment",
                "backbone": "testbed.backbone.experiment"}
-TOP_LEVEL = {"name", "description", "seed", "duration_s", "topology", "controller", "agents",
-             "training", "variants", *EXPERIMENTS}
+TOP_LEVEL = {"name", "description", "seed", "seeds", "duration_s", "topology", "controller",
+             "agents", "training", "variants", *EXPERIMENTS}
+MAX_SEEDS = 10
 
 
 @dataclass(frozen=True)
@@ -91,6 +162,7 @@ class Variant:
     controller: dict[str, Any]
     agents: dict[str, Any]
     training: dict[str, Any]
+    reference: bool = False  # the non-blocking reference the report compares against
 
     def fabric(self, prefix: str) -> FabricSpec:
         return build_fabric(prefix=prefix, **self.topology)
@@ -107,6 +179,11 @@ class Scenario:
     variants: tuple[Variant, ...]
     source: dict[str, Any]
     kind: str = "fabric"  # or a key of EXPERIMENTS; its section is source[kind]
+    seeds: tuple[int, ...] = ()  # every variant runs once per seed; () means (seed,)
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        return self.seeds or (self.seed,)
 
     def experiment(self):
         """The module that runs this scenario's experiment section."""
@@ -128,27 +205,39 @@ TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: 
 
 
 def _type_name(types) -> str:
-    return "a number" if types == NUM else TYPE_WORDS[types]
+    if types == NUM:
+        return "a number"
+    return " or ".join(TYPE_WORDS[t] for t in types) if isinstance(types, tuple) \
+        else TYPE_WORDS[types]
 
 
 def _check_section(section: str, data: Any, where: str) -> dict[str, Any]:
+    return _check_fields(SCHEMA[section], data, where)
+
+
+def _check_fields(schema: dict, data: Any, where: str) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(where, "must be a mapping")
-    schema = SCHEMA[section]
     for key in data:
         if key not in schema:
             raise ConfigError(f"{where}.{key}", f"unknown field (known: {', '.join(schema)})")
     out = {}
     for key, (types, check, default) in schema.items():
+        if isinstance(check, Nested):
+            out[key] = _check_fields(check, data.get(key), f"{where}.{key}")
+            continue
         value = data.get(key, copy.deepcopy(default))
         is_bool = isinstance(value, bool)
-        if (is_bool and types is not bool) or not isinstance(value, types):
+        allowed = types if isinstance(types, tuple) else (types,)
+        if (is_bool and bool not in allowed) or not isinstance(value, types):
             raise ConfigError(f"{where}.{key}", f"must be {_type_name(types)}, got {value!r}")
         if check and (problem := check(value)):
             raise ConfigError(f"{where}.{key}", f"{problem}, got {value!r}")
-        out[key] = value
+        out[key] = "off" if value is False and types == (str, bool) else value
+    if isinstance(schema, Nested) and schema.after:
+        schema.after(out, where)
     return out
 
 
@@ -189,6 +278,13 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
             _check_nodes(f"{prefix}training.ranks[{i}]", node, nodes)
         if len(set(ranks)) != len(ranks):
             raise ConfigError(f"{prefix}training.ranks", f"node indices repeat: {ranks}")
+        if training["stride"] and training["stride"] % len(ranks) == 0:
+            raise ConfigError(f"{prefix}training.stride",
+                              f"{training['stride']} sends every rank to itself with "
+                              f"{len(ranks)} ranks")
+        if training["dcqcn"]["min_rate_mbps"] > training["rate_mbps"]:
+            raise ConfigError(f"{prefix}training.dcqcn.min_rate_mbps",
+                              f"must not exceed rate_mbps ({training['rate_mbps']:g})")
         frame = training["payload"] + ROCE_OVERHEAD - ETHERNET_HEADER
         if frame > spec.mtu:
             raise ConfigError(f"{prefix}training.payload",
@@ -239,23 +335,45 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
             raise ConfigError(f"{where}.name", f"repeats {vname!r}")
         seen.add(vname)
         for key in raw:
-            if key != "name" and key not in SCHEMA:
+            if key not in ("name", "reference") and key not in SCHEMA:
                 raise ConfigError(f"{where}.{key}", "unknown field")
+        reference = raw.get("reference", False)
+        if not isinstance(reference, bool):
+            raise ConfigError(f"{where}.reference", f"must be true or false, got {reference!r}")
         merged = {s: _merge(base[s], raw.get(s) or {}) for s in SCHEMA}
         for s in SCHEMA:
             if raw.get(s) is not None and not isinstance(raw.get(s), dict):
                 raise ConfigError(f"{where}.{s}", "must be a mapping")
-        variants.append(_check_variant(vname, merged, where))
+        variants.append(dataclasses.replace(_check_variant(vname, merged, where),
+                                            reference=reference))
+    if variants[0].reference:
+        raise ConfigError("variants[0].reference", "the first variant is the baseline; "
+                                                    "put the reference after it")
     return Scenario(
         name=name, description=str(data.get("description", "")).strip(), seed=seed,
         duration_s=float(duration), variants=tuple(variants), source=data,
+        seeds=_check_seeds(data.get("seeds"), seed),
     )
+
+
+def _check_seeds(value: Any, seed: int) -> tuple[int, ...]:
+    """``seeds``: distinct integers, 1..MAX_SEEDS of them; absent means ``[seed]``."""
+    if value is None:
+        return (seed,)
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_SEEDS:
+        raise ConfigError("seeds", f"must be a list of 1..{MAX_SEEDS} integers, got {value!r}")
+    for i, s in enumerate(value):
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise ConfigError(f"seeds[{i}]", f"must be an integer, got {s!r}")
+    if len(set(value)) != len(value):
+        raise ConfigError("seeds", f"repeat: {value}")
+    return tuple(value)
 
 
 def _parse_experiment(kind: str, data: dict, name: str, seed: int,
                       duration: float) -> Scenario:
     """A scenario built around one experiment section (no fabric sections)."""
-    for key in ("topology", "controller", "agents", "training", "variants"):
+    for key in ("topology", "controller", "agents", "training", "variants", "seeds"):
         if key in data:
             raise ConfigError(key, f"not used by a {kind} scenario (it is set in '{kind}')")
     module = importlib.import_module(EXPERIMENTS[kind])

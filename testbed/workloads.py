@@ -20,6 +20,7 @@ from testbed.procs import Helper, wait_for
 from testbed.scenario import SERVICES, Variant
 from topologies.spec import FabricSpec
 from traffic.agent_plan import default_plan
+from traffic.patterns import destinations
 
 SERVICE_PORT = 7000
 TRAFFIC = [sys.executable, "-m", "traffic"]
@@ -54,8 +55,9 @@ def agent_plan(spec: FabricSpec, services: dict[str, int]) -> dict:
     return default_plan(addresses)
 
 
-def training_config(spec: FabricSpec, params: dict) -> dict:
-    """The all-reduce config every rank reads: sizes, rates and each rank's channels."""
+def training_config(spec: FabricSpec, params: dict, seed: int = 1) -> dict:
+    """The all-reduce config every rank reads: sizes, rates, each rank's channels, who
+    sends to whom (the pattern, drawn from ``seed`` if random) and congestion control."""
     ranks = []
     for node in params["ranks"]:
         host = spec.hosts[node]
@@ -63,8 +65,20 @@ def training_config(spec: FabricSpec, params: dict) -> dict:
             {"iface": i.name, "ip": i.ip, "mac": i.mac}
             for i in (host.interface(p, 0) for p in range(spec.planes))
         ]})
-    keys = ("bytes", "compute_ms", "rate_mbps", "step_timeout_ms", "payload")
-    return {**{k: params[k] for k in keys}, "ranks": ranks}
+    keys = ("bytes", "compute_ms", "rate_mbps", "step_timeout_ms", "payload",
+            "ecn", "cnp_interval_us", "spray", "dcqcn")
+    send_to = destinations(params.get("pattern", "ring"), len(ranks),
+                           stride=params.get("stride") or None, seed=seed)
+    return {**{k: params[k] for k in keys if k in params}, "ranks": ranks,
+            "pattern": params.get("pattern", "ring"), "send_to": send_to}
+
+
+def enable_tcp_ecn(fabric: Fabric, hosts: list[str]) -> None:
+    """Turn on ECN for TCP (``net.ipv4.tcp_ecn=1``) inside each host's namespace."""
+    for host in hosts:
+        done = fabric.run(host, ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"])
+        if done.returncode != 0:
+            raise BringUpError(f"{host}: cannot enable TCP ECN: {done.stderr.strip()}")
 
 
 def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duration_s: float,
@@ -74,6 +88,8 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
     work = Workload(out=out)
     agents, training = variant.agents, variant.training
 
+    if agents["enabled"] and agents.get("ecn"):
+        enable_tcp_ecn(fabric, [h.name for h in spec.hosts])
     if agents["enabled"]:
         for i, svc in enumerate(SERVICES):
             host = spec.hosts[agents["services"][svc]]
@@ -93,7 +109,7 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
     start_at = time.time() + 3.0  # ranks import Scapy and build templates first
     if training["enabled"]:
         config = out / "training.json"
-        config.write_text(json.dumps(training_config(spec, training), indent=1))
+        config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
         work.ranks = []
         for rank, node in enumerate(training["ranks"]):
             proc = fabric.spawn(

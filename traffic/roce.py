@@ -205,6 +205,19 @@ class FrameTemplate:
         self._bth_off = ETH_LEN + IP_LEN + UDP_LEN
         self._prefix_crc = zlib.crc32(_masked_ip_udp(self._mv[ETH_LEN:]))
         self._payload = self._mv[HEADERS_LEN : self._icrc_off]
+        self.sport = sport
+        self._prefix_by_sport = {sport: self._prefix_crc}
+
+    def set_sport(self, sport: int) -> None:
+        """Change the UDP source port (RoCE entropy for spraying); the ICRC covers it."""
+        if sport == self.sport:
+            return
+        struct.pack_into("!H", self.buf, ETH_LEN + IP_LEN, sport)
+        self.sport = sport
+        crc = self._prefix_by_sport.get(sport)
+        if crc is None:
+            crc = self._prefix_by_sport[sport] = zlib.crc32(_masked_ip_udp(self._mv[ETH_LEN:]))
+        self._prefix_crc = crc
 
     def __len__(self) -> int:
         return len(self.buf)

@@ -11,6 +11,13 @@ The BTH dest QP carries a step sequence number (iteration*steps+step mod
 early packets of a future step are kept for it.  Received traffic arrives on
 ordinary UDP sockets bound to (channel ip, 4791), drained while waiting.
 One JSON line per iteration goes to ``--out``; a JSON summary to stdout.
+
+Beyond the ring: ``send_to`` in the config gives any permutation of destinations
+(stride and random elephant patterns, traffic/patterns.py); with ``ecn`` the senders
+mark ECT(0) and a receiver answers CE-marked packets with CNPs (at most one per flow per
+``cnp_interval_us``); with ``dcqcn.enabled`` each channel's pacing follows a DCQCN
+reaction point (traffic/dcqcn.py); with ``spray`` the UDP source port rotates per packet
+and receivers place packets by PSN (traffic/reorder.py), so reordering is not loss.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from traffic import roce
+from traffic.dcqcn import CnpPacer, DcqcnParams, ReactionPoint
+from traffic.patterns import sources
 from traffic.rawsock import RawSender, TokenBucket
+from traffic.reorder import MessageAssembly
 
 log = logging.getLogger("traffic.training")
 
@@ -42,6 +52,11 @@ SEQ_HALF = 0x800000
 BURST_S = 0.001
 MAX_PAYLOAD = 9000 - 20 - 8 - 12 - 4
 LAST_OPCODES = (roce.SEND_LAST, roce.SEND_ONLY)
+FIRST_OPCODES = (roce.SEND_FIRST, roce.SEND_ONLY)
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
+QPN_BASE = 0x100  # a sender's own QP number: QPN_BASE + rank * 64 + channel (CNPs go there)
+TRACE_EVERY_S = 0.005  # DCQCN rate samples: at most one per 5 ms, plus one per CNP
 
 
 class UsageError(Exception):
@@ -73,6 +88,12 @@ class Config:
     step_timeout_ms: float
     payload: int
     ranks: list[list[Channel]]
+    send_to: list[int] | None = None  # destination of each rank; None = ring
+    ecn: bool = False
+    cnp_interval_us: float = 50.0
+    spray: bool = False
+    spray_ports: int = 16
+    dcqcn: DcqcnParams = field(default_factory=DcqcnParams)
 
 
 def load_config(path: str | Path) -> Config:
@@ -94,6 +115,12 @@ def load_config(path: str | Path) -> Config:
                 [Channel(c["iface"], c["ip"], c["mac"], c.get("gw_mac")) for c in r["channels"]]
                 for r in raw["ranks"]
             ],
+            send_to=[int(x) for x in raw["send_to"]] if raw.get("send_to") else None,
+            ecn=bool(raw.get("ecn", False)),
+            cnp_interval_us=float(raw.get("cnp_interval_us", 50.0)),
+            spray=bool(raw.get("spray", False)),
+            spray_ports=int(raw.get("spray_ports", 16)),
+            dcqcn=DcqcnParams.from_dict(raw.get("dcqcn")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"argument --config: missing or bad field {exc}") from exc
@@ -106,6 +133,23 @@ def load_config(path: str | Path) -> Config:
         (len(cfg.ranks) >= 1, "ranks must not be empty"),
         (all(cfg.ranks), "every rank needs at least one channel"),
         (len({len(r) for r in cfg.ranks}) <= 1, "all ranks need the same number of channels"),
+    ]
+    if cfg.send_to is not None:
+        checks.append((len(cfg.send_to) == len(cfg.ranks), "send_to needs one entry a rank"))
+        try:
+            sources(cfg.send_to)
+        except ValueError:
+            checks.append((False, f"send_to must be a permutation, got {cfg.send_to}"))
+        checks.append((all(d != i for i, d in enumerate(cfg.send_to)),
+                       "send_to must not send a rank to itself"))
+    checks += [
+        (cfg.cnp_interval_us >= 0, "cnp_interval_us must be >= 0"),
+        (1 <= cfg.spray_ports <= 1024, "spray_ports must be 1..1024"),
+        (0 < cfg.dcqcn.g <= 1, "dcqcn.g must be in (0, 1]"),
+        (cfg.dcqcn.timer_us > 0 and cfg.dcqcn.alpha_timer_us > 0, "dcqcn timers must be > 0"),
+        (cfg.dcqcn.byte_counter_kb > 0, "dcqcn.byte_counter_kb must be > 0"),
+        (0 < cfg.dcqcn.min_rate_mbps <= cfg.rate_mbps, "dcqcn.min_rate_mbps must be "
+         "in (0, rate_mbps]"),
     ]
     for ok, reason in checks:
         if not ok:
@@ -138,15 +182,6 @@ def opcode_for(index: int, count: int) -> int:
 
 
 @dataclass
-class _Rx:
-    """Reception state of one step on one channel."""
-
-    packets: int = 0
-    bytes: int = 0
-    last_seen: bool = False
-
-
-@dataclass
 class IterStats:
     """Counters of one iteration (one JSON line)."""
 
@@ -159,6 +194,11 @@ class IterStats:
     icrc_errors: int = 0
     stale_packets: int = 0
     foreign_packets: int = 0
+    reordered_packets: int = 0
+    duplicate_packets: int = 0
+    ce_received: int = 0
+    cnps_sent: int = 0
+    cnps_received: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -175,15 +215,17 @@ class RingRank:
         self.steps = 2 * (n - 1)
         self.chunk = math.ceil(cfg.bytes / n)
         self.me = cfg.ranks[rank]
-        self.succ = cfg.ranks[(rank + 1) % n]
-        self.pred = cfg.ranks[(rank - 1) % n]
+        dest = cfg.send_to or [(i + 1) % n for i in range(n)]
+        self.succ_rank, self.pred_rank = dest[rank], sources(dest)[rank]
+        self.succ = cfg.ranks[self.succ_rank]
+        self.pred = cfg.ranks[self.pred_rank]
         self.nch = len(self.me)
         self.plan = split_chunk(self.chunk, self.nch, cfg.payload)
         self.expected = [len(p) for p in self.plan]
         self.stop_requested = False
         self.stats = IterStats()
         self.expect_seq = 0
-        self.pending: dict[int, list[_Rx]] = {}
+        self.pending: dict[int, list[MessageAssembly]] = {}
         self.psn = [0] * self.nch
         self.enobufs = 0
         self._rxbuf = bytearray(65536)
@@ -197,8 +239,15 @@ class RingRank:
             self.close()
             raise
         rate = cfg.rate_mbps * 1e6
-        max_bits = (cfg.payload + roce.OVERHEAD) * 8
-        self.buckets = [TokenBucket(rate, max(max_bits, rate * BURST_S)) for _ in self.me]
+        self.max_bits = (cfg.payload + roce.OVERHEAD) * 8
+        self.buckets = [TokenBucket(rate, max(self.max_bits, rate * BURST_S)) for _ in self.me]
+        now = time.perf_counter()
+        self.clock0 = (now, time.time())
+        self.rps = ([ReactionPoint(cfg.dcqcn, cfg.rate_mbps, now) for _ in self.me]
+                    if cfg.dcqcn.enabled else [])
+        self.pacer = CnpPacer(cfg.cnp_interval_us)
+        self.trace: list[list[float]] = []
+        self._last_trace = -math.inf
 
     def _open(self) -> None:
         """Bind receive sockets first (peers may start any time), then senders and templates."""
@@ -209,14 +258,23 @@ class RingRank:
                 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
             except PermissionError:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            if self.cfg.ecn:
+                sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)  # TOS byte as ancillary data
             sock.bind((ch.ip, roce.ROCE_PORT))
             sock.setblocking(False)
             self.sel.register(sock, selectors.EVENT_READ, k)
         self.pred_ips = [ch.ip for ch in self.pred]
+        self.succ_ips = [ch.ip for ch in self.succ]
+        ecn = roce.ECN_ECT0 if self.cfg.ecn else roce.ECN_NOT_ECT
+        self.cnps: list[bytes] = []
         self.templates: list[dict[int, roce.FrameTemplate]] = []
         for k, ch in enumerate(self.me):
             self.senders.append(RawSender(ch.iface))
             peer = self.succ[k]
+            back = self.pred[k]
+            self.cnps.append(roce.cnp_frame(
+                src_mac=ch.mac, dst_mac=ch.gw_mac or back.mac, src_ip=ch.ip, dst_ip=back.ip,
+                dqpn=QPN_BASE + self.pred_rank * 64 + k, sport=self._sport(k)))
             by_len = {}
             for size in set(self.plan[k]):
                 by_len[size] = roce.FrameTemplate(
@@ -224,11 +282,18 @@ class RingRank:
                     dst_mac=ch.gw_mac or peer.mac,
                     src_ip=ch.ip,
                     dst_ip=peer.ip,
-                    sport=SPORT_BASE + (self.rank * 64 + k) % 16384,
+                    sport=self._sport(k),
                     dqpn=0,
                     payload_len=size,
+                    ecn=ecn,
                 )
             self.templates.append(by_len)
+
+    def _sport(self, k: int, psn: int = 0) -> int:
+        """UDP source port of channel ``k``; with spray it rotates with the PSN (entropy)."""
+        flow = (self.rank * 64 + k) * (self.cfg.spray_ports if self.cfg.spray else 1)
+        spread = psn % self.cfg.spray_ports if self.cfg.spray else 0
+        return SPORT_BASE + (flow + spread) % 16384
 
     def close(self) -> None:
         for sock in self.rx_socks:
@@ -245,15 +310,25 @@ class RingRank:
             sock: socket.socket = key.fileobj  # type: ignore[assignment]
             k: int = key.data
             local = (self.me[k].ip, roce.ROCE_PORT)
+            tos = 0
             while True:
                 try:
-                    nbytes, addr = sock.recvfrom_into(self._rxbuf)
+                    if self.cfg.ecn:
+                        nbytes, anc, _, addr = sock.recvmsg_into([self._rxbuf], TOS_CMSG_SPACE)
+                        tos = anc[0][2][0] if anc else 0
+                    else:
+                        nbytes, addr = sock.recvfrom_into(self._rxbuf)
                 except BlockingIOError:
                     break
-                self._on_packet(k, self._rxmv[:nbytes], addr, local)
+                self._on_packet(k, self._rxmv[:nbytes], addr, local, tos)
 
-    def _on_packet(self, k: int, data: memoryview, addr: tuple[str, int], local: tuple) -> None:
+    def _on_packet(self, k: int, data: memoryview, addr: tuple[str, int], local: tuple,
+                   tos: int = 0) -> None:
         st = self.stats
+        if len(data) >= roce.BTH_LEN and data[0] == roce.CNP_OPCODE \
+                and addr[0] == self.succ_ips[k]:
+            self._on_cnp(k)
+            return
         if addr[0] != self.pred_ips[k] or len(data) < roce.BTH_LEN + roce.ICRC_LEN:
             st.foreign_packets += 1
             return
@@ -261,6 +336,11 @@ class RingRank:
         if not bth.icrc_ok:
             st.icrc_errors += 1
             return
+        if tos & 0b11 == roce.ECN_CE:
+            st.ce_received += 1
+            if self.pacer.allow(k, time.perf_counter()):
+                self.senders[k].send(self.cnps[k])
+                st.cnps_sent += 1
         delta = (bth.dqpn - self.expect_seq) & SEQ_MASK
         if delta >= SEQ_HALF:
             st.stale_packets += 1
@@ -268,21 +348,35 @@ class RingRank:
         seq = self.expect_seq + delta
         rx = self.pending.get(seq)
         if rx is None:
-            rx = self.pending[seq] = [_Rx() for _ in range(self.nch)]
-        slot = rx[k]
-        slot.packets += 1
-        slot.bytes += len(data) - roce.BTH_LEN - roce.ICRC_LEN
-        if bth.opcode in LAST_OPCODES:
-            slot.last_seen = True
+            rx = self.pending[seq] = [MessageAssembly(e) for e in self.expected]
+        rx[k].add(bth.psn, first=bth.opcode in FIRST_OPCODES, last=bth.opcode in LAST_OPCODES,
+                  nbytes=len(data) - roce.BTH_LEN - roce.ICRC_LEN)
+
+    def _on_cnp(self, k: int) -> None:
+        """A CNP for channel ``k``'s flow: the reaction point cuts that channel's rate."""
+        self.stats.cnps_received += 1
+        if self.rps:
+            now = time.perf_counter()
+            self.rps[k].on_cnp(now)
+            self._follow_rate(now, force_trace=True)
+
+    def _follow_rate(self, now: float, force_trace: bool = False) -> None:
+        """Set every channel's pacing to its reaction point's rate; sample the trace."""
+        for rp, bucket in zip(self.rps, self.buckets, strict=True):
+            rp.advance(now)
+            bucket.refill(now)
+            bucket.rate = rp.rate_mbps * 1e6
+            bucket.burst = max(self.max_bits, bucket.rate * BURST_S)
+        if force_trace or now - self._last_trace >= TRACE_EVERY_S:
+            self._last_trace = now
+            wall = self.clock0[1] + (now - self.clock0[0])
+            self.trace.append([round(wall, 4), *(round(rp.rate_mbps, 3) for rp in self.rps)])
 
     def _complete(self, seq: int) -> bool:
         rx = self.pending.get(seq)
         if rx is None:
             return all(e == 0 for e in self.expected)
-        return all(
-            e == 0 or (r.last_seen and r.packets >= e)
-            for r, e in zip(rx, self.expected, strict=True)
-        )
+        return all(m.complete for m in rx)
 
     # --- send ----------------------------------------------------------------
 
@@ -293,8 +387,11 @@ class RingRank:
         active = [k for k in range(self.nch) if self.plan[k]]
         clock = time.perf_counter
         st = self.stats
+        rps = self.rps
         while active and not self.stop_requested:
             now = clock()
+            if rps:
+                self._follow_rate(now)
             tokens = [b.refill(now) for b in self.buckets]
             progressed = True
             while progressed:
@@ -309,6 +406,8 @@ class RingRank:
                     cost = len(tmpl) * 8
                     if tokens[k] < cost:
                         continue
+                    if self.cfg.spray:
+                        tmpl.set_sport(self._sport(k, self.psn[k]))
                     frame = tmpl.frame_into(self.psn[k], opcode_for(i, len(sizes)), dqpn)
                     self.senders[k].send(frame)
                     self.psn[k] = (self.psn[k] + 1) & roce.PSN_MASK
@@ -316,6 +415,8 @@ class RingRank:
                     idx[k] = i + 1
                     st.packets_sent += 1
                     st.bytes_sent += size
+                    if rps:
+                        rps[k].on_sent(len(tmpl), now)
                     progressed = True
             wait = math.inf
             for k, b in enumerate(self.buckets):
@@ -341,16 +442,19 @@ class RingRank:
         return False
 
     def _account(self, seq: int) -> None:
-        rx = self.pending.pop(seq, None) or [_Rx() for _ in range(self.nch)]
+        rx = self.pending.pop(seq, None) or [MessageAssembly(e) for e in self.expected]
         st = self.stats
-        for r, e in zip(rx, self.expected, strict=True):
-            st.packets_received += r.packets
-            st.bytes_received += r.bytes
-            st.packets_lost += max(0, e - r.packets)
+        for m in rx:
+            st.packets_received += m.packets
+            st.bytes_received += m.bytes
+            st.packets_lost += m.missing
+            st.reordered_packets += m.reordered
+            st.duplicate_packets += m.duplicates
 
     def run_iteration(self, it: int) -> dict[str, Any]:
         """Run compute then the ring steps of iteration ``it``; return its record."""
         self.stats = IterStats()
+        self.trace = []
         wall_start = time.time()
         t0 = time.perf_counter()
         self.expect_seq = it * self.steps
@@ -375,7 +479,7 @@ class RingRank:
             self.stats.stale_packets += sum(r.packets for r in self.pending.pop(old))
         t2 = time.perf_counter()
         st = self.stats
-        return {
+        record: dict[str, Any] = {
             "rank": self.rank,
             "iteration": it,
             "start": round(wall_start, 6),
@@ -392,9 +496,19 @@ class RingRank:
             "icrc_errors": st.icrc_errors,
             "stale_packets": st.stale_packets,
             "foreign_packets": st.foreign_packets,
+            "reordered_packets": st.reordered_packets,
+            "duplicate_packets": st.duplicate_packets,
+            "ce_received": st.ce_received,
+            "cnps_sent": st.cnps_sent,
+            "cnps_received": st.cnps_received,
+            "send_to": self.succ_rank,
             "steps": done_steps,
             "complete": done_steps == self.steps,
         }
+        if self.rps:
+            record["rate_mbps"] = [round(rp.rate_mbps, 3) for rp in self.rps]
+            record["rate_trace"] = self.trace
+        return record
 
     def run(
         self,
@@ -446,6 +560,10 @@ class RingRank:
             "packets_lost": total("packets_lost"),
             "timeouts": total("timeouts"),
             "icrc_errors": total("icrc_errors"),
+            "reordered_packets": total("reordered_packets"),
+            "ce_received": total("ce_received"),
+            "cnps_sent": total("cnps_sent"),
+            "cnps_received": total("cnps_received"),
             "comm_s": round(comm_s, 6),
             "goodput_mbps": round(total("bytes_received") * 8 / comm_s / 1e6, 3)
             if comm_s > 0 else 0.0,
