@@ -7,11 +7,14 @@ with ``AppManager.run_apps``. It listens on 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 
 APPS = {"ecmp": "controllers.fabric_app"}
+#: the app that adds failure handling to the routing app (any failover flag selects it)
+FAILOVER_APP = "controllers.failover_app"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True, help="OpenFlow TCP port")
     parser.add_argument("--status", help="JSON lines of controller events")
     parser.add_argument("--mode", choices=sorted(APPS), default="ecmp")
+    parser.add_argument("--fast-failover", action="store_true",
+                        help="spines forward through fast-failover groups, leaves bounce")
+    parser.add_argument("--recompute", action="store_true",
+                        help="recompute and reinstall paths on port-status changes")
+    parser.add_argument("--health", help="health monitor JSON: {enabled, loss_threshold, "
+                        "interval_ms}")
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535:
         parser.error(f"--port: must be 1..65535, got {args.port}")
@@ -27,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--spec: no such file {args.spec}")
 
     os.environ["TESTBED_SPEC"] = args.spec
+    app = APPS[args.mode]
+    if args.fast_failover or args.recompute or args.health:
+        os.environ["TESTBED_FAILOVER"] = json.dumps({
+            "fast_failover": args.fast_failover, "recompute": args.recompute,
+            "health": json.loads(args.health) if args.health else None})
+        app = FAILOVER_APP
     if args.status:
         os.environ["TESTBED_STATUS"] = args.status
     # os-ken's native hub cannot unwind run_apps (HubThread has no kill()); the app
@@ -40,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
         project="os_ken",
     )
-    AppManager.run_apps([APPS[args.mode]])
+    AppManager.run_apps([app])
     return 0
 
 

@@ -21,6 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import BringUpError, HostError
+from testbed.nft import loss_rules
 from topologies.backbone import Backbone, Link
 
 from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers, vtysh
@@ -29,28 +30,6 @@ SITE_IF = "site0"
 SITE_PEER = "site1"
 FAIL_TABLE = "tbfail"
 PROBE_NET = "172.16.{r}.0/24"
-LOSS_SCALE = 1000  # nftables loss: drop when numgen random mod LOSS_SCALE < loss * LOSS_SCALE
-
-
-def loss_rules(table: str, ifname: str, loss: float) -> str:
-    """nftables ruleset dropping ``loss`` (a fraction) of what leaves ``ifname``.
-
-    Hooked at postrouting, so routed and locally sent packets (OSPF, BFD) both count.
-
-    >>> print(loss_rules("tb1a2bloss3", "tb1a2bl3a", 0.05), end="")
-    table inet tb1a2bloss3 {
-     chain postrouting { type filter hook postrouting priority -300; policy accept;
-      oifname "tb1a2bl3a" numgen random mod 1000 < 50 drop
-     }
-    }
-    """
-    threshold = max(1, min(LOSS_SCALE, round(loss * LOSS_SCALE)))
-    return (f"table inet {table} {{\n"
-            " chain postrouting { type filter hook postrouting priority -300; policy accept;\n"
-            f"  oifname \"{ifname}\" numgen random mod {LOSS_SCALE} < {threshold} drop\n"
-            " }\n}\n")
-
-
 def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
     argv = ["ip"] + (["-n", netns] if netns else []) + args
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
