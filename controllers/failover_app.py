@@ -9,8 +9,10 @@ Switched per variant (environment ``TESTBED_FAILOVER``, JSON, set by
 * ``recompute``: on a port-status change of a leaf-spine link, every switch's plan is
   recomputed without that link and the differences are sent (group ADD/MODIFY, flow
   ADD of the same match, which OVS applies in place); never a delete.
-* ``health``: every ``interval_ms`` port stats are read from all switches; a link whose
-  loss crosses ``loss_threshold`` is drained like a dead one (:mod:`controllers.health`).
+* ``health``: every ``interval_ms`` the app sends ``probes`` link probes each way on
+  every leaf-spine link (packet-out; the far switch returns them as packet-in); a link
+  whose probe loss crosses ``loss_threshold`` is drained like a dead one
+  (:mod:`controllers.health`).
 
 On connect the app first asks the switch for its port descriptions, so a restarted
 controller learns which links died while it was away, then installs the plan the same
@@ -33,8 +35,11 @@ from os_ken.lib import hub
 
 from controllers.fabric_app import ETH_ARP, ETH_IPV4, FabricRouting
 from controllers.failover import PRIORITY_BOUNCE, FailoverPlan, plan_failover, uplink_edges
-from controllers.health import HealthMonitor
+from controllers.health import PROBE_ETHERTYPE, HealthMonitor, decode_probe, encode_probe
 from controllers.paths import PRIORITY_HOST
+
+PRIORITY_PROBE = PRIORITY_BOUNCE + 10
+PROBES_PER_ROUND = 1000  # probe sequence numbers: round * PROBES_PER_ROUND + i
 
 
 class ResilientRouting(FabricRouting):
@@ -48,6 +53,7 @@ class ResilientRouting(FabricRouting):
         health = opts.get("health") or {}
         self.edges = uplink_edges(self.spec)
         self.names = {sw.dpid: sw.name for sw in self.spec.switches}
+        self.dpids = {sw.name: sw.dpid for sw in self.spec.switches}
         self.down_ports: set[tuple[str, int]] = set()
         self.datapaths: dict[int, object] = {}
         self.lock = threading.RLock()
@@ -57,8 +63,10 @@ class ResilientRouting(FabricRouting):
                                         min_packets=int(health.get("min_packets", 50)),
                                         samples=int(health.get("samples", 2)))
             self.health_interval = health["interval_ms"] / 1000
-            self._stats: dict[tuple[str, int], tuple[int, int]] = {}
-            self._stats_pending: set[int] = set()
+            self.probes = int(health.get("probes", 10))
+            self._probe_sent: dict = {}
+            self._probe_got: dict = {}
+            self._probe_round = 0
             hub.spawn(self._poll_health)
         self.status.emit("failover", fast_failover=self.fast_failover, recompute=self.recompute,
                          health=bool(self.health))
@@ -123,6 +131,8 @@ class ResilientRouting(FabricRouting):
         self._send_groups(dp, plan, dp.ofproto.OFPGC_ADD)
         self._send_routes(dp, plan.routes)
         self._send_bounces(dp, plan)
+        if self.health:
+            self._install_probe_catch(dp)
         request = parser.OFPBarrierRequest(dp)
         dp.set_xid(request)
         self.pending_barrier[dp.id] = request.xid
@@ -220,39 +230,81 @@ class ResilientRouting(FabricRouting):
             return
         self.status.emit("error", dpid=dp.id, type=msg.type, code=msg.code)
 
-    # -- health ------------------------------------------------------------------------
+    # -- health: link probes -----------------------------------------------------------
     def _poll_health(self) -> None:
+        """Every interval: judge the last round of probes, then send the next round."""
+        links = self.health.links()
+        index = {edge: i for i, edge in enumerate(links)}
+        ports = {}
+        for lk in self.spec.links:
+            if lk.kind == "uplink":
+                ports[(lk.a, lk.b)] = ((self.dpids[lk.a], lk.a_port), (self.dpids[lk.b], lk.b_port))
+        round_no = 0
         while True:
             time.sleep(self.health_interval)
             with self.lock:
-                dps = list(self.datapaths.values())
-                if self._stats_pending:  # last round incomplete: judge nothing from it
-                    self._stats = {}
-                self._stats_pending = {dp.id for dp in dps}
-            for dp in dps:
-                parser, ofp = dp.ofproto_parser, dp.ofproto
-                dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+                sent, self._probe_sent = self._probe_sent, {}
+                got, self._probe_got = self._probe_got, {}
+                self._probe_round = round_no = round_no + 1
+                dead = {self.edges[p] for p in self.down_ports if p in self.edges}
+                dps = dict(self.datapaths)
+            counts = {key: (n, min(n, got.get(key, 0))) for key, n in sent.items()}
+            if counts:
+                self._judge(counts)
+            for edge, ((leaf_dp, leaf_port), (spine_dp, spine_port)) in ports.items():
+                if edge in dead or edge in self.health.drained:
+                    continue
+                for up, (dpid, port) in ((True, (leaf_dp, leaf_port)),
+                                         (False, (spine_dp, spine_port))):
+                    dp = dps.get(dpid)
+                    if dp is None:
+                        continue
+                    for i in range(self.probes):
+                        self._packet_out(dp, port, encode_probe(
+                            index[edge], up, round_no * PROBES_PER_ROUND + i))
+                    key = (edge, "up" if up else "down")
+                    with self.lock:
+                        self._probe_sent[key] = self._probe_sent.get(key, 0) + self.probes
 
-    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
-    def on_port_stats(self, ev) -> None:
+    @staticmethod
+    def _packet_out(dp, port: int, frame: bytes) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER,
+                                        in_port=ofp.OFPP_CONTROLLER,
+                                        actions=[parser.OFPActionOutput(port)], data=frame))
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def on_packet_in(self, ev) -> None:
         if self.health is None:
             return
-        dp = ev.msg.datapath
-        name = self.names.get(dp.id)
+        probe = decode_probe(ev.msg.data)
+        if probe is None:
+            return
+        link, up, seq = probe
         with self.lock:
-            for st in ev.msg.body:
-                self._stats[(name, st.port_no)] = (st.tx_packets, st.rx_packets)
-            self._stats_pending.discard(dp.id)
-            if self._stats_pending:
-                return
-            stats, self._stats = self._stats, {}
-            drains = self.health.sample(time.time(), stats)
+            if seq // PROBES_PER_ROUND != self._probe_round:
+                return  # late: counted as lost in its own round
+            key = (self.health.links()[link], "up" if up else "down")
+            self._probe_got[key] = self._probe_got.get(key, 0) + 1
+
+    def _judge(self, counts) -> None:
+        with self.lock:
+            drains = self.health.sample(time.time(), counts)
         if self.health.last_loss:
             worst = max(self.health.last_loss.items(), key=lambda kv: kv[1])
             self.status.emit("health", worst_link=list(worst[0][0]), direction=worst[0][1],
                              loss=worst[1])
         for d in drains:
             self.status.emit("drain", link=list(d.edge), direction=d.direction, loss=d.loss,
-                             tx=d.tx, rx=d.rx, sampled=d.t)
+                             sent=d.sent, received=d.received, sampled=d.t)
         if drains:
             self._push_all("drain " + ",".join("-".join(d.edge) for d in drains))
+
+    def _install_probe_catch(self, dp) -> None:
+        """Return link probes to the controller (they never reach the forwarding rules)."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
+            parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])]
+        dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_PROBE,
+                                      match=parser.OFPMatch(eth_type=PROBE_ETHERTYPE),
+                                      instructions=inst))

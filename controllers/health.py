@@ -1,21 +1,26 @@
-"""Link health from OpenFlow port counters: loss of each leaf-spine link, and drains.
+"""Link health from active link probes: loss of each leaf-spine link, and drains.
 
-Pure: the controller feeds it port-stats samples, it answers which links lose more than
-the threshold. A link's loss in one direction over a sampling interval is
-``1 - rx / tx``, where ``tx`` is the growth of the transmit counter at one end and
-``rx`` the growth of the receive counter at the other end (both from OpenFlow port
-stats). Intervals with fewer than ``min_packets`` transmitted are not judged (too
-little traffic to tell loss from noise). A link is drained after ``samples``
-consecutive judged intervals above the threshold; drains are sticky (operations
-undrain by hand), so a drained link does not flap back once traffic left it.
+Why probes and not port counters: on a veth, a frame dropped on its way out (a
+degraded link: nftables egress here, a bad optic in the field) is counted neither as
+sent at one end nor as received at the other, so ``1 - rx/tx`` from OpenFlow port
+stats stays 0 (measured: 50 % loss injected, the leaf's tx and the spine's rx both
+103). So the controller sends ``probes`` small frames per link direction and interval
+(OpenFlow packet-out on one end; a flow on the other end returns them as packet-in)
+and counts what arrives, the way BFD-style link monitors do.
+
+Pure: the controller feeds it counts, it answers which links to drain. A link
+direction's loss over the last ``samples`` intervals is ``1 - received / sent``; when
+it exceeds ``loss_threshold`` (with at least ``min_packets`` probes in the window) the
+link is drained. Drains are sticky (operations undrain by hand), so a drained link
+does not flap back once traffic has left it.
 
 >>> from topologies.leafspine import build_fabric
 >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
->>> mon = HealthMonitor(spec, loss_threshold=0.05, min_packets=10, samples=1)
->>> l0, s1 = "tbdoc0p0l0", "tbdoc0p0s1"
->>> mon.sample(1.0, {(l0, 4): (0, 0), (s1, 1): (0, 0)})
+>>> mon = HealthMonitor(spec, loss_threshold=0.05, min_packets=10, samples=2)
+>>> edge = ("tbdoc0p0l0", "tbdoc0p0s1")
+>>> mon.sample(1.0, {(edge, "up"): (10, 10)})
 []
->>> [(d.edge, d.direction, d.loss) for d in mon.sample(2.0, {(l0, 4): (100, 0), (s1, 1): (0, 80)})]
+>>> [(d.edge, d.direction, d.loss) for d in mon.sample(2.0, {(edge, "up"): (10, 6)})]
 [(('tbdoc0p0l0', 'tbdoc0p0s1'), 'up', 0.2)]
 >>> mon.drained
 {('tbdoc0p0l0', 'tbdoc0p0s1')}
@@ -23,13 +28,38 @@ undrain by hand), so a drained link does not flap back once traffic left it.
 
 from __future__ import annotations
 
+import struct
+from collections import deque
 from dataclasses import dataclass, field
 
 from topologies.spec import FabricSpec
 
 Edge = tuple[str, str]
-#: (switch name, port number) -> (tx_packets, rx_packets)
-Counters = dict[tuple[str, int], tuple[int, int]]
+Direction = tuple[Edge, str]  # (edge, "up" = leaf to spine, or "down")
+#: Ethernet type of link probes (IEEE 802 local experimental)
+PROBE_ETHERTYPE = 0x88B5
+PROBE = struct.Struct("!6s6sH4sHBI")  # dst, src, type, magic, link index, direction, seq
+PROBE_MAGIC = b"TBLP"
+PROBE_DST = bytes.fromhex("027462000001")  # locally administered unicast
+
+
+def encode_probe(link: int, up: bool, seq: int) -> bytes:
+    """A link probe frame (padded to the Ethernet minimum).
+
+    >>> decode_probe(encode_probe(3, True, 7))
+    (3, True, 7)
+    """
+    frame = PROBE.pack(PROBE_DST, bytes(6), PROBE_ETHERTYPE, PROBE_MAGIC, link, int(up), seq)
+    return frame.ljust(60, b"\0")
+
+
+def decode_probe(data: bytes) -> tuple[int, bool, int] | None:
+    if len(data) < PROBE.size:
+        return None
+    _, _, etype, magic, link, up, seq = PROBE.unpack_from(data)
+    if etype != PROBE_ETHERTYPE or magic != PROBE_MAGIC:
+        return None
+    return link, bool(up), seq
 
 
 @dataclass(frozen=True)
@@ -40,51 +70,40 @@ class Drain:
     edge: Edge
     direction: str
     loss: float
-    tx: int
-    rx: int
+    sent: int
+    received: int
 
 
 @dataclass
 class HealthMonitor:
-    """Keeps the previous sample; :meth:`sample` returns the links to drain now."""
+    """Keeps the last ``samples`` intervals per link direction; :meth:`sample` decides."""
 
     spec: FabricSpec
     loss_threshold: float = 0.05
-    min_packets: int = 50
+    min_packets: int = 20
     samples: int = 2
     drained: set[Edge] = field(default_factory=set)
-    last_loss: dict[tuple[Edge, str], float] = field(default_factory=dict)
-    _prev: Counters = field(default_factory=dict)
-    _over: dict[tuple[Edge, str], int] = field(default_factory=dict)
+    last_loss: dict[Direction, float] = field(default_factory=dict)
+    _window: dict[Direction, deque] = field(default_factory=dict)
 
-    def directions(self) -> list[tuple[Edge, str, tuple[str, int], tuple[str, int]]]:
-        """(edge, direction, sending end, receiving end) for both directions of every link."""
-        out = []
-        for lk in self.spec.links:
-            if lk.kind == "uplink":
-                edge = (lk.a, lk.b)
-                out.append((edge, "up", (lk.a, lk.a_port), (lk.b, lk.b_port)))
-                out.append((edge, "down", (lk.b, lk.b_port), (lk.a, lk.a_port)))
-        return out
+    def links(self) -> list[Edge]:
+        """Every leaf-spine link, in spec order (the probe's link index)."""
+        return [(lk.a, lk.b) for lk in self.spec.links if lk.kind == "uplink"]
 
-    def sample(self, t: float, counters: Counters) -> list[Drain]:
-        """Take counters read at ``t``; return the drains this sample decided."""
-        prev, self._prev = self._prev, {**self._prev, **counters}
+    def sample(self, t: float, counts: dict[Direction, tuple[int, int]]) -> list[Drain]:
+        """Take one interval's (sent, received) per link direction; return new drains."""
         drains = []
-        for edge, direction, sender, receiver in self.directions():
-            if edge in self.drained:
+        for key, (sent, received) in counts.items():
+            window = self._window.setdefault(key, deque(maxlen=self.samples))
+            window.append((sent, received))
+            edge, direction = key
+            total = sum(s for s, _ in window)
+            if edge in self.drained or total < self.min_packets:
                 continue
-            if not all(k in prev and k in counters for k in (sender, receiver)):
-                continue
-            tx = counters[sender][0] - prev[sender][0]
-            rx = counters[receiver][1] - prev[receiver][1]
-            if tx < self.min_packets:
-                continue
-            loss = max(0.0, round(1 - rx / tx, 4))
-            key = (edge, direction)
+            got = sum(r for _, r in window)
+            loss = max(0.0, round(1 - got / total, 4))
             self.last_loss[key] = loss
-            self._over[key] = self._over.get(key, 0) + 1 if loss > self.loss_threshold else 0
-            if self._over[key] >= self.samples:
+            if loss > self.loss_threshold:
                 self.drained.add(edge)
-                drains.append(Drain(t, edge, direction, loss, tx, rx))
+                drains.append(Drain(t, edge, direction, loss, total, got))
         return drains

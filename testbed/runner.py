@@ -11,12 +11,12 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import report, workloads
+from testbed import fault_run, report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError
 from testbed.fabric import Fabric, FabricTimes
@@ -59,7 +59,7 @@ class LiveFabric:
 
 
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, out: Path,
-             stack: ExitStack) -> LiveFabric:
+             stack: ExitStack, controller_args: Sequence[str] = ()) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     Returns once the controller has installed the paths on every switch and the first
@@ -76,7 +76,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, mode: str, ou
     controller = Helper(
         "controller",
         [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
-         "--status", str(status), "--mode", mode],
+         "--status", str(status), "--mode", mode, *controller_args],
         pid_dir=pids, log=out / "controller.log",
     )
     stack.callback(controller.stop)
@@ -123,13 +123,17 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} switches, "
                  f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
         live = bring_up(spec, caps, run_id=run_id, mode=variant.controller["mode"], out=out,
-                        stack=stack)
+                        stack=stack,
+                        controller_args=fault_run.controller_args(variant.controller))
         fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                  f"traffic for {scenario.duration_s:g} s")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=scenario.seed, stack=stack)
+        faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
+                                  duration_s=scenario.duration_s, stack=stack)
+                  if variant.faults else None)
         last = [0.0]
 
         def tick(elapsed: float, chains: int) -> None:
@@ -138,6 +142,8 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                 progress(f"{tag}: {elapsed:4.0f} s  chains finished: {chains}")
 
         workloads.wait_done(work, scenario.duration_s, tick)
+        if faults:
+            faults.stop(end=time.time())
         queues = queue_summary(fabric.queue_stats(), fabric.port_roles())
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
@@ -148,6 +154,14 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
                            "queue_kb": spec.queue_kb, "mtu": spec.mtu,
                            "queues": queues}
+    if faults:
+        entry["faults"] = faults.entries(
+            work.chains_file, work.hops_file,
+            [work.rank_file(r) for r in range(len(work.ranks or []))])
+        progress(f"{tag}: " + "; ".join(
+            f"{f['fault']} {f['target']}: repair {f['repair_ms']} ms, "
+            f"lost {f['lost_packets']}, chains failed {f['chains_failed']}"
+            for f in entry["faults"]))
     entry["agents"] = agents_entry(work.chains_file)
     entry["training"] = training_entry(
         [work.rank_file(r) for r in range(len(work.ranks or []))])
@@ -196,6 +210,9 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
                                 out=out / "variants" / variant.name, progress=progress)
             summary["runs"].append(entry)
             write_json(out / "summary.json", summary)
+    fault_list = [{"variant": r["name"], **f} for r in summary["runs"] for f in r.get("faults", [])]
+    if fault_list:
+        summary["faults"] = fault_list
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json(out / "summary.json", summary)
     report.write(summary, out)

@@ -32,6 +32,7 @@ class Workload:
     out: Path
     driver: Helper | None = None
     ranks: list[Helper] | None = None
+    start_at: float = 0.0  # epoch time at which traffic starts
 
     @property
     def chains_file(self) -> Path:
@@ -64,7 +65,17 @@ def training_config(spec: FabricSpec, params: dict) -> dict:
             for i in (host.interface(p, 0) for p in range(spec.planes))
         ]})
     keys = ("bytes", "compute_ms", "rate_mbps", "step_timeout_ms", "payload")
-    return {**{k: params[k] for k in keys}, "ranks": ranks}
+    return {**{k: params[k] for k in keys}, "multipath": bool(params.get("multipath")),
+            "ranks": ranks}
+
+
+def multipath_args(spec: FabricSpec, agents: dict) -> list[str]:
+    """Driver options for host multipath: its interface on every plane (rail 0)."""
+    if not agents.get("multipath"):
+        return []
+    host = spec.hosts[agents["driver"]]
+    ifaces = ",".join(host.interface(p, 0).name for p in range(spec.planes))
+    return ["--multipath", ifaces, "--attempt-ms", f"{agents['attempt_ms']:g}"]
 
 
 def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duration_s: float,
@@ -90,7 +101,7 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
             _wait_ready(proc, svc)
         (out / "agent-plan.json").write_text(json.dumps(agent_plan(spec, agents["services"])))
 
-    start_at = time.time() + 3.0  # ranks import Scapy and build templates first
+    start_at = work.start_at = time.time() + 3.0  # ranks import Scapy, build templates
     if training["enabled"]:
         config = out / "training.json"
         config.write_text(json.dumps(training_config(spec, training), indent=1))
@@ -113,7 +124,8 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
             [*TRAFFIC, "agent-driver", "--plan", str(out / "agent-plan.json"),
              "--hops-out", str(work.hops_file), "--chains-out", str(work.chains_file),
              "--duration", f"{duration_s:g}", "--concurrency", str(agents["concurrency"]),
-             "--timeout-ms", f"{agents['timeout_ms']:g}", "--seed", str(seed)],
+             "--timeout-ms", f"{agents['timeout_ms']:g}", "--seed", str(seed),
+             *multipath_args(spec, agents)],
             pid_dir=pid_dir, log=out / "driver.log", stdout_file=out / "driver-summary.json",
         )
         stack.callback(work.driver.stop)
