@@ -203,8 +203,16 @@ class FabricFaults:
         return [lk for lk in self.spec.links if lk.plane == int(plane[1:])]
 
     def _links(self, links: list[Link], *, up: bool) -> int:
-        """Set both ends of every link down (or up): switch ends first, in one socket."""
-        state = "up" if up else "down"
+        """Set both ends of every link down (switch ends first, in one socket, then the
+        host ends) or up (host ends first, so that carrier returns at once on both)."""
+        if up:
+            self._host_ends(links, "up")
+        self._switch_ends(links, "up" if up else "down")
+        if not up:
+            self._host_ends(links, "down")
+        return len(links)
+
+    def _switch_ends(self, links: list[Link], state: str) -> None:
         with IPRoute() as ipr:
             for lk in links:
                 ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "uplink" else [])
@@ -213,6 +221,8 @@ class FabricFaults:
                     if not index:
                         raise HostError(f"switch port {name} is gone")
                     ipr.link("set", index=index[0], state=state)
+
+    def _host_ends(self, links: list[Link], state: str) -> None:
         by_host: dict[str, list[str]] = {}
         for lk in links:
             if lk.kind == "host":
@@ -222,7 +232,6 @@ class FabricFaults:
             done = self.live.fabric.run(host, ["sh", "-c", script], timeout=10)
             if done.returncode:
                 raise HostError(f"{host}: {script}: {done.stderr.strip()}")
-        return len(links)
 
     # -- controller --------------------------------------------------------------------
     def kill_controller(self) -> int:

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from testbed import resilience_report  # noqa: E402
 from testbed.results import read_jsonl  # noqa: E402
 from testbed.scenario import EXPERIMENTS  # noqa: E402
 
@@ -179,6 +180,7 @@ def write(summary: dict, out: Path) -> Path:
     if kind != "fabric":
         module = importlib.import_module(EXPERIMENTS[kind])
         lines += [*module.report_section(summary[kind], out), ""]
+    lines += resilience_report.section(summary, out)
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]

@@ -12,11 +12,12 @@ Per fault, precisely:
     iteration that ran on fewer channels). None when nothing noticed.
 ``repair_ms``
     from the constant-rate probes (sequence numbers, known send times): for each probe
-    stream that lost probes in the window, the send time of the first probe delivered
-    after its last lost one, minus the fault start; the maximum over streams. A stream
-    that still loses probes in the last ``settle_s`` of the window is *unrepaired*
-    (``unrepaired_streams``) and does not count; ``repair_ms`` is 0 when no probe was
-    lost and None when every stream that lost probes stayed broken.
+    stream that had an *outage* in the window (``BURST`` or more consecutive probes
+    lost; single losses are congestion and only count in ``lost_packets``), the send
+    time of the first probe delivered after its last outage, minus the fault start; the
+    maximum over streams. A stream still in an outage in the last ``settle_s`` of the
+    window is *unrepaired* (``unrepaired_streams``) and does not count; ``repair_ms`` is
+    0 when no stream had an outage and None when every stream with one stayed broken.
 ``lost_packets``
     probes sent in the window that never arrived (all streams).
 ``chains_failed`` / ``chains_delayed``
@@ -28,8 +29,9 @@ Per fault, precisely:
     start of the first 1 s bin (of chain start times, from the fault on) whose p99 is
     within 10 % of the pre-fault p99, minus the fault start.
 ``training_recovery_ms``
-    end of the last training iteration that overlapped the window and lost packets or
-    timed out, minus the fault start (0 when none did).
+    end of the first training iteration that ended after the fault with no lost packet
+    and no step time-out (goodput flowing again, at whatever rate the remaining channels
+    allow), minus the fault start; None if none did within the window.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from dataclasses import dataclass, field
 from traffic.stats import summary
 
 DETECT_EVENTS = ("port_status", "recomputed", "drain")
+BURST = 3  # consecutive lost probes (30 ms at 100/s) that make an outage
 BIN_S = 1.0
 P99_TOLERANCE = 1.10
 MIN_BASELINE = 20
+LATE_S = 0.6
 
 
 @dataclass
@@ -89,29 +93,31 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
                   settle_s: float = 1.0) -> dict:
     """Lost probes and repair time of one window (see the module doc).
 
-    >>> s = ProbeStream(t0=0.0, rate=10, sent=100, received=set(range(100)) - {21, 22, 23})
+    >>> s = ProbeStream(t0=0.0, rate=10, sent=100,
+    ...                 received=set(range(100)) - {21, 22, 23, 50})
     >>> probe_outcome({("a", "b"): s}, 2.0, 10.0)
-    {'lost_packets': 3, 'repair_ms': 400.0, 'unrepaired_streams': 0, 'streams': 1}
+    {'lost_packets': 4, 'repair_ms': 400.0, 'unrepaired_streams': 0, 'streams': 1}
     """
     lost = 0
-    repairs, unrepaired = [], 0
+    repairs, unrepaired, outages = [], 0, 0
     settle = max(start, end - min(settle_s, (end - start) / 4))
     for stream in streams.values():
         seqs = stream.seqs_between(start, end)
         missing = [q for q in seqs if q not in stream.received]
         lost += len(missing)
-        if not missing:
+        last = _last_outage(missing)
+        if last is None:
             continue
-        if stream.send_time(missing[-1]) >= settle:
+        outages += 1
+        if stream.send_time(last) >= settle:
             unrepaired += 1
             continue
-        after = next((q for q in range(missing[-1] + 1, seqs.stop) if q in stream.received),
-                     None)
+        after = next((q for q in range(last + 1, seqs.stop) if q in stream.received), None)
         if after is None:
             unrepaired += 1
         else:
             repairs.append((stream.send_time(after) - start) * 1000)
-    if not lost:
+    if not outages:
         repair = 0.0
     elif repairs:
         repair = round(max(repairs), 1)
@@ -119,6 +125,16 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
         repair = None
     return {"lost_packets": lost, "repair_ms": repair, "unrepaired_streams": unrepaired,
             "streams": len(streams)}
+
+
+def _last_outage(missing: list[int]) -> int | None:
+    """Last sequence number of the last run of ``BURST`` or more consecutive losses."""
+    last, run = None, 0
+    for i, q in enumerate(missing):
+        run = run + 1 if i and q == missing[i - 1] + 1 else 1
+        if run >= BURST:
+            last = q
+    return last
 
 
 def baseline(chains: list[dict], before: float) -> dict | None:
@@ -171,12 +187,12 @@ def training_outcome(iterations: list[dict], start: float, end: float) -> dict |
     if not iterations:
         return None
     hit = [r for r in iterations if r["start"] < end and r["end"] > start]
-    bad = [r for r in hit if r["packets_lost"] or r["timeouts"]]
+    clean = sorted(r["end"] for r in hit
+                   if r["end"] > start and not r["packets_lost"] and not r["timeouts"])
     return {
         "training_lost_packets": sum(r["packets_lost"] for r in hit),
         "training_timeouts": sum(r["timeouts"] for r in hit),
-        "training_recovery_ms": round(max(0.0, (max(r["end"] for r in bad) - start) * 1000), 1)
-        if bad else 0.0,
+        "training_recovery_ms": round((clean[0] - start) * 1000, 1) if clean else None,
     }
 
 
@@ -201,6 +217,7 @@ def detection(start: float, end: float, events: list[dict], hops: list[dict],
 def fault_entries(records: list[dict], *, end: float, chains: list[dict], hops: list[dict],
                   events: list[dict], streams: dict, iterations: list[dict]) -> list[dict]:
     """One ``faults`` entry per executed fault record (``FaultRecord.to_dict()``)."""
+    end -= LATE_S  # the newest probes may not have been received when the probes stopped
     done = sorted((r for r in records if r.get("started")), key=lambda r: r["started"])
     base = baseline(chains, done[0]["started"]) if done else None
     out = []
