@@ -10,11 +10,13 @@ tested without a switch. Two mechanisms, each switchable:
   could only drop it.
 * **Fast failover** (the switches alone, no controller): a spine forwards each
   destination through an OpenFlow fast-failover group, primary bucket the downlink
-  (watch_port), backups "bounce" down to another leaf. A leaf that receives, from an
-  uplink, a packet for a host it does not serve sends it back up over its *other*
-  uplinks (a select group without the in_port's spine) and decrements the IP TTL, so a
-  packet can never circle for ever. That repairs a dead spine downlink locally; the
-  leaf's own dead uplink is already repaired by its select group's watch_port.
+  (watch_port), backup bucket "bounce": back out of the port the packet came in on
+  (``IN_PORT``: the leaf that sent it; OpenFlow drops a plain output to the in_port).
+  A leaf that receives, from an uplink, a packet for a host it does not serve sends it
+  up again over its *other* uplinks (a select group without the in_port's spine) and
+  decrements the IP TTL, so a packet can never circle for ever. That repairs a dead
+  spine downlink locally; the leaf's own dead uplink is already repaired by its select
+  group's watch_port.
 
 ARP that arrives at a leaf from an uplink for a host it does not serve is dropped, not
 bounced (ARP has no TTL to bound a loop); hosts retry ARP, and in steady state the ARP
@@ -29,8 +31,10 @@ caches are warm.
 >>> [(r.ip, r.port, r.group) for r in plan.routes]
 [('10.0.0.1', 1, None), ('10.0.0.2', 2, None), ('10.0.0.3', None, 11), ('10.0.0.4', None, 11)]
 >>> s1 = plan_failover(spec, spec.switch("tbdoc0p0s1").dpid, fast_failover=True)
->>> s1.ff_groups, [(r.ip, r.group) for r in s1.routes][:3]
-({20: [1, 2], 21: [2, 1]}, [('10.0.0.1', 20), ('10.0.0.2', 20), ('10.0.0.3', 21)])
+>>> s1.ff_groups == {20: [1, IN_PORT], 21: [2, IN_PORT]}
+True
+>>> [(r.ip, r.group) for r in s1.routes][:3]
+[('10.0.0.1', 20), ('10.0.0.2', 20), ('10.0.0.3', 21)]
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ FF_GROUP_BASE = 20
 #: leaf select group that bounces traffic back up without spine i
 BOUNCE_GROUP_BASE = 40
 PRIORITY_BOUNCE = PRIORITY_HOST + 10
+#: OpenFlow's OFPP_IN_PORT: a bucket that sends the packet back where it came from
+IN_PORT = 0xFFFFFFF8
 
 Edge = tuple[str, str]  # (leaf name, spine name)
 
@@ -153,8 +159,7 @@ def _plan_spine(spec: FabricSpec, plan: FailoverPlan, leaf_of: dict[str, str]) -
     leaves = _leaves(spec, spec.switch(me).plane)
     ports = {leaf: spec.spine_port_to(me, leaf) for leaf in leaves}
     for i, leaf in enumerate(leaves):
-        # primary: the downlink; backups: the other leaves, nearest index first
-        plan.ff_groups[FF_GROUP_BASE + i] = [ports[leaf]] + [
-            ports[other] for other in leaves[i + 1:] + leaves[:i]]
+        # primary: the downlink; backup: back to the leaf it came from, which bounces
+        plan.ff_groups[FF_GROUP_BASE + i] = [ports[leaf], IN_PORT]
     plan.routes = [Route(ip=r.ip, group=FF_GROUP_BASE + leaves.index(leaf_of[r.ip]))
                    for r in plan.routes]

@@ -34,7 +34,13 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev
 from os_ken.lib import hub
 
 from controllers.fabric_app import ETH_ARP, ETH_IPV4, FabricRouting
-from controllers.failover import PRIORITY_BOUNCE, FailoverPlan, plan_failover, uplink_edges
+from controllers.failover import (
+    IN_PORT,
+    PRIORITY_BOUNCE,
+    FailoverPlan,
+    plan_failover,
+    uplink_edges,
+)
 from controllers.health import PROBE_ETHERTYPE, HealthMonitor, decode_probe, encode_probe
 from controllers.paths import PRIORITY_HOST
 
@@ -149,7 +155,8 @@ class ResilientRouting(FabricRouting):
     @staticmethod
     def ff_group_mod(dp, command: int, group_id: int, ports: list[int]):
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        buckets = [parser.OFPBucket(watch_port=port, watch_group=ofp.OFPG_ANY,
+        buckets = [parser.OFPBucket(watch_port=ofp.OFPP_ANY if port == IN_PORT else port,
+                                    watch_group=ofp.OFPG_ANY,
                                     actions=[parser.OFPActionOutput(port)]) for port in ports]
         return parser.OFPGroupMod(dp, command, ofp.OFPGT_FF, group_id, buckets)
 

@@ -11,13 +11,16 @@ Per fault, precisely:
     host that moved traffic (a chain hop that skipped or retried a plane; a training
     iteration that ran on fewer channels). None when nothing noticed.
 ``repair_ms``
-    from the constant-rate probes (sequence numbers, known send times): for each probe
-    stream that had an *outage* in the window (``BURST`` or more consecutive probes
-    lost; single losses are congestion and only count in ``lost_packets``), the send
-    time of the first probe delivered after its last outage, minus the fault start; the
-    maximum over streams. A stream still in an outage in the last ``settle_s`` of the
-    window is *unrepaired* (``unrepaired_streams``) and does not count; ``repair_ms`` is
-    0 when no stream had an outage and None when every stream with one stayed broken.
+    from the constant-rate probes (sequence numbers, known send times): a stream is
+    *repaired* at the earliest moment T (the fault start, or the send time of the probe
+    after a lost one; never before the end of its last outage of ``BURST`` or more
+    consecutive lost probes) from which to the end of the window it loses at most
+    ``CLEAN_LOSS`` (1 %) of its probes, over at least ``settle_s``: loss that stops,
+    not loss that merely pauses (a 20 % lossy link has quiet stretches too). repair_ms
+    is the latest T over all streams, minus the fault start; streams never repaired in
+    the window are counted in ``unrepaired_streams`` and left out; 0 when no stream lost
+    more than ``CLEAN_LOSS`` in the window; None when every stream that did stayed
+    broken.
 ``lost_packets``
     probes sent in the window that never arrived (all streams).
 ``chains_failed`` / ``chains_delayed``
@@ -43,7 +46,8 @@ from dataclasses import dataclass, field
 from traffic.stats import summary
 
 DETECT_EVENTS = ("port_status", "recomputed", "drain")
-BURST = 3  # consecutive lost probes (30 ms at 100/s) that make an outage
+CLEAN_LOSS = 0.01
+BURST = 3  # consecutive lost probes (30 ms at 100/s): an outage, never just congestion
 BIN_S = 1.0
 P99_TOLERANCE = 1.10
 MIN_BASELINE = 20
@@ -93,31 +97,28 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
                   settle_s: float = 1.0) -> dict:
     """Lost probes and repair time of one window (see the module doc).
 
-    >>> s = ProbeStream(t0=0.0, rate=10, sent=100,
-    ...                 received=set(range(100)) - {21, 22, 23, 50})
+    >>> s = ProbeStream(t0=0.0, rate=100, sent=1000,
+    ...                 received=set(range(1000)) - {210, 211, 212, 700})
     >>> probe_outcome({("a", "b"): s}, 2.0, 10.0)
-    {'lost_packets': 4, 'repair_ms': 400.0, 'unrepaired_streams': 0, 'streams': 1}
+    {'lost_packets': 4, 'repair_ms': 130.0, 'unrepaired_streams': 0, 'streams': 1}
+    >>> lossy = ProbeStream(t0=0.0, rate=10, sent=100, received=set(range(0, 100, 2)))
+    >>> probe_outcome({("a", "b"): lossy}, 2.0, 10.0)["unrepaired_streams"]
+    1
     """
     lost = 0
-    repairs, unrepaired, outages = [], 0, 0
-    settle = max(start, end - min(settle_s, (end - start) / 4))
+    repairs, unrepaired = [], 0
     for stream in streams.values():
         seqs = stream.seqs_between(start, end)
         missing = [q for q in seqs if q not in stream.received]
         lost += len(missing)
-        last = _last_outage(missing)
-        if last is None:
+        if not missing:
             continue
-        outages += 1
-        if stream.send_time(last) >= settle:
-            unrepaired += 1
-            continue
-        after = next((q for q in range(last + 1, seqs.stop) if q in stream.received), None)
-        if after is None:
+        t = _repaired_at(stream, seqs, missing, settle_s)
+        if t is None:
             unrepaired += 1
         else:
-            repairs.append((stream.send_time(after) - start) * 1000)
-    if not outages:
+            repairs.append(max(0.0, (t - start) * 1000))
+    if not repairs and not unrepaired:
         repair = 0.0
     elif repairs:
         repair = round(max(repairs), 1)
@@ -127,14 +128,31 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
             "streams": len(streams)}
 
 
-def _last_outage(missing: list[int]) -> int | None:
-    """Last sequence number of the last run of ``BURST`` or more consecutive losses."""
-    last, run = None, 0
+def _repaired_at(stream: ProbeStream, seqs: range, missing: list[int],
+                 settle_s: float) -> float | None:
+    """Send time from which the stream stays (nearly) loss-free to the window's end."""
+    need = max(1, int(settle_s * stream.rate))
+    candidates = [seqs.start] + [q + 1 for q in missing]
+    skip = _after_last_burst(missing)
+    for i in range(skip, len(candidates)):
+        first = candidates[i]
+        total = seqs.stop - first
+        if total < need:
+            return None
+        if len(missing) - i <= CLEAN_LOSS * total:
+            return stream.send_time(first) if i else stream.send_time(seqs.start)
+    return None
+
+
+def _after_last_burst(missing: list[int]) -> int:
+    """Index into ``[start] + [q + 1 for q in missing]`` just after the last run of
+    ``BURST`` or more consecutive lost probes (an outage, not congestion); 0 if none."""
+    after, run = 0, 0
     for i, q in enumerate(missing):
         run = run + 1 if i and q == missing[i - 1] + 1 else 1
         if run >= BURST:
-            last = q
-    return last
+            after = i + 1
+    return after
 
 
 def baseline(chains: list[dict], before: float) -> dict | None:

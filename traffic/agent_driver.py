@@ -255,7 +255,7 @@ class Driver:
                 "address": f"{host}:{port}", "plane": plane, "start": start,
                 "latency_ms": round(latency, 3), "request": step["request"],
                 "reply": step["reply"], "service_us": step["service_us"],
-                "ok": error is None, "error": error, "tried": tried,
+                "ok": error is None, "error": error, "preferred": preferred, "tried": tried,
             })
         return latency, error
 
