@@ -18,9 +18,10 @@ tested without a switch. Two mechanisms, each switchable:
   spine downlink locally; the leaf's own dead uplink is already repaired by its select
   group's watch_port.
 
-ARP that arrives at a leaf from an uplink for a host it does not serve is dropped, not
-bounced (ARP has no TTL to bound a loop); hosts retry ARP, and in steady state the ARP
-caches are warm.
+ARP has no TTL, so a bounced ARP packet is marked instead: the leaf rewrites its
+Ethernet source to ``BOUNCED_MAC`` (hosts learn from the ARP payload, not from that
+field) and a leaf drops a marked ARP packet that comes down from a spine for a host it
+does not serve: an ARP packet bounces at most once.
 
 >>> from topologies.leafspine import build_fabric
 >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
@@ -31,10 +32,10 @@ caches are warm.
 >>> [(r.ip, r.port, r.group) for r in plan.routes]
 [('10.0.0.1', 1, None), ('10.0.0.2', 2, None), ('10.0.0.3', None, 11), ('10.0.0.4', None, 11)]
 >>> s1 = plan_failover(spec, spec.switch("tbdoc0p0s1").dpid, fast_failover=True)
->>> s1.ff_groups == {20: [1, IN_PORT], 21: [2, IN_PORT]}
+>>> s1.ff_groups == {1001: [(2, 2), (IN_PORT, 1)], 1002: [(1, 1), (IN_PORT, 2)]}
 True
->>> [(r.ip, r.group) for r in s1.routes][:3]
-[('10.0.0.1', 20), ('10.0.0.2', 20), ('10.0.0.3', 21)]
+>>> s1.ff_routes[:2]
+[(2, '10.0.0.1', 1002), (2, '10.0.0.2', 1002)]
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from topologies.spec import FabricSpec
 
 #: leaf select group for destinations behind leaf i (without spines that cannot reach it)
 DEST_GROUP_BASE = 10
-#: spine fast-failover group for destinations behind leaf i
-FF_GROUP_BASE = 20
+#: spine fast-failover group for traffic from leaf i to leaf j: FF_GROUP_BASE + i * n + j
+FF_GROUP_BASE = 1000
 #: leaf select group that bounces traffic back up without spine i
 BOUNCE_GROUP_BASE = 40
 PRIORITY_BOUNCE = PRIORITY_HOST + 10
@@ -58,24 +59,32 @@ IN_PORT = 0xFFFFFFF8
 Edge = tuple[str, str]  # (leaf name, spine name)
 
 
+#: Ethernet source of an ARP packet that has been bounced once (locally administered)
+BOUNCED_MAC = "02:74:62:ff:ff:ff"
+
+
 @dataclass(frozen=True)
 class Bounce:
-    """At a leaf: IPv4 for ``ip`` arriving on uplink ``in_port`` goes to ``group`` (TTL-1);
-    ARP for ``ip`` from that uplink is dropped (``group`` None)."""
+    """At a leaf: IPv4 (TTL-1) or ARP (marked) for ``ip`` arriving on uplink ``in_port``
+    goes back up through select group ``group``."""
 
     in_port: int
     ip: str
-    group: int | None
+    group: int
     arp: bool = False
 
 
 @dataclass
 class FailoverPlan(SwitchPlan):
-    """A :class:`SwitchPlan` plus fast-failover groups (id -> ports, primary first)
-    and the leaf's bounce rules."""
+    """A :class:`SwitchPlan` plus a spine's fast-failover groups (id -> buckets of
+    (output port, watched port), primary first) and routes, and a leaf's bounce rules."""
 
-    ff_groups: dict[int, list[int]] = field(default_factory=dict)
+    ff_groups: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: (in_port, destination ip, fast-failover group) at a spine
+    ff_routes: list[tuple[int, str, int]] = field(default_factory=list)
     bounces: list[Bounce] = field(default_factory=list)
+    #: (uplink, remote host address): a marked (already bounced) ARP packet is dropped
+    arp_guards: list[tuple[int, str]] = field(default_factory=list)
 
 
 def uplink_edges(spec: FabricSpec) -> dict[tuple[str, int], Edge]:
@@ -151,15 +160,24 @@ def _plan_leaf(spec: FabricSpec, plan: FailoverPlan, leaf_of: dict[str, str],
             plan.groups[gid] = others or [p for s, p in uplinks if s != spine]
             for ip in remote:
                 plan.bounces.append(Bounce(in_port=port, ip=ip, group=gid))
-                plan.bounces.append(Bounce(in_port=port, ip=ip, group=None, arp=True))
+                plan.bounces.append(Bounce(in_port=port, ip=ip, group=gid, arp=True))
+                plan.arp_guards.append((port, ip))
 
 
 def _plan_spine(spec: FabricSpec, plan: FailoverPlan, leaf_of: dict[str, str]) -> None:
     me = plan.name
     leaves = _leaves(spec, spec.switch(me).plane)
     ports = {leaf: spec.spine_port_to(me, leaf) for leaf in leaves}
-    for i, leaf in enumerate(leaves):
-        # primary: the downlink; backup: back to the leaf it came from, which bounces
-        plan.ff_groups[FF_GROUP_BASE + i] = [ports[leaf], IN_PORT]
-    plan.routes = [Route(ip=r.ip, group=FF_GROUP_BASE + leaves.index(leaf_of[r.ip]))
-                   for r in plan.routes]
+    n = len(leaves)
+    # one group per (from leaf, to leaf): primary the downlink, backup back to the leaf
+    # the packet came from (watching that port: OpenFlow wants a watch in every bucket)
+    for i, src in enumerate(leaves):
+        for j, dst in enumerate(leaves):
+            if i != j:
+                plan.ff_groups[FF_GROUP_BASE + i * n + j] = [
+                    (ports[dst], ports[dst]), (IN_PORT, ports[src])]
+    for r in plan.routes:
+        j = leaves.index(leaf_of[r.ip])
+        for i, src in enumerate(leaves):
+            if i != j:
+                plan.ff_routes.append((ports[src], r.ip, FF_GROUP_BASE + i * n + j))

@@ -35,7 +35,7 @@ from os_ken.lib import hub
 
 from controllers.fabric_app import ETH_ARP, ETH_IPV4, FabricRouting
 from controllers.failover import (
-    IN_PORT,
+    BOUNCED_MAC,
     PRIORITY_BOUNCE,
     FailoverPlan,
     plan_failover,
@@ -153,11 +153,11 @@ class ResilientRouting(FabricRouting):
                 dp.send_msg(self.ff_group_mod(dp, command, gid, ports))
 
     @staticmethod
-    def ff_group_mod(dp, command: int, group_id: int, ports: list[int]):
+    def ff_group_mod(dp, command: int, group_id: int, buckets: list[tuple[int, int]]):
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        buckets = [parser.OFPBucket(watch_port=ofp.OFPP_ANY if port == IN_PORT else port,
-                                    watch_group=ofp.OFPG_ANY,
-                                    actions=[parser.OFPActionOutput(port)]) for port in ports]
+        buckets = [parser.OFPBucket(watch_port=watch, watch_group=ofp.OFPG_ANY,
+                                    actions=[parser.OFPActionOutput(port)])
+                   for port, watch in buckets]
         return parser.OFPGroupMod(dp, command, ofp.OFPGT_FF, group_id, buckets)
 
     def _send_routes(self, dp, routes) -> None:
@@ -173,10 +173,24 @@ class ResilientRouting(FabricRouting):
 
     def _send_bounces(self, dp, plan: FailoverPlan) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        for in_port, ip, group in plan.ff_routes:
+            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                                 [parser.OFPActionGroup(group)])]
+            for match in (parser.OFPMatch(in_port=in_port, eth_type=ETH_IPV4, ipv4_dst=ip),
+                          parser.OFPMatch(in_port=in_port, eth_type=ETH_ARP, arp_tpa=ip)):
+                dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_BOUNCE, match=match,
+                                              instructions=inst))
+        for port, ip in plan.arp_guards:
+            match = parser.OFPMatch(in_port=port, eth_type=ETH_ARP, eth_src=BOUNCED_MAC,
+                                    arp_tpa=ip)
+            dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_BOUNCE + 5, match=match,
+                                          instructions=[]))
         for b in plan.bounces:
             if b.arp:
                 match = parser.OFPMatch(in_port=b.in_port, eth_type=ETH_ARP, arp_tpa=b.ip)
-                inst = []
+                inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
+                    parser.OFPActionSetField(eth_src=BOUNCED_MAC),
+                    parser.OFPActionGroup(b.group)])]
             else:
                 match = parser.OFPMatch(in_port=b.in_port, eth_type=ETH_IPV4, ipv4_dst=b.ip)
                 inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
