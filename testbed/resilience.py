@@ -17,10 +17,11 @@ Per fault, precisely:
     consecutive lost probes) from which to the end of the window it loses at most
     ``CLEAN_LOSS`` (1 %) of its probes, over at least ``settle_s``: loss that stops,
     not loss that merely pauses (a 20 % lossy link has quiet stretches too). repair_ms
-    is the latest T over all streams, minus the fault start; streams never repaired in
-    the window are counted in ``unrepaired_streams`` and left out; 0 when no stream lost
-    more than ``CLEAN_LOSS`` in the window; None when every stream that did stayed
-    broken.
+    is the latest T over all streams, minus the fault start; 0 when no stream lost more
+    than ``CLEAN_LOSS`` in the window. Streams never repaired within the window are
+    counted in ``unrepaired_streams``, and then repair_ms is None: the fabric did not
+    repair it (the probes of a failed plane stay broken however well the hosts move
+    their own traffic; see the chain and training keys for that).
 ``lost_packets``
     probes sent in the window that never arrived (all streams).
 ``chains_failed`` / ``chains_delayed``
@@ -118,12 +119,10 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
             unrepaired += 1
         else:
             repairs.append(max(0.0, (t - start) * 1000))
-    if not repairs and not unrepaired:
-        repair = 0.0
-    elif repairs:
-        repair = round(max(repairs), 1)
-    else:
+    if unrepaired:
         repair = None
+    else:
+        repair = round(max(repairs), 1) if repairs else 0.0
     return {"lost_packets": lost, "repair_ms": repair, "unrepaired_streams": unrepaired,
             "streams": len(streams)}
 

@@ -25,9 +25,11 @@ DEFINITIONS = [
     "plane, a training iteration on fewer channels; `connected` after a restart).",
     "- **repair_ms**: from the fault to the send time of the first probe delivered after "
     "the last lost one, the maximum over probe streams that lost probes (100 probes/s per "
-    "stream, host pairs on different leaves, every plane); `-` when no stream recovered "
-    "within the fault's window (e.g. the probes pinned to a failed plane); 0 when no probe "
-    "was lost. `unrepaired` counts streams still losing at the end of the window.",
+    "stream, host pairs on different leaves, every plane), once loss has stopped (at most "
+    "1 % lost from then on); 0 when no probe was lost; `-` when some stream was never "
+    "repaired within the window (`unrepaired`: e.g. the probes pinned to a failed plane, "
+    "which no layer can move; hosts' own traffic is judged by the chain and training "
+    "columns).",
     "- **lost**: probes sent in the window that never arrived.",
     "- **chains failed / delayed**: chains in flight in the window that failed (error or "
     "time-out) / completed above the pre-fault p99; **+p99**: their p99 minus the "
