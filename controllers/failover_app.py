@@ -70,9 +70,8 @@ class ResilientRouting(FabricRouting):
                                         samples=int(health.get("samples", 2)))
             self.health_interval = health["interval_ms"] / 1000
             self.probes = int(health.get("probes", 10))
-            self._probe_sent: dict = {}
-            self._probe_got: dict = {}
-            self._probe_round = 0
+            self._probe_sent: dict[int, dict] = {}  # round -> (edge, direction) -> count
+            self._probe_got: dict[int, dict] = {}
             hub.spawn(self._poll_health)
         self.status.emit("failover", fast_failover=self.fast_failover, recompute=self.recompute,
                          health=bool(self.health))
@@ -264,9 +263,11 @@ class ResilientRouting(FabricRouting):
         while True:
             time.sleep(self.health_interval)
             with self.lock:
-                sent, self._probe_sent = self._probe_sent, {}
-                got, self._probe_got = self._probe_got, {}
-                self._probe_round = round_no = round_no + 1
+                # a round is judged one interval after the next was sent: late probes count
+                sent = self._probe_sent.pop(round_no - 1, {})
+                got = self._probe_got.pop(round_no - 1, {})
+                round_no += 1
+                self._probe_sent[round_no], self._probe_got[round_no] = {}, {}
                 dead = {self.edges[p] for p in self.down_ports if p in self.edges}
                 dps = dict(self.datapaths)
             counts = {key: (n, min(n, got.get(key, 0))) for key, n in sent.items()}
@@ -285,7 +286,8 @@ class ResilientRouting(FabricRouting):
                             index[edge], up, round_no * PROBES_PER_ROUND + i))
                     key = (edge, "up" if up else "down")
                     with self.lock:
-                        self._probe_sent[key] = self._probe_sent.get(key, 0) + self.probes
+                        sent_now = self._probe_sent[round_no]
+                        sent_now[key] = sent_now.get(key, 0) + self.probes
 
     @staticmethod
     def _packet_out(dp, port: int, frame: bytes) -> None:
@@ -303,10 +305,11 @@ class ResilientRouting(FabricRouting):
             return
         link, up, seq = probe
         with self.lock:
-            if seq // PROBES_PER_ROUND != self._probe_round:
-                return  # late: counted as lost in its own round
+            got = self._probe_got.get(seq // PROBES_PER_ROUND)
+            if got is None:
+                return  # later than a whole interval: counted as lost in its round
             key = (self.health.links()[link], "up" if up else "down")
-            self._probe_got[key] = self._probe_got.get(key, 0) + 1
+            got[key] = got.get(key, 0) + 1
 
     def _judge(self, counts) -> None:
         with self.lock:

@@ -12,7 +12,10 @@ Pure: the controller feeds it counts, it answers which links to drain. A link
 direction's loss over the last ``samples`` intervals is ``1 - received / sent``; when
 it exceeds ``loss_threshold`` (with at least ``min_packets`` probes in the window) the
 link is drained. Drains are sticky (operations undrain by hand), so a drained link
-does not flap back once traffic has left it.
+does not flap back once traffic has left it. Two guards keep the monitor from doing
+harm: it never drains a leaf's last undrained uplink, and when more than half of the
+links look lossy in the same sample it drains nothing (a fabric-wide loss is the
+measurement failing, e.g. an overloaded controller, not every link at once).
 
 >>> from topologies.leafspine import build_fabric
 >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
@@ -84,6 +87,7 @@ class HealthMonitor:
     samples: int = 2
     drained: set[Edge] = field(default_factory=set)
     last_loss: dict[Direction, float] = field(default_factory=dict)
+    suspect_samples: int = 0
     _window: dict[Direction, deque] = field(default_factory=dict)
 
     def links(self) -> list[Edge]:
@@ -92,7 +96,22 @@ class HealthMonitor:
 
     def sample(self, t: float, counts: dict[Direction, tuple[int, int]]) -> list[Drain]:
         """Take one interval's (sent, received) per link direction; return new drains."""
+        lossy = self._judge(t, counts)
+        if len({d.edge for d in lossy}) > max(1, len(self.links()) // 2):
+            self.suspect_samples += 1
+            return []
         drains = []
+        for d in lossy:
+            leaf = d.edge[0]
+            left = [e for e in self.links() if e[0] == leaf and e not in self.drained]
+            if d.edge in self.drained or left == [d.edge]:
+                continue
+            self.drained.add(d.edge)
+            drains.append(d)
+        return drains
+
+    def _judge(self, t: float, counts: dict[Direction, tuple[int, int]]) -> list[Drain]:
+        lossy = []
         for key, (sent, received) in counts.items():
             window = self._window.setdefault(key, deque(maxlen=self.samples))
             window.append((sent, received))
@@ -104,6 +123,5 @@ class HealthMonitor:
             loss = max(0.0, round(1 - got / total, 4))
             self.last_loss[key] = loss
             if loss > self.loss_threshold:
-                self.drained.add(edge)
-                drains.append(Drain(t, edge, direction, loss, total, got))
-        return drains
+                lossy.append(Drain(t, edge, direction, loss, total, got))
+        return lossy

@@ -190,3 +190,13 @@ def test_training_recovery_is_the_first_clean_iteration_after_the_fault():
     assert out["training_recovery_ms"] == pytest.approx(1300)
     assert out["training_lost_packets"] == 5
     assert resilience.training_outcome([], 0, 1) is None
+
+
+def test_health_guards_last_uplink_and_fabric_wide_loss(spec):
+    mon = HealthMonitor(spec, loss_threshold=0.1, min_packets=10, samples=1)
+    everything = {(edge, "up"): (10, 0) for edge in mon.links()}
+    assert mon.sample(1, everything) == [] and mon.suspect_samples == 1
+    e0, e1 = (P + "p0l0", P + "p0s0"), (P + "p0l0", P + "p0s1")
+    assert [d.edge for d in mon.sample(2, {(e0, "up"): (10, 0)})] == [e0]
+    assert mon.sample(3, {(e1, "up"): (10, 0)}) == []  # p0l0's last uplink stays
+    assert mon.drained == {e0}
