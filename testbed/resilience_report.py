@@ -68,7 +68,8 @@ def plot_timeline(run: dict, out: Path) -> Path | None:
     meta = vdir / "faults.json"
     if not meta.exists():
         return None
-    t0 = json.loads(meta.read_text())["t0"]
+    times = json.loads(meta.read_text())
+    t0, end = times["t0"], times["end"] - resilience.LATE_S
     chains = list(read_jsonl(vdir / "chains.jsonl"))
     fig, ax = plt.subplots(figsize=(9, 4))
     ok = [c for c in chains if c["ok"]]
@@ -81,8 +82,9 @@ def plot_timeline(run: dict, out: Path) -> Path | None:
                    label=f"failed chain ({len(bad)})")
     streams = resilience.probe_streams(
         rec for f in sorted(vdir.glob("probe-*.jsonl")) for rec in read_jsonl(f))
-    lost = [s.send_time(q) - t0 for s in streams.values() for q in range(s.sent)
-            if q not in s.received]
+    # probes sent before traffic started (ARP warm-up) or too late to be received: not shown
+    lost = [s.send_time(q) - t0 for s in streams.values()
+            for q in s.seqs_between(t0, end) if q not in s.received]
     if lost:
         ax.scatter(lost, [top * 0.9] * len(lost), marker="|", color="black", s=30,
                    label=f"lost probe ({len(lost)})")
