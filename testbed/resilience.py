@@ -35,7 +35,8 @@ Per fault, precisely:
 ``training_recovery_ms``
     end of the first training iteration that ended after the fault with no lost packet
     and no step time-out (goodput flowing again, at whatever rate the remaining channels
-    allow), minus the fault start; None if none did within the window.
+    allow), minus the fault start; 0 when no iteration ending after the fault was hurt
+    before that one; None if none was clean within the window.
 """
 
 from __future__ import annotations
@@ -206,10 +207,13 @@ def training_outcome(iterations: list[dict], start: float, end: float) -> dict |
     hit = [r for r in iterations if r["start"] < end and r["end"] > start]
     clean = sorted(r["end"] for r in hit
                    if r["end"] > start and not r["packets_lost"] and not r["timeouts"])
+    hurt = clean and any(start < r["end"] < clean[0] and (r["packets_lost"] or r["timeouts"])
+                         for r in hit)
     return {
         "training_lost_packets": sum(r["packets_lost"] for r in hit),
         "training_timeouts": sum(r["timeouts"] for r in hit),
-        "training_recovery_ms": round((clean[0] - start) * 1000, 1) if clean else None,
+        "training_recovery_ms": (round((clean[0] - start) * 1000, 1) if hurt else 0.0)
+        if clean else None,
     }
 
 

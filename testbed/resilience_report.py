@@ -35,8 +35,8 @@ DEFINITIONS = [
     "time-out) / completed above the pre-fault p99; **+p99**: their p99 minus the "
     "pre-fault p99; **p99 back**: first 1 s bin after the fault whose p99 is within 10 % of "
     "the pre-fault p99.",
-    "- **training back**: end of the last iteration in the window that lost packets or "
-    "timed out, after the fault (0: training never noticed).",
+    "- **training back**: from the fault to the end of the first iteration after it with "
+    "no lost packet and no step time-out (0: no iteration was hurt).",
 ]
 
 
