@@ -82,14 +82,9 @@ class FaultRun:
         (self.out / "faults.json").write_text(json.dumps(
             {"t0": self.t0, "end": end, "records": records}, indent=1))
 
-    def entries(self, chains: Path, hops: Path, rank_files: list[Path]) -> list[dict]:
-        lines = [rec for f in self.probe_files for rec in read_jsonl(f)]
-        iterations = [rec for f in rank_files for rec in read_jsonl(f)]
-        return resilience.fault_entries(
-            [r.to_dict() for r in self.schedule.records], end=self.end,
-            chains=list(read_jsonl(chains)), hops=list(read_jsonl(hops)),
-            events=list(read_jsonl(self.live.status)), streams=resilience.probe_streams(lines),
-            iterations=iterations)
+    def entries(self) -> list[dict]:
+        """The ``faults`` entries, from the files the run wrote (call after :meth:`stop`)."""
+        return entries_from_files(self.out)
 
 
 def start(live, faults, *, out: Path, t0: float, duration_s: float,
@@ -123,3 +118,37 @@ def start(live, faults, *, out: Path, t0: float, duration_s: float,
     return run
 
 
+
+
+def entries_from_files(vdir: Path) -> list[dict]:
+    """A variant's ``faults`` entries computed again from what its run wrote in ``vdir``."""
+    meta = json.loads((vdir / "faults.json").read_text())
+    iterations = [rec for f in sorted(vdir.glob("training-rank*.jsonl")) for rec in read_jsonl(f)]
+    probes = [rec for f in sorted(vdir.glob("probe-*.jsonl")) for rec in read_jsonl(f)]
+    return resilience.fault_entries(
+        meta["records"], end=meta["end"], chains=list(read_jsonl(vdir / "chains.jsonl")),
+        hops=list(read_jsonl(vdir / "hops.jsonl")),
+        events=list(read_jsonl(vdir / "controller-events.jsonl")),
+        streams=resilience.probe_streams(probes), iterations=iterations)
+
+
+def reanalyze(out: Path) -> dict:
+    """Recompute every run's ``faults`` (and the top-level list) of a results folder, then
+    rewrite summary.json and the report: ``python -m testbed.fault_run RESULTS_DIR``."""
+    from testbed import report
+    from testbed.results import write_json
+
+    summary = json.loads((out / "summary.json").read_text())
+    for run in summary["runs"]:
+        vdir = out / "variants" / run["name"]
+        if (vdir / "faults.json").exists():
+            run["faults"] = entries_from_files(vdir)
+    summary["faults"] = [{"variant": r["name"], **f} for r in summary["runs"]
+                         for f in r.get("faults", [])]
+    write_json(out / "summary.json", summary)
+    report.write(summary, out)
+    return summary
+
+
+if __name__ == "__main__":
+    reanalyze(Path(sys.argv[1]))

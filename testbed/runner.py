@@ -155,9 +155,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "queue_kb": spec.queue_kb, "mtu": spec.mtu,
                            "queues": queues}
     if faults:
-        entry["faults"] = faults.entries(
-            work.chains_file, work.hops_file,
-            [work.rank_file(r) for r in range(len(work.ranks or []))])
+        entry["faults"] = faults.entries()
         progress(f"{tag}: " + "; ".join(
             f"{f['fault']} {f['target']}: repair {f['repair_ms']} ms, "
             f"lost {f['lost_packets']}, chains failed {f['chains_failed']}"
