@@ -273,9 +273,12 @@ class ResilientRouting(FabricRouting):
             counts = {key: (n, min(n, got.get(key, 0))) for key, n in sent.items()}
             if counts:
                 self._judge(counts)
+            ready = {d for d in dps if d not in self.pending_barrier}
             for edge, ((leaf_dp, leaf_port), (spine_dp, spine_port)) in ports.items():
                 if edge in dead or edge in self.health.drained:
                     continue
+                if not {leaf_dp, spine_dp} <= ready:
+                    continue  # both ends connected with their plan (and probe catch) installed
                 for up, (dpid, port) in ((True, (leaf_dp, leaf_port)),
                                          (False, (spine_dp, spine_port))):
                     dp = dps.get(dpid)

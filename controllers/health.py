@@ -107,6 +107,8 @@ class HealthMonitor:
             if d.edge in self.drained or left == [d.edge]:
                 continue
             self.drained.add(d.edge)
+            for key in [k for k in self.last_loss if k[0] == d.edge]:
+                del self.last_loss[key]
             drains.append(d)
         return drains
 
