@@ -33,10 +33,11 @@ Per fault, precisely:
     start of the first 1 s bin (of chain start times, from the fault on) whose p99 is
     within 10 % of the pre-fault p99, minus the fault start.
 ``training_recovery_ms``
-    end of the first training iteration that ended after the fault with no lost packet
-    and no step time-out (goodput flowing again, at whatever rate the remaining channels
-    allow), minus the fault start; 0 when no iteration ending after the fault was hurt
-    before that one; None if none was clean within the window.
+    per rank, the end of its first iteration that ended after the fault with no lost
+    packet and no step time-out (goodput flowing again, at whatever rate the remaining
+    channels allow), minus the fault start, if an iteration of that rank that ended
+    earlier after the fault was hurt (else 0); the maximum over ranks; None if some rank
+    had no clean iteration within the window.
 """
 
 from __future__ import annotations
@@ -205,15 +206,21 @@ def training_outcome(iterations: list[dict], start: float, end: float) -> dict |
     if not iterations:
         return None
     hit = [r for r in iterations if r["start"] < end and r["end"] > start]
-    clean = sorted(r["end"] for r in hit
-                   if r["end"] > start and not r["packets_lost"] and not r["timeouts"])
-    hurt = clean and any(start < r["end"] < clean[0] and (r["packets_lost"] or r["timeouts"])
-                         for r in hit)
+    recovery: float | None = 0.0
+    for rank in sorted({r.get("rank", 0) for r in hit}):
+        mine = [r for r in hit if r.get("rank", 0) == rank]
+        clean = sorted(r["end"] for r in mine
+                       if not r["packets_lost"] and not r["timeouts"])
+        if not clean:
+            recovery = None
+            break
+        hurt = any(r["end"] < clean[0] and (r["packets_lost"] or r["timeouts"]) for r in mine)
+        if hurt:
+            recovery = max(recovery, round((clean[0] - start) * 1000, 1))
     return {
         "training_lost_packets": sum(r["packets_lost"] for r in hit),
         "training_timeouts": sum(r["timeouts"] for r in hit),
-        "training_recovery_ms": (round((clean[0] - start) * 1000, 1) if hurt else 0.0)
-        if clean else None,
+        "training_recovery_ms": recovery,
     }
 
 

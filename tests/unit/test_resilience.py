@@ -183,7 +183,7 @@ def test_fault_entries_account_window_by_window():
 
 
 def test_training_recovery_is_the_first_clean_iteration_after_the_fault():
-    it = [{"start": 0, "end": 1, "packets_lost": 0, "timeouts": 0},
+    it = [{"start": 0.5, "end": 1, "packets_lost": 0, "timeouts": 0},
           {"start": 1, "end": 2, "packets_lost": 5, "timeouts": 1},
           {"start": 2, "end": 2.8, "packets_lost": 0, "timeouts": 0}]
     out = resilience.training_outcome(it, 1.5, 5)
@@ -200,3 +200,11 @@ def test_health_guards_last_uplink_and_fabric_wide_loss(spec):
     assert [d.edge for d in mon.sample(2, {(e0, "up"): (10, 0)})] == [e0]
     assert mon.sample(3, {(e1, "up"): (10, 0)}) == []  # p0l0's last uplink stays
     assert mon.drained == {e0}
+
+
+def test_training_recovery_waits_for_the_slowest_rank():
+    it = [{"rank": 0, "start": 0.0, "end": 1.2, "packets_lost": 2, "timeouts": 1},
+          {"rank": 0, "start": 1.2, "end": 1.7, "packets_lost": 0, "timeouts": 0},
+          {"rank": 1, "start": 0.0, "end": 1.05, "packets_lost": 0, "timeouts": 0}]
+    assert resilience.training_outcome(it, 1.0, 5)["training_recovery_ms"] == \
+        pytest.approx(700)
