@@ -3,9 +3,11 @@
 One 2-plane, 4-node fabric (2 leaves and 2 spines a plane) for the module; each test
 (re)starts the controller with the flags it needs, acts a fault with the same actions
 the scenarios use (:class:`testbed.fabric_faults.FabricFaults`), checks, and undoes it.
-The link that is cut or degraded is ``p0l0-p0s1``; traffic from the hosts of leaf
-``p0l1`` to those of ``p0l0`` hashes half of its flows over spine ``p0s1``, whose
-downlink to ``p0l0`` is the dead one, so without repair about half the flows are lost.
+The link that is cut or degraded is ``p0l0-p0s1``; traffic (and ARP) from the hosts of
+leaf ``p0l1`` to those of ``p0l0`` hashes over spine ``p0s1``, whose downlink to
+``p0l0`` is the dead one. Negative controls, run by hand with the same helpers: the
+plain routing app with the controller dead delivered none of the 16 flows across the
+cut, and without the health monitor every flow lost 10-90 % across the degraded link.
 """
 
 from __future__ import annotations
