@@ -5,9 +5,10 @@ One 2-plane, 4-node fabric (2 leaves and 2 spines a plane) for the module; each 
 the scenarios use (:class:`testbed.fabric_faults.FabricFaults`), checks, and undoes it.
 The link that is cut or degraded is ``p0l0-p0s1``; traffic (and ARP) from the hosts of
 leaf ``p0l1`` to those of ``p0l0`` hashes over spine ``p0s1``, whose downlink to
-``p0l0`` is the dead one. Negative controls, run by hand with the same helpers: the
+``p0l0`` is the dead one. Negative controls: the
 plain routing app with the controller dead delivered none of the 16 flows across the
 cut, and without the health monitor every flow lost 10-90 % across the degraded link.
+The fast-failover and health tests run that control first, so they show it each time.
 """
 
 from __future__ import annotations
@@ -140,8 +141,17 @@ def test_controller_recomputes_paths_on_port_status(fab):
 
 def test_fast_failover_repairs_locally_with_controller_dead(fab):
     live, stack, faults, _ = fab
-    restart_controller(live, stack, "--fast-failover")
     act = faults.actions()
+    # control: the plain routing app, controller dead, link cut: flows are lost
+    restart_controller(live, stack)
+    act["controller_kill"]("controller")
+    act["link_down"](CUT)
+    try:
+        control = flows_delivered(live, 2, 0)
+    finally:
+        act["link_up"](CUT)
+    assert not all_flows_through(control), "the cut did not hurt: this test proves nothing"
+    restart_controller(live, stack, "--fast-failover")
     act["controller_kill"]("controller")
     act["link_down"](CUT)
     try:
@@ -190,10 +200,18 @@ def test_controller_restart_resyncs_without_loss(fab):
 
 def test_health_monitor_drains_degraded_link(fab):
     live, stack, faults, _ = fab
+    act = faults.actions()
+    # control: without the monitor, the degraded link keeps losing
+    restart_controller(live, stack, "--recompute")
+    act["degrade"](CUT, 0.3)
+    try:
+        control = flows_delivered(live, 2, 0)
+    finally:
+        act["restore"](CUT)
+    assert not all_flows_through(control), "the loss did not hurt: this test proves nothing"
     t = restart_controller(live, stack, "--health", json.dumps(
         {"enabled": True, "loss_threshold": 0.05, "interval_ms": 200, "probes": 10,
          "samples": 3, "min_packets": 20}))
-    act = faults.actions()
     act["degrade"](CUT, 0.3)
     try:
         assert wait_for(lambda: [e for e in events(live, "drain") if e["t"] >= t], 15), \
