@@ -14,6 +14,7 @@ The fast-failover and health tests run that control first, so they show it each 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -117,7 +118,7 @@ def test_baseline_flows_cross_both_spines(fab):
 def _spine_rx(live, short: str) -> int:
     out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports",
                           live.spec.prefix + short], capture_output=True, text=True).stdout
-    return sum(int(x) for x in __import__("re").findall(r"rx pkts=(\d+)", out))
+    return sum(int(x) for x in re.findall(r"rx pkts=(\d+)", out))
 
 
 def test_controller_recomputes_paths_on_port_status(fab):
