@@ -10,12 +10,16 @@ with ``AppManager.run_apps``. It listens on 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 
 #: the routing base (proactive, survives the controller) and the congestion overlay
-APPS = ["controllers.fabric_app", "controllers.congestion_app"]
+BASE_APP = "controllers.fabric_app"
+#: the routing base with failure handling (any failover flag selects it)
+FAILOVER_APP = "controllers.failover_app"
+CONGESTION_APP = "controllers.congestion_app"
 MODES = ("ecmp", "adaptive", "spray")
 
 
@@ -28,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="routing mode (default: the config's, else ecmp)")
     parser.add_argument("--config", help="controller section JSON (mode, telemetry, ecn)")
     parser.add_argument("--telemetry", help="JSON lines of port samples to write")
+    parser.add_argument("--fast-failover", action="store_true",
+                        help="spines forward through fast-failover groups, leaves bounce")
+    parser.add_argument("--recompute", action="store_true",
+                        help="recompute and reinstall paths on port-status changes")
+    parser.add_argument("--health", help="health monitor JSON: {enabled, loss_threshold, "
+                        "interval_ms}")
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535:
         parser.error(f"--port: must be 1..65535, got {args.port}")
@@ -44,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TESTBED_MODE"] = args.mode
     if args.telemetry:
         os.environ["TESTBED_TELEMETRY"] = args.telemetry
+    base = BASE_APP
+    if args.fast_failover or args.recompute or args.health:
+        os.environ["TESTBED_FAILOVER"] = json.dumps({
+            "fast_failover": args.fast_failover, "recompute": args.recompute,
+            "health": json.loads(args.health) if args.health else None})
+        base = FAILOVER_APP
     if args.status:
         os.environ["TESTBED_STATUS"] = args.status
     # os-ken's native hub cannot unwind run_apps (HubThread has no kill()); the app
@@ -57,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
         project="os_ken",
     )
-    AppManager.run_apps(APPS)
+    AppManager.run_apps([base, CONGESTION_APP])
     return 0
 
 

@@ -10,10 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from testbed import (
-    comparison,  # noqa: E402
-    telemetry_report,  # noqa: E402
-)
+from testbed import comparison, resilience_report, telemetry_report  # noqa: E402
 from testbed.results import read_jsonl  # noqa: E402
 from testbed.scenario import EXPERIMENTS  # noqa: E402
 
@@ -198,6 +195,7 @@ def write(summary: dict, out: Path) -> Path:
         lines += [*module.report_section(summary[kind], out), ""]
     if kind == "fabric":  # seeds, medians, ratios, goodput and DCQCN rate plots
         lines += comparison.section(summary, out)
+    lines += resilience_report.section(summary, out)
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]

@@ -11,13 +11,13 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controllers.config import ControllerConfig, ecn_backend
-from testbed import report, telemetry_report, workloads
+from testbed import fault_run, report, telemetry_report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError, ConfigError
 from testbed.fabric import Fabric, FabricTimes
@@ -74,7 +74,8 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) ->
 
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
-             controller: dict | None = None, telemetry: bool = True) -> LiveFabric:
+             controller: dict | None = None, telemetry: bool = True,
+             controller_args: Sequence[str] = ()) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
@@ -96,7 +97,8 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         "controller",
         [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
          "--status", str(status), "--config", str(config_file),
-         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else [])],
+         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else []),
+         *controller_args],
         pid_dir=pids, log=out / "controller.log",
     )
     stack.callback(controller_proc.stop)
@@ -151,13 +153,17 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                  f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
         entry["controller_mode"] = variant.controller["mode"]
         live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
-                        stack=stack)
+                        stack=stack,
+                        controller_args=fault_run.controller_args(variant.controller))
         fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                  f"traffic for {scenario.duration_s:g} s")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=seed, stack=stack)
+        faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
+                                  duration_s=scenario.duration_s, stack=stack)
+                  if variant.faults else None)
         last = [0.0]
 
         def tick(elapsed: float, chains: int) -> None:
@@ -166,6 +172,8 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                 progress(f"{tag}: {elapsed:4.0f} s  chains finished: {chains}")
 
         workloads.wait_done(work, scenario.duration_s, tick)
+        if faults:
+            faults.stop(end=time.time())
         queues = queue_summary(fabric.queue_stats(), fabric.port_roles())
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
@@ -178,6 +186,12 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "queues": queues}
     entry["telemetry"] = telemetry_report.summarize(out / "telemetry.jsonl",
                                                     out / "controller-events.jsonl")
+    if faults:
+        entry["faults"] = faults.entries()
+        progress(f"{tag}: " + "; ".join(
+            f"{f['fault']} {f['target']}: repair {f['repair_ms']} ms, "
+            f"lost {f['lost_packets']}, chains failed {f['chains_failed']}"
+            for f in entry["faults"]))
     entry["agents"] = agents_entry(work.chains_file)
     entry["training"] = training_entry(
         [work.rank_file(r) for r in range(len(work.ranks or []))])
@@ -238,6 +252,11 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
                 per_seed.setdefault(variant.name, []).append(entry)
                 summary["runs"] = [combine(name, entries) for name, entries in per_seed.items()]
                 write_json(out / "summary.json", summary)
+    fault_list = [{"variant": r["name"], **({"seed": r["seed"]} if "seed" in r else {}), **f}
+                  for entries in per_seed.values() for r in entries
+                  for f in r.get("faults", [])]
+    if fault_list:
+        summary["faults"] = fault_list
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json(out / "summary.json", summary)
     report.write(summary, out)

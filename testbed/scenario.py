@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from testbed.errors import ConfigError
+from testbed.fabric_faults import parse_faults
+from testbed.faults import Fault
 from topologies.leafspine import build_fabric
 from topologies.spec import FabricSpec, TopologyError
 from traffic.roce import OVERHEAD as ROCE_OVERHEAD
@@ -108,6 +110,10 @@ SCHEMA: dict[str, dict[str, tuple]] = {
             "classes": (dict, Nested({"collective": (dict, _ecn_class(), None),
                                       "agents": (dict, _ecn_class(), None)}), None),
         }), None),
+        # resilience (issue 6): local repair, recompute on port status, health drains
+        "fast_failover": (bool, None, False),
+        "recompute": (bool, None, False),
+        "health": (dict, None, {}),
     },
     "agents": {
         "enabled": (bool, None, True),
@@ -117,6 +123,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
         "timeout_ms": (NUM, _pos, 2000),
         "service_us": (int, _nonneg, 0),
         "ecn": (bool, None, False),  # net.ipv4.tcp_ecn=1 in every host namespace
+        "multipath": (bool, None, False),
+        "attempt_ms": (NUM, _pos, 500),
     },
     "training": {
         "enabled": (bool, None, False),
@@ -142,6 +150,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
             "f": (int, _range(0, 100), 5),
             "min_rate_mbps": (NUM, _pos, 0.5),
         }), None),
+        "multipath": (bool, None, False),
     },
 }
 #: scenarios built around one experiment section instead of fabric variants:
@@ -149,7 +158,7 @@ SCHEMA: dict[str, dict[str, tuple]] = {
 EXPERIMENTS = {"macsec": "testbed.macsec.experiment",
                "backbone": "testbed.backbone.experiment"}
 TOP_LEVEL = {"name", "description", "seed", "seeds", "duration_s", "topology", "controller",
-             "agents", "training", "variants", *EXPERIMENTS}
+             "agents", "training", "variants", "faults", *EXPERIMENTS}
 MAX_SEEDS = 10
 
 
@@ -163,6 +172,7 @@ class Variant:
     agents: dict[str, Any]
     training: dict[str, Any]
     reference: bool = False  # the non-blocking reference the report compares against
+    faults: tuple[Fault, ...] = ()
 
     def fabric(self, prefix: str) -> FabricSpec:
         return build_fabric(prefix=prefix, **self.topology)
@@ -247,7 +257,33 @@ def _check_nodes(where: str, value: Any, nodes: int) -> int:
     return value
 
 
-def _check_variant(name: str, sections: dict, where: str) -> Variant:
+HEALTH = {"enabled": (bool, None, False),
+          "loss_threshold": (NUM, lambda v: None if 0 < v < 1 else "must be between 0 and 1",
+                             0.05),
+          "interval_ms": (NUM, lambda v: None if 50 <= v <= 60000 else "must be 50..60000",
+                          250),
+          "samples": (int, lambda v: None if 1 <= v <= 100 else "must be 1..100", 2),
+          "probes": (int, lambda v: None if 1 <= v <= 100 else "must be 1..100", 10),
+          "min_packets": (int, _pos, 20)}
+
+
+def _check_health(data: dict, where: str) -> dict:
+    """``controller.health``: the health monitor's switch and thresholds, defaults filled."""
+    for key in data:
+        if key not in HEALTH:
+            raise ConfigError(f"{where}.{key}", f"unknown field (known: {', '.join(HEALTH)})")
+    out = {}
+    for key, (types, check, default) in HEALTH.items():
+        value = data.get(key, default)
+        if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
+            raise ConfigError(f"{where}.{key}", f"must be {_type_name(types)}, got {value!r}")
+        if check and (problem := check(value)):
+            raise ConfigError(f"{where}.{key}", f"{problem}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def _check_variant(name: str, sections: dict, where: str, faults: Any = None) -> Variant:
     resolved = {s: _check_section(s, sections.get(s), f"{where}.{s}" if where else s)
                 for s in SCHEMA}
     prefix = f"{where}." if where else ""
@@ -257,6 +293,9 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
     except TopologyError as exc:
         raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from exc
     nodes = spec.nodes
+    resolved["controller"]["health"] = _check_health(resolved["controller"]["health"],
+                                                     f"{prefix}controller.health")
+    fault_list = parse_faults(faults, spec, f"{prefix}faults")
     agents = resolved["agents"]
     if agents["enabled"] or agents["services"]:
         _check_nodes(f"{prefix}agents.driver", agents["driver"], nodes)
@@ -290,7 +329,7 @@ def _check_variant(name: str, sections: dict, where: str) -> Variant:
             raise ConfigError(f"{prefix}training.payload",
                               f"{training['payload']} bytes make {frame}-byte IP packets, "
                               f"over the MTU of {spec.mtu}")
-    return Variant(name=name, **resolved)
+    return Variant(name=name, **resolved, faults=fault_list)
 
 
 def parse(data: Any, duration_override: float | None = None) -> Scenario:
@@ -319,7 +358,7 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
     for s, v in base.items():
         if not isinstance(v, dict):
             raise ConfigError(s, "must be a mapping")
-    _check_variant(name, base, "")  # name base errors by their own path
+    _check_variant(name, base, "", data.get("faults"))  # name base errors by their own path
     raw_variants = data.get("variants") or [{"name": name}]
     if not isinstance(raw_variants, list):
         raise ConfigError("variants", "must be a list")
@@ -335,7 +374,7 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
             raise ConfigError(f"{where}.name", f"repeats {vname!r}")
         seen.add(vname)
         for key in raw:
-            if key not in ("name", "reference") and key not in SCHEMA:
+            if key not in ("name", "reference", "faults") and key not in SCHEMA:
                 raise ConfigError(f"{where}.{key}", "unknown field")
         reference = raw.get("reference", False)
         if not isinstance(reference, bool):
@@ -344,7 +383,8 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
         for s in SCHEMA:
             if raw.get(s) is not None and not isinstance(raw.get(s), dict):
                 raise ConfigError(f"{where}.{s}", "must be a mapping")
-        variants.append(dataclasses.replace(_check_variant(vname, merged, where),
+        faults = raw["faults"] if "faults" in raw else data.get("faults")
+        variants.append(dataclasses.replace(_check_variant(vname, merged, where, faults),
                                             reference=reference))
     if variants[0].reference:
         raise ConfigError("variants[0].reference", "the first variant is the baseline; "
@@ -373,7 +413,8 @@ def _check_seeds(value: Any, seed: int) -> tuple[int, ...]:
 def _parse_experiment(kind: str, data: dict, name: str, seed: int,
                       duration: float) -> Scenario:
     """A scenario built around one experiment section (no fabric sections)."""
-    for key in ("topology", "controller", "agents", "training", "variants", "seeds"):
+    for key in ("topology", "controller", "agents", "training", "variants", "seeds",
+                "faults"):
         if key in data:
             raise ConfigError(key, f"not used by a {kind} scenario (it is set in '{kind}')")
     module = importlib.import_module(EXPERIMENTS[kind])

@@ -33,6 +33,7 @@ class Workload:
     out: Path
     driver: Helper | None = None
     ranks: list[Helper] | None = None
+    start_at: float = 0.0  # epoch time at which traffic starts
 
     @property
     def chains_file(self) -> Path:
@@ -70,7 +71,8 @@ def training_config(spec: FabricSpec, params: dict, seed: int = 1) -> dict:
     send_to = destinations(params.get("pattern", "ring"), len(ranks),
                            stride=params.get("stride") or None, seed=seed)
     return {**{k: params[k] for k in keys if k in params}, "ranks": ranks,
-            "pattern": params.get("pattern", "ring"), "send_to": send_to}
+            "pattern": params.get("pattern", "ring"), "send_to": send_to,
+            "multipath": bool(params.get("multipath"))}
 
 
 def enable_tcp_ecn(fabric: Fabric, hosts: list[str]) -> None:
@@ -79,6 +81,15 @@ def enable_tcp_ecn(fabric: Fabric, hosts: list[str]) -> None:
         done = fabric.run(host, ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"])
         if done.returncode != 0:
             raise BringUpError(f"{host}: cannot enable TCP ECN: {done.stderr.strip()}")
+
+
+def multipath_args(spec: FabricSpec, agents: dict) -> list[str]:
+    """Driver options for host multipath: its interface on every plane (rail 0)."""
+    if not agents.get("multipath"):
+        return []
+    host = spec.hosts[agents["driver"]]
+    ifaces = ",".join(host.interface(p, 0).name for p in range(spec.planes))
+    return ["--multipath", ifaces, "--attempt-ms", f"{agents['attempt_ms']:g}"]
 
 
 def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duration_s: float,
@@ -106,7 +117,7 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
             _wait_ready(proc, svc)
         (out / "agent-plan.json").write_text(json.dumps(agent_plan(spec, agents["services"])))
 
-    start_at = time.time() + 3.0  # ranks import Scapy and build templates first
+    start_at = work.start_at = time.time() + 3.0  # ranks import Scapy, build templates
     if training["enabled"]:
         config = out / "training.json"
         config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
@@ -129,7 +140,8 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
             [*TRAFFIC, "agent-driver", "--plan", str(out / "agent-plan.json"),
              "--hops-out", str(work.hops_file), "--chains-out", str(work.chains_file),
              "--duration", f"{duration_s:g}", "--concurrency", str(agents["concurrency"]),
-             "--timeout-ms", f"{agents['timeout_ms']:g}", "--seed", str(seed)],
+             "--timeout-ms", f"{agents['timeout_ms']:g}", "--seed", str(seed),
+             *multipath_args(spec, agents)],
             pid_dir=pid_dir, log=out / "driver.log", stdout_file=out / "driver-summary.json",
         )
         stack.callback(work.driver.stop)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from traffic import agent_protocol as proto
+from traffic.multipath import carrier, plane_order
 from traffic.stats import summary
 
 TCP_ECN_SYSCTL = "/proc/sys/net/ipv4/tcp_ecn"
@@ -49,6 +50,9 @@ class DriverConfig:
     timeout_ms: float = 2000.0
     ecn: bool = False
     rate: float | None = None
+    #: this node's interface per plane; non-empty turns host multipath on
+    multipath: tuple[str, ...] = ()
+    attempt_ms: float = 500.0
 
 
 def error_text(exc: BaseException) -> str:
@@ -218,17 +222,21 @@ class Driver:
         self, chain_id: int, name: str, hop: int, step: dict
     ) -> tuple[float, str | None]:
         addresses = self.plan["services"][step["service"]]
-        plane = chain_id % len(addresses)
-        host, port = addresses[plane]
+        preferred = chain_id % len(addresses)
         request = proto.Header(
             proto.REQUEST, hop, chain_id, step["request"], step["reply"], step["service_us"]
         )
         start = time.time()
         t0 = time.perf_counter()
         error: str | None = None
+        plane, tried = preferred, []
         try:
-            async with asyncio.timeout(self.config.timeout_ms / 1e3):
-                await exchange(host, port, request)
+            if self.config.multipath:
+                plane, tried, error = await self._multipath(addresses, preferred, request, t0)
+            else:
+                tried = [preferred]
+                async with asyncio.timeout(self.config.timeout_ms / 1e3):
+                    await exchange(*addresses[preferred], request)
         except asyncio.CancelledError:
             error = "interrupted"
             raise
@@ -241,14 +249,40 @@ class Driver:
             else:
                 self.hops_failed += 1
                 self.errors[error] += 1
+            host, port = addresses[plane]
             self._write(self._hops, {
                 "chain": chain_id, "template": name, "hop": hop, "service": step["service"],
                 "address": f"{host}:{port}", "plane": plane, "start": start,
                 "latency_ms": round(latency, 3), "request": step["request"],
                 "reply": step["reply"], "service_us": step["service_us"],
-                "ok": error is None, "error": error,
+                "ok": error is None, "error": error, "preferred": preferred, "tried": tried,
             })
         return latency, error
+
+    async def _multipath(self, addresses: list, preferred: int, request: proto.Header,
+                         t0: float) -> tuple[int, list[int], str | None]:
+        """Try the planes in order: skip one without carrier, give each ``attempt_ms``
+        (the last one what is left of the hop's time-out). Returns (plane used, planes
+        tried, error of the last attempt or None)."""
+        ifaces = self.config.multipath
+        order = plane_order(preferred, len(addresses))
+        live = [p for p in order if p >= len(ifaces) or carrier(ifaces[p])] or order
+        tried: list[int] = []
+        error: str | None = "no plane"
+        for i, plane in enumerate(live):
+            left = self.config.timeout_ms / 1e3 - (time.perf_counter() - t0)
+            if left <= 0:
+                error = "timeout"
+                break
+            budget = left if i == len(live) - 1 else min(left, self.config.attempt_ms / 1e3)
+            tried.append(plane)
+            try:
+                async with asyncio.timeout(budget):
+                    await exchange(*addresses[plane], request)
+                return plane, tried, None
+            except (OSError, asyncio.IncompleteReadError, proto.ProtocolError) as exc:
+                error = error_text(exc)
+        return (tried[-1] if tried else preferred), tried, error
 
     @staticmethod
     def _write(stream: IO[str], record: dict) -> None:

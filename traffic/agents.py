@@ -82,6 +82,11 @@ def _driver_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-ms", type=_positive(float), default=2000.0, metavar="T",
                    help="per-hop timeout including connect (default 2000)")
     p.add_argument("--ecn", action="store_true", help="record that ECN is requested")
+    p.add_argument("--multipath", metavar="IF,IF,...", default="",
+                   help="this node's interface on every plane, in plane order: a hop whose "
+                   "plane has no carrier, or fails, is retried on the next plane")
+    p.add_argument("--attempt-ms", type=_positive(float), default=500.0, metavar="T",
+                   help="with --multipath: time one plane gets before the next is tried")
     return p
 
 
@@ -117,6 +122,7 @@ def _driver_main(argv: list[str]) -> int:
     config = DriverConfig(
         duration=args.duration, chains=args.chains, concurrency=args.concurrency,
         seed=args.seed, timeout_ms=args.timeout_ms, ecn=args.ecn, rate=args.rate,
+        multipath=tuple(i for i in args.multipath.split(",") if i), attempt_ms=args.attempt_ms,
     )
     try:
         with open(args.hops_out, "w", encoding="utf-8") as hops, \

@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 from traffic import roce
 from traffic.dcqcn import CnpPacer, DcqcnParams, ReactionPoint
+from traffic.multipath import live_channels
 from traffic.patterns import sources
 from traffic.rawsock import RawSender, TokenBucket
 from traffic.reorder import MessageAssembly
@@ -94,6 +95,7 @@ class Config:
     spray: bool = False
     spray_ports: int = 16
     dcqcn: DcqcnParams = field(default_factory=DcqcnParams)
+    multipath: bool = False
 
 
 def load_config(path: str | Path) -> Config:
@@ -111,6 +113,7 @@ def load_config(path: str | Path) -> Config:
             rate_mbps=float(raw["rate_mbps"]),
             step_timeout_ms=float(raw["step_timeout_ms"]),
             payload=int(raw.get("payload", 1024)),
+            multipath=bool(raw.get("multipath", False)),
             ranks=[
                 [Channel(c["iface"], c["ip"], c["mac"], c.get("gw_mac")) for c in r["channels"]]
                 for r in raw["ranks"]
@@ -222,6 +225,8 @@ class RingRank:
         self.nch = len(self.me)
         self.plan = split_chunk(self.chunk, self.nch, cfg.payload)
         self.expected = [len(p) for p in self.plan]
+        self.channels_used = list(range(self.nch))
+        self.send_errors = 0
         self.stop_requested = False
         self.stats = IterStats()
         self.expect_seq = 0
@@ -265,29 +270,46 @@ class RingRank:
             self.sel.register(sock, selectors.EVENT_READ, k)
         self.pred_ips = [ch.ip for ch in self.pred]
         self.succ_ips = [ch.ip for ch in self.succ]
-        ecn = roce.ECN_ECT0 if self.cfg.ecn else roce.ECN_NOT_ECT
         self.cnps: list[bytes] = []
         self.templates: list[dict[int, roce.FrameTemplate]] = []
         for k, ch in enumerate(self.me):
             self.senders.append(RawSender(ch.iface))
-            peer = self.succ[k]
             back = self.pred[k]
             self.cnps.append(roce.cnp_frame(
                 src_mac=ch.mac, dst_mac=ch.gw_mac or back.mac, src_ip=ch.ip, dst_ip=back.ip,
                 dqpn=QPN_BASE + self.pred_rank * 64 + k, sport=self._sport(k)))
-            by_len = {}
+            self.templates.append({})
             for size in set(self.plan[k]):
-                by_len[size] = roce.FrameTemplate(
-                    src_mac=ch.mac,
-                    dst_mac=ch.gw_mac or peer.mac,
-                    src_ip=ch.ip,
-                    dst_ip=peer.ip,
-                    sport=self._sport(k),
-                    dqpn=0,
-                    payload_len=size,
-                    ecn=ecn,
-                )
-            self.templates.append(by_len)
+                self._template(k, size)
+
+    def _template(self, k: int, size: int) -> roce.FrameTemplate:
+        """Channel ``k``'s frame template for ``size``-byte payloads (built once)."""
+        tmpl = self.templates[k].get(size)
+        if tmpl is None:
+            ch, peer = self.me[k], self.succ[k]
+            tmpl = self.templates[k][size] = roce.FrameTemplate(
+                src_mac=ch.mac,
+                dst_mac=ch.gw_mac or peer.mac,
+                src_ip=ch.ip,
+                dst_ip=peer.ip,
+                sport=self._sport(k),
+                dqpn=0,
+                payload_len=size,
+                ecn=roce.ECN_ECT0 if self.cfg.ecn else roce.ECN_NOT_ECT,
+            )
+        return tmpl
+
+    def _choose_channels(self) -> None:
+        """Multipath: split the chunk over the channels that have carrier now."""
+        alive = live_channels([ch.iface for ch in self.me])
+        if alive == self.channels_used:
+            return
+        self.channels_used = alive
+        split = split_chunk(self.chunk, len(alive), self.cfg.payload)
+        self.plan = [[] for _ in self.me]
+        for k, sizes in zip(alive, split, strict=True):
+            self.plan[k] = sizes
+        self.expected = [len(p) for p in self.plan]
 
     def _sport(self, k: int, psn: int = 0) -> int:
         """UDP source port of channel ``k``; with spray it rotates with the PSN (entropy)."""
@@ -376,6 +398,8 @@ class RingRank:
         rx = self.pending.get(seq)
         if rx is None:
             return all(e == 0 for e in self.expected)
+        if self.cfg.multipath:  # the sender may have split over other channels than ours
+            return sum(m.bytes for m in rx) >= self.chunk
         return all(m.complete for m in rx)
 
     # --- send ----------------------------------------------------------------
@@ -402,14 +426,20 @@ class RingRank:
                     if i >= len(sizes):
                         continue
                     size = sizes[i]
-                    tmpl = self.templates[k][size]
+                    tmpl = self._template(k, size)
                     cost = len(tmpl) * 8
                     if tokens[k] < cost:
                         continue
                     if self.cfg.spray:
                         tmpl.set_sport(self._sport(k, self.psn[k]))
                     frame = tmpl.frame_into(self.psn[k], opcode_for(i, len(sizes)), dqpn)
-                    self.senders[k].send(frame)
+                    try:
+                        self.senders[k].send(frame)
+                    except OSError:  # the NIC went down (ENETDOWN, ENXIO): the rest is lost
+                        self.send_errors += len(sizes) - i
+                        idx[k] = len(sizes)
+                        progressed = True
+                        continue
                     self.psn[k] = (self.psn[k] + 1) & roce.PSN_MASK
                     tokens[k] -= cost
                     idx[k] = i + 1
@@ -424,7 +454,7 @@ class RingRank:
             active = [k for k in active if idx[k] < len(self.plan[k])]
             for k in active:
                 b = self.buckets[k]
-                cost = len(self.templates[k][self.plan[k][idx[k]]]) * 8
+                cost = len(self._template(k, self.plan[k][idx[k]])) * 8
                 wait = min(wait, b.wait_for(max(cost, b.burst / 2)))
             self.drain(0.0 if wait == math.inf else wait)
 
@@ -447,14 +477,18 @@ class RingRank:
         for m in rx:
             st.packets_received += m.packets
             st.bytes_received += m.bytes
-            st.packets_lost += m.missing
             st.reordered_packets += m.reordered
             st.duplicate_packets += m.duplicates
+            if not self.cfg.multipath:
+                st.packets_lost += m.missing
+        if self.cfg.multipath:  # per channel counts depend on the sender's split
+            st.packets_lost += max(0, sum(self.expected) - sum(m.packets for m in rx))
 
     def run_iteration(self, it: int) -> dict[str, Any]:
         """Run compute then the ring steps of iteration ``it``; return its record."""
         self.stats = IterStats()
         self.trace = []
+        self.send_errors = 0
         wall_start = time.time()
         t0 = time.perf_counter()
         self.expect_seq = it * self.steps
@@ -467,6 +501,8 @@ class RingRank:
                 break
             seq = it * self.steps + step
             self.expect_seq = seq
+            if self.cfg.multipath:
+                self._choose_channels()
             self._send_step(seq)
             if not self._wait_until(time.perf_counter() + timeout, seq):
                 if self.stop_requested:
@@ -504,6 +540,8 @@ class RingRank:
             "send_to": self.succ_rank,
             "steps": done_steps,
             "complete": done_steps == self.steps,
+            "channels": len(self.channels_used),
+            "send_errors": self.send_errors,
         }
         if self.rps:
             record["rate_mbps"] = [round(rp.rate_mbps, 3) for rp in self.rps]

@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import BringUpError, HostError
+from testbed.nft import loss_rules, port_loss_rules
 from topologies.backbone import Backbone, Link
 
 from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers, vtysh
@@ -34,47 +35,6 @@ SITE_IF = "site0"
 SITE_PEER = "site1"
 FAIL_TABLE = "tbfail"
 PROBE_NET = "172.16.{r}.0/24"
-LOSS_SCALE = 1000  # nftables loss: drop when numgen random mod LOSS_SCALE < loss * LOSS_SCALE
-
-
-def loss_rules(table: str, ifname: str, loss: float) -> str:
-    """nftables ruleset dropping ``loss`` (a fraction) of what leaves ``ifname``.
-
-    Hooked at postrouting, so routed and locally sent packets (OSPF, BFD) both count.
-
-    >>> print(loss_rules("tb1a2bloss3", "tb1a2bl3a", 0.05), end="")
-    table inet tb1a2bloss3 {
-     chain postrouting { type filter hook postrouting priority -300; policy accept;
-      oifname "tb1a2bl3a" numgen random mod 1000 < 50 drop
-     }
-    }
-    """
-    threshold = max(1, min(LOSS_SCALE, round(loss * LOSS_SCALE)))
-    return (f"table inet {table} {{\n"
-            " chain postrouting { type filter hook postrouting priority -300; policy accept;\n"
-            f"  oifname \"{ifname}\" numgen random mod {LOSS_SCALE} < {threshold} drop\n"
-            " }\n}\n")
-
-
-def wire_loss_rules(table: str, ifname: str, loss: float) -> str:
-    """nftables ruleset dropping ``loss`` of the frames sent on the wire ``ifname``.
-
-    A netdev egress hook: it also sees what a packet socket (the MACsec forwarder)
-    sends, which bypasses the IP hooks.
-
-    >>> print(wire_loss_rules("tb1a2bloss3", "tb1a2bw3a", 0.05), end="")
-    table netdev tb1a2bloss3 {
-     chain egress { type filter hook egress device "tb1a2bw3a" priority -300; policy accept;
-      numgen random mod 1000 < 50 drop
-     }
-    }
-    """
-    threshold = max(1, min(LOSS_SCALE, round(loss * LOSS_SCALE)))
-    return (f"table netdev {table} {{\n"
-            f" chain egress {{ type filter hook egress device \"{ifname}\" priority -300;"
-            " policy accept;\n"
-            f"  numgen random mod {LOSS_SCALE} < {threshold} drop\n"
-            " }\n}\n")
 
 
 def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
@@ -377,7 +337,7 @@ class BackboneNet:
                     for ns, ifn in self._ends(name)], tool="tc")
             return
         table, family = self.loss_table(name), self._loss_family
-        rules = wire_loss_rules if self.secure else loss_rules
+        rules = port_loss_rules if self.secure else loss_rules
         for ns, ifn in self._ends(name):
             _in_ns(ns, ["nft", "-f", "-"], stdin=rules(table, ifn, loss))
             self.stack.callback(_in_ns, ns, ["nft", "delete", "table", family, table], False)

@@ -111,7 +111,7 @@ def test_degrade_link_accepted():
 
 
 def test_loss_rule_rendered():
-    from testbed.backbone.net import loss_rules
+    from testbed.nft import loss_rules
 
     text = loss_rules("tb1a2bloss4", "tb1a2bl4b", 0.1)
     assert text.startswith("table inet tb1a2bloss4 {")

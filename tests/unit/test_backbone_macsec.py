@@ -9,10 +9,11 @@ import pytest
 
 from testbed.backbone import secure
 from testbed.backbone.experiment import macsec_backend, validate
-from testbed.backbone.net import BackboneNet, wire_loss_rules
+from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
 from testbed.macsec.decrypt import decrypt_frame, receivers
 from testbed.macsec.forwarder import build_secy
+from testbed.nft import port_loss_rules as wire_loss_rules
 from topologies.backbone import default_backbone, small_backbone
 
 FAULT = [{"at_s": 5, "action": "cut_link", "target": "nyc-ams"}]

@@ -31,7 +31,8 @@ def test_defaults_resolve_nested_sections() -> None:
     v = parse(base()).variants[0]
     c = v.controller
     assert c["mode"] == "ecmp" and c["telemetry_ms"] == 100 and c["prometheus_port"] == 0
-    assert c["adaptive"] == {"interval_ms": 100, "imbalance": 0.2, "elephant_mbps": 1.0}
+    assert c["adaptive"] == {"interval_ms": 100, "imbalance": 0.2, "elephant_mbps": 1.0,
+                            "place_tcp": True}
     assert c["ecn"]["mode"] == "off"
     assert c["ecn"]["classes"]["agents"] == {"min_kb": 20, "max_kb": 60, "probability": 0.1}
     assert v.training["pattern"] == "ring" and v.training["dcqcn"]["enabled"] is False

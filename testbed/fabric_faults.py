@@ -1,0 +1,294 @@
+"""Faults on a live fabric: the scenario's ``faults:`` list, validated, and its actions.
+
+Validation (:func:`parse_faults`) is pure: every target is checked against the
+variant's spec and named in the canonical short form (the name without the run
+prefix). The actions (:class:`FabricFaults`) act on real interfaces and processes:
+
+* ``link_down`` / ``link_up``: both veth ends of a link go down (both ends lose
+  carrier) or up. Targets: ``p0l0-p0s1`` (either order), ``n0-p0l0``, a switch port
+  ``p0l0e3``, or a host interface ``n0p0r0``.
+* ``link_flap``: ``count`` down/up cycles of ``period_s``; expanded at validation into
+  link_down/link_up faults, so each transition has its own record.
+* ``switch_fail`` / ``switch_restore``: every link of a leaf or spine down/up (the
+  neighbours see what they would see of a dead switch: carrier gone on every port).
+* ``plane_fail`` / ``plane_restore``: every switch of a plane (``p1`` or ``1``).
+* ``rail_fail`` / ``rail_restore``: one NIC of a node: ``n2p0r0`` (node 2, plane 0,
+  rail 0).
+* ``controller_kill`` (SIGKILL to its process group: a crash, not a shutdown) and
+  ``controller_restart`` (same argv, same port; the switches reconnect by themselves).
+* ``degrade`` (``loss``, a fraction) / ``restore``: nftables drops that fraction of the
+  frames leaving each switch end of the link (and the host end of a host link).
+
+>>> from topologies.leafspine import build_fabric
+>>> spec = build_fabric(prefix="tbdoc0", planes=2, nodes=4, leaves_per_plane=2,
+...                     spines_per_plane=2)
+>>> [(f.at_s, f.action, f.target) for f in parse_faults(
+...     [{"at_s": 2, "action": "link_flap", "target": "p0s1-p0l0", "period_s": 0.4,
+...       "count": 1}, {"at_s": 5, "action": "plane_fail", "target": 1}], spec)]
+[(2.0, 'link_down', 'p0l0-p0s1'), (2.2, 'link_up', 'p0l0-p0s1'), (5.0, 'plane_fail', 'p1')]
+>>> parse_faults([{"at_s": 1, "action": "rail_fail", "target": "n9p0r0"}], spec)
+Traceback (most recent call last):
+...
+testbed.errors.ConfigError: faults[0].target: no rail 'n9p0r0' (a host interface such as 'n0p0r0')
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from testbed.errors import ConfigError, HostError
+from testbed.faults import Fault
+from testbed.nft import port_loss_rules
+from testbed.procs import Helper
+from topologies.spec import FabricSpec, Link
+
+#: action -> kind of target it takes (None: no target)
+ACTIONS: dict[str, str | None] = {
+    "link_down": "link", "link_up": "link", "link_flap": "link",
+    "switch_fail": "switch", "switch_restore": "switch",
+    "plane_fail": "plane", "plane_restore": "plane",
+    "rail_fail": "rail", "rail_restore": "rail",
+    "controller_kill": None, "controller_restart": None,
+    "degrade": "link", "restore": "link",
+}
+FIELDS = {"at_s", "action", "target", "loss", "period_s", "count"}
+
+
+def short(spec: FabricSpec, name: str) -> str:
+    return name[len(spec.prefix):] if name.startswith(spec.prefix) else name
+
+
+def link_name(spec: FabricSpec, lk: Link) -> str:
+    """Canonical name of a link: ``p0l0-p0s1`` (uplink) or ``n0-p0l0`` (host link)."""
+    return f"{short(spec, lk.a)}-{short(spec, lk.b)}"
+
+
+def find_link(spec: FabricSpec, target: str) -> Link | None:
+    """The link named ``target`` (any accepted form), or None."""
+    name = short(spec, str(target))
+    for lk in spec.links:
+        ends = {short(spec, lk.a), short(spec, lk.b)}
+        if "-" in name and set(name.split("-", 1)) == ends:
+            return lk
+        if name in (short(spec, lk.a_intf), short(spec, lk.b_intf)):
+            return lk
+    return None
+
+
+def _target(spec: FabricSpec, kind: str | None, value: Any, where: str) -> str:
+    if kind is None:
+        if value not in (None, "", "controller"):
+            raise ConfigError(where, "takes no target (the run's controller)")
+        return "controller"
+    if value is None or isinstance(value, bool):
+        raise ConfigError(where, f"missing: give the {kind} to act on")
+    text = short(spec, str(value))
+    if kind == "link":
+        lk = find_link(spec, text)
+        if lk is None:
+            raise ConfigError(where, f"no link {text!r} in this fabric (e.g. "
+                              f"{link_name(spec, spec.links[-1])!r} or a port name)")
+        return link_name(spec, lk)
+    if kind == "switch":
+        names = [short(spec, s.name) for s in spec.switches]
+        if text not in names:
+            raise ConfigError(where, f"no switch {text!r} in this fabric "
+                              f"(switches: {', '.join(names)})")
+        return text
+    if kind == "plane":
+        plane = text[1:] if text.startswith("p") else text
+        if not plane.isdigit() or int(plane) >= spec.planes:
+            raise ConfigError(where, f"no plane {value!r} (planes p0..p{spec.planes - 1})")
+        return f"p{int(plane)}"
+    names = [short(spec, i.name) for i in spec.interfaces()]
+    if text not in names:
+        raise ConfigError(where, f"no rail {text!r} (a host interface such as {names[0]!r})")
+    return text
+
+
+def _number(entry: dict, key: str, where: str, low: float, high: float | None,
+            default: float | None = None) -> float:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key}", f"must be a number, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low:g}..{high:g}" if high is not None else f"{low:g} or more"
+        raise ConfigError(f"{where}.{key}", f"must be {bound}, got {value!r}")
+    return float(value)
+
+
+def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults") -> tuple[Fault, ...]:
+    """Validate a ``faults:`` list against ``spec``; raises :class:`ConfigError`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(where, "must be a list of faults")
+    out: list[Fault] = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(at, "must be a mapping with at_s, action, target")
+        for key in entry:
+            if key not in FIELDS:
+                raise ConfigError(f"{at}.{key}",
+                                  f"unknown field (known: {', '.join(sorted(FIELDS))})")
+        action = entry.get("action")
+        if action not in ACTIONS:
+            raise ConfigError(f"{at}.action", f"unknown action {action!r} "
+                              f"(known: {', '.join(ACTIONS)})")
+        at_s = _number(entry, "at_s", at, 0, None)
+        target = _target(spec, ACTIONS[action], entry.get("target"), f"{at}.target")
+        for key in ("loss", "period_s", "count"):
+            wanted = (key == "loss" and action == "degrade") or (
+                key != "loss" and action == "link_flap")
+            if key in entry and not wanted:
+                raise ConfigError(f"{at}.{key}", f"not used by {action}")
+        if action == "degrade":
+            loss = _number(entry, "loss", at, 0.001, 1.0)
+            out.append(Fault(at_s, action, target, loss))
+        elif action == "link_flap":
+            period = _number(entry, "period_s", at, 0.05, 60, default=1.0)
+            count = entry.get("count", 3)
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+                raise ConfigError(f"{at}.count", f"must be an integer 1..100, got {count!r}")
+            for n in range(count):
+                t = round(at_s + n * period, 6)
+                out.append(Fault(t, "link_down", target))
+                out.append(Fault(round(t + period / 2, 6), "link_up", target))
+        else:
+            out.append(Fault(at_s, action, target))
+    return tuple(sorted(out, key=lambda f: f.at_s))
+
+
+class FabricFaults:
+    """The fault actions bound to one live fabric; undo steps go on the run's stack."""
+
+    def __init__(self, live, stack: ExitStack, *, on_restart: Callable[[Helper], None]
+                 | None = None) -> None:
+        self.live = live
+        self.spec: FabricSpec = live.spec
+        self.stack = stack
+        self.on_restart = on_restart
+        self._degraded: dict[str, list[tuple[str | None, str]]] = {}
+
+    def actions(self) -> dict[str, Callable[..., object]]:
+        return {
+            "link_down": lambda t: self._links([find_link(self.spec, t)], up=False),
+            "link_up": lambda t: self._links([find_link(self.spec, t)], up=True),
+            "switch_fail": lambda t: self._links(self._switch_links(t), up=False),
+            "switch_restore": lambda t: self._links(self._switch_links(t), up=True),
+            "plane_fail": lambda t: self._links(self._plane_links(t), up=False),
+            "plane_restore": lambda t: self._links(self._plane_links(t), up=True),
+            "rail_fail": lambda t: self._links([find_link(self.spec, t)], up=False),
+            "rail_restore": lambda t: self._links([find_link(self.spec, t)], up=True),
+            "controller_kill": lambda t: self.kill_controller(),
+            "controller_restart": lambda t: self.restart_controller(),
+            "degrade": self.degrade,
+            "restore": self.restore,
+        }
+
+    # -- links -------------------------------------------------------------------------
+    def _switch_links(self, name: str) -> list[Link]:
+        full = self.spec.prefix + name
+        return [lk for lk in self.spec.links if full in (lk.a, lk.b)]
+
+    def _plane_links(self, plane: str) -> list[Link]:
+        return [lk for lk in self.spec.links if lk.plane == int(plane[1:])]
+
+    def _links(self, links: list[Link], *, up: bool) -> int:
+        """Set both ends of every link down (switch ends first, in one socket, then the
+        host ends) or up (host ends first, so that carrier returns at once on both)."""
+        if up:
+            self._host_ends(links, "up")
+        self._switch_ends(links, "up" if up else "down")
+        if not up:
+            self._host_ends(links, "down")
+        return len(links)
+
+    def _switch_ends(self, links: list[Link], state: str) -> None:
+        with IPRoute() as ipr:
+            for lk in links:
+                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "uplink" else [])
+                for name in ends:
+                    index = ipr.link_lookup(ifname=name)
+                    if not index:
+                        raise HostError(f"switch port {name} is gone")
+                    ipr.link("set", index=index[0], state=state)
+
+    def _host_ends(self, links: list[Link], state: str) -> None:
+        by_host: dict[str, list[str]] = {}
+        for lk in links:
+            if lk.kind == "host":
+                by_host.setdefault(lk.a, []).append(lk.a_intf)
+        for host, names in by_host.items():
+            script = " && ".join(f"ip link set dev {n} {state}" for n in names)
+            done = self.live.fabric.run(host, ["sh", "-c", script], timeout=10)
+            if done.returncode:
+                raise HostError(f"{host}: {script}: {done.stderr.strip()}")
+
+    # -- controller --------------------------------------------------------------------
+    def kill_controller(self) -> int:
+        """SIGKILL the controller's process group (a crash: no goodbye to the switches)."""
+        helper: Helper = self.live.controller
+        if not helper.alive():
+            raise HostError("controller is not running")
+        os.killpg(helper.pid, signal.SIGKILL)
+        helper.wait(5)
+        return helper.pid
+
+    def restart_controller(self) -> int:
+        """Start the controller again with the same argv (same OpenFlow port)."""
+        old: Helper = self.live.controller
+        if old.alive():
+            raise HostError("controller is still running")
+        log = self.live.status.parent / "controller.log"
+        new = Helper(old.name, old.argv, pid_dir=self.live.pid_dir, log=log)
+        self.stack.callback(new.stop)
+        self.live.controller = new
+        if self.on_restart:
+            self.on_restart(new)
+        return new.pid
+
+    # -- loss --------------------------------------------------------------------------
+    def _table(self, target: str, end: int) -> str:
+        lk = find_link(self.spec, target)
+        return f"{self.spec.prefix}deg{self.spec.links.index(lk)}x{end}"
+
+    def degrade(self, target: str, loss: float) -> float:
+        """Drop ``loss`` of the frames leaving every end of the link (nftables egress)."""
+        if target in self._degraded:
+            self.restore(target)
+        lk = find_link(self.spec, target)
+        ends: list[tuple[str | None, str]] = [(None, lk.b_intf)]
+        ends.append((lk.a if lk.kind == "host" else None, lk.a_intf))
+        applied = []
+        for i, (host, ifname) in enumerate(ends):
+            table = self._table(target, i)
+            self._nft(host, ["-f", "-"], port_loss_rules(table, ifname, loss))
+            self.stack.callback(self._nft, host, ["delete", "table", "netdev", table], None,
+                                False)
+            applied.append((host, table))
+        self._degraded[target] = applied
+        return loss
+
+    def restore(self, target: str) -> int:
+        applied = self._degraded.pop(target, [])
+        for host, table in applied:
+            self._nft(host, ["delete", "table", "netdev", table], None)
+        return len(applied)
+
+    def _nft(self, host: str | None, args: list[str], stdin: str | None,
+             check: bool = True) -> None:
+        argv = ["nft", *args]
+        if host is not None:
+            argv = ["mnexec", "-a", str(self.live.fabric.host_pid(host)), *argv]
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=10)
+        if check and done.returncode:
+            raise HostError(f"{' '.join(args)}: {done.stderr.strip()}")

@@ -1,0 +1,154 @@
+"""Run a variant's faults: probes between host pairs, the fault schedule, the accounting.
+
+The runner calls :func:`start` once traffic is starting and :meth:`FaultRun.stop`
+before teardown; :meth:`FaultRun.entries` (after teardown) turns what was written into
+the run's ``faults`` entries (:mod:`testbed.resilience`). Probes: one
+``traffic.probe`` process per (host, plane, flow) for two host pairs on different
+leaves, every plane, ``FLOWS`` UDP ports each (so the switches' ECMP hashing spreads
+them over the spines, and a cut spine link hits some of them), at ``RATE`` per second.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed import resilience
+from testbed.fabric_faults import FabricFaults
+from testbed.faults import Schedule
+from testbed.procs import Helper
+from testbed.results import read_jsonl
+from traffic.probe import PORT as PROBE_PORT
+
+RATE = 100.0  # probes per second per stream: 10 ms resolution for repair times
+FLOWS = 2
+
+
+def controller_args(controller: dict) -> list[str]:
+    """``python -m controllers`` options for a variant's controller section.
+
+    >>> controller_args({"fast_failover": True, "recompute": False, "health": {}})
+    ['--fast-failover']
+    >>> controller_args({"health": {"enabled": True, "interval_ms": 200}})
+    ['--health', '{"enabled": true, "interval_ms": 200}']
+    """
+    args = []
+    if controller.get("fast_failover"):
+        args.append("--fast-failover")
+    if controller.get("recompute"):
+        args.append("--recompute")
+    health = controller.get("health") or {}
+    if health.get("enabled"):
+        args += ["--health", json.dumps(health)]
+    return args
+
+
+def probe_pairs(spec) -> list[tuple[int, int]]:
+    """Two node pairs whose traffic crosses the spines: first/last and second/second-last.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> probe_pairs(build_fabric(prefix="tbdoc0", nodes=8, leaves_per_plane=2))
+    [(0, 7), (1, 6)]
+    """
+    n = len(spec.hosts)
+    pairs = [(0, n - 1)]
+    if n >= 4:
+        pairs.append((1, n - 2))
+    return pairs
+
+
+@dataclass
+class FaultRun:
+    live: object
+    out: Path
+    schedule: Schedule
+    t0: float
+    probes: list[Helper] = field(default_factory=list)
+    probe_files: list[Path] = field(default_factory=list)
+    end: float = 0.0
+
+    def stop(self, end: float) -> None:
+        """Stop the schedule (faults not yet due are skipped) and the probes."""
+        self.end = end
+        self.schedule.stop()
+        self.schedule.join(10)
+        for p in self.probes:
+            p.stop()
+        records = [r.to_dict() for r in self.schedule.records]
+        (self.out / "faults.json").write_text(json.dumps(
+            {"t0": self.t0, "end": end, "records": records}, indent=1))
+
+    def entries(self) -> list[dict]:
+        """The ``faults`` entries, from the files the run wrote (call after :meth:`stop`)."""
+        return entries_from_files(self.out)
+
+
+def start(live, faults, *, out: Path, t0: float, duration_s: float,
+          stack: ExitStack) -> FaultRun:
+    """Start probes (now) and the fault schedule (``at_s`` counted from ``t0``)."""
+    spec = live.spec
+    actions = FabricFaults(live, stack).actions()
+    run = FaultRun(live=live, out=out, schedule=Schedule(list(faults), actions), t0=t0)
+    length = f"{duration_s + (t0 - time.time()) + 1:.3f}"
+    for a, b in probe_pairs(spec):
+        for plane in range(spec.planes):
+            for flow in range(FLOWS):
+                port = str(PROBE_PORT + flow)
+                for me, peer in ((a, b), (b, a)):
+                    host = spec.hosts[me]
+                    name = f"n{me}p{plane}f{flow}"
+                    path = out / f"probe-{name}.jsonl"
+                    helper = live.fabric.spawn(
+                        host.name, f"probe-{name}",
+                        [sys.executable, "-m", "traffic.probe", "--name", name,
+                         "--bind", host.interface(plane, 0).ip,
+                         "--peer", f"n{peer}p{plane}f{flow}="
+                         f"{spec.hosts[peer].interface(plane, 0).ip}",
+                         "--rate", f"{RATE:g}", "--duration", length, "--port", port,
+                         "--out", str(path)],
+                        pid_dir=live.pid_dir, log=out / f"probe-{name}.log")
+                    stack.callback(helper.stop)
+                    run.probes.append(helper)
+                    run.probe_files.append(path)
+    run.schedule.start(t0)
+    return run
+
+
+
+
+def entries_from_files(vdir: Path) -> list[dict]:
+    """A variant's ``faults`` entries computed again from what its run wrote in ``vdir``."""
+    meta = json.loads((vdir / "faults.json").read_text())
+    iterations = [rec for f in sorted(vdir.glob("training-rank*.jsonl")) for rec in read_jsonl(f)]
+    probes = [rec for f in sorted(vdir.glob("probe-*.jsonl")) for rec in read_jsonl(f)]
+    return resilience.fault_entries(
+        meta["records"], end=meta["end"], chains=list(read_jsonl(vdir / "chains.jsonl")),
+        hops=list(read_jsonl(vdir / "hops.jsonl")),
+        events=list(read_jsonl(vdir / "controller-events.jsonl")),
+        streams=resilience.probe_streams(probes), iterations=iterations)
+
+
+def reanalyze(out: Path) -> dict:
+    """Recompute every run's ``faults`` (and the top-level list) of a results folder, then
+    rewrite summary.json and the report: ``python -m testbed.fault_run RESULTS_DIR``."""
+    from testbed import report
+    from testbed.results import write_json
+
+    summary = json.loads((out / "summary.json").read_text())
+    for run in summary["runs"]:
+        vdir = out / "variants" / run["name"]
+        if (vdir / "faults.json").exists():
+            run["faults"] = entries_from_files(vdir)
+    summary["faults"] = [{"variant": r["name"], **f} for r in summary["runs"]
+                         for f in r.get("faults", [])]
+    write_json(out / "summary.json", summary)
+    report.write(summary, out)
+    return summary
+
+
+if __name__ == "__main__":
+    reanalyze(Path(sys.argv[1]))

@@ -1,0 +1,129 @@
+"""Report section for runs with faults: the fault table and one timeline per variant.
+
+The timeline shows, against seconds since traffic started: every chain (dot at its
+end time, height its latency; failed chains as red crosses at the top), lost probes
+(ticks), training goodput per iteration (second axis), each fault as a line and the
+span until its repair (shaded), and controller/host detections.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from testbed import resilience  # noqa: E402
+from testbed.results import read_jsonl  # noqa: E402
+
+DEFINITIONS = [
+    "- **detect_ms**: from the fault to the first sign that a layer noticed it "
+    "(controller port_status / recomputed / drain, a chain hop that skipped or retried a "
+    "plane, a training iteration on fewer channels; `connected` after a restart).",
+    "- **repair_ms**: from the fault to the send time of the first probe delivered after "
+    "the last lost one, the maximum over probe streams that lost probes (100 probes/s per "
+    "stream, host pairs on different leaves, every plane), once loss has stopped (at most "
+    "1 % lost from then on); 0 when no probe was lost; `-` when some stream was never "
+    "repaired within the window (`unrepaired`: e.g. the probes pinned to a failed plane, "
+    "which no layer can move; hosts' own traffic is judged by the chain and training "
+    "columns).",
+    "- **lost**: probes sent in the window that never arrived.",
+    "- **chains failed / delayed**: chains in flight in the window that failed (error or "
+    "time-out) / completed above the pre-fault p99; **+p99**: their p99 minus the "
+    "pre-fault p99; **p99 back**: first 1 s bin after the fault whose p99 is within 10 % of "
+    "the pre-fault p99.",
+    "- **training back**: from the fault to the end of the first iteration after it with "
+    "no lost packet and no step time-out (0: no iteration was hurt).",
+]
+
+
+def _fmt(v, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def fault_table(summary: dict) -> list[str]:
+    rows = ["| variant | fault | at s | detect ms | by | repair ms | unrepaired | lost | "
+            "chains failed | delayed | +p99 ms | p99 back ms | training back ms |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for f in summary.get("faults", []):
+        rows.append("| " + " | ".join([
+            f["variant"], f"{f['fault']} {f['target']}", _fmt(f["at_s"], 1),
+            _fmt(f["detect_ms"], 1), _fmt(f["detected_by"]), _fmt(f["repair_ms"], 1),
+            _fmt(f["unrepaired_streams"]), _fmt(f["lost_packets"]), _fmt(f["chains_failed"]),
+            _fmt(f["chains_delayed"]), _fmt(f["added_p99_ms"], 1),
+            _fmt(f["p99_recovery_ms"]), _fmt(f.get("training_recovery_ms"))]) + " |")
+    return rows
+
+
+def plot_timeline(run: dict, out: Path) -> Path | None:
+    """One variant's fault timeline (see the module doc)."""
+    vdir = out / "variants" / run["name"]
+    meta = vdir / "faults.json"
+    if not meta.exists():
+        return None
+    times = json.loads(meta.read_text())
+    t0, end = times["t0"], times["end"] - resilience.LATE_S
+    chains = list(read_jsonl(vdir / "chains.jsonl"))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ok = [c for c in chains if c["ok"]]
+    ax.scatter([c["end"] - t0 for c in ok], [c["latency_ms"] for c in ok], s=4,
+               color="tab:blue", label="chain latency (ms)")
+    top = max([c["latency_ms"] for c in ok] + [100]) * 1.3
+    bad = [c for c in chains if not c["ok"]]
+    if bad:
+        ax.scatter([c["end"] - t0 for c in bad], [top] * len(bad), marker="x", color="red",
+                   label=f"failed chain ({len(bad)})")
+    streams = resilience.probe_streams(
+        rec for f in sorted(vdir.glob("probe-*.jsonl")) for rec in read_jsonl(f))
+    # probes sent before traffic started (ARP warm-up) or too late to be received: not shown
+    lost = [s.send_time(q) - t0 for s in streams.values()
+            for q in s.seqs_between(t0, end) if q not in s.received]
+    if lost:
+        ax.scatter(lost, [top * 0.9] * len(lost), marker="|", color="black", s=30,
+                   label=f"lost probe ({len(lost)})")
+    for f in run.get("faults", []):
+        start = f["started"] - t0
+        ax.axvline(start, color="red", lw=1)
+        ax.text(start, top * 1.02, f"{f['fault']}", fontsize=7, rotation=0, color="red")
+        if f["repair_ms"]:
+            ax.axvspan(start, start + f["repair_ms"] / 1000, color="orange", alpha=0.3)
+        if f["detect_ms"] is not None:
+            ax.axvline(start + f["detect_ms"] / 1000, color="green", lw=0.8, ls="--")
+    ranks = sorted(vdir.glob("training-rank*.jsonl"))
+    if ranks:
+        it = list(read_jsonl(ranks[0]))
+        ax2 = ax.twinx()
+        ax2.plot([r["end"] - t0 for r in it],
+                 [r["bytes_received"] * 8 / max(r["comm_ms"], 1e-3) / 1e3 for r in it],
+                 color="tab:purple", lw=1, drawstyle="steps-pre")
+        ax2.set_ylabel("rank 0 goodput per iteration (Mb/s)", color="tab:purple")
+    ax.set_ylim(0, top * 1.1)
+    ax.set_xlabel("seconds since traffic started (red: fault, green dashed: detected, "
+                  "orange: until repaired)")
+    ax.set_ylabel("chain latency (ms)")
+    ax.set_title(f"{run['name']}: faults and repair")
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    path = out / f"timeline-{run['name']}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def section(summary: dict, out: Path) -> list[str]:
+    """Markdown lines of the faults section (empty when no run had faults)."""
+    if not summary.get("faults"):
+        return []
+    lines = ["## Faults and repair", "", *fault_table(summary), "", *DEFINITIONS, ""]
+    for run in summary["runs"]:
+        png = plot_timeline(run, out)
+        if png:
+            lines += [f"![{run['name']} timeline]({png.name})", ""]
+    return lines
