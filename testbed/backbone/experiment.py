@@ -312,6 +312,10 @@ class Variant:
             if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
                 raise BringUpError(f"backbone did not converge in "
                                    f"{self.cfg['converge_timeout_s']:g} s")
+            if not wait_for(lambda: not net.adjacency_gaps(), self.cfg["converge_timeout_s"],
+                            0.25):
+                raise BringUpError("OSPF adjacencies not Full on links: "
+                                   + ", ".join(net.adjacency_gaps()))
             # every adjacency must have its BFD session up, or a hung neighbour is only
             # noticed after the OSPF dead interval
             if not wait_for(lambda: not net.bfd_gaps(), self.cfg["converge_timeout_s"], 0.25):

@@ -258,6 +258,26 @@ class BackboneNet:
         d = self.daemons[node][0]
         return vtysh(d.router, d.paths, command)
 
+    def adjacency_gaps(self) -> list[str]:
+        """Links whose two ends do not both see a Full OSPF adjacency, by name.
+
+        FIBs can stay quiet for a while before the last adjacencies form (with the
+        userspace MACsec forwarders, start-up takes tens of seconds): a run must not
+        take the routes of a half-formed topology for the settled ones.
+        """
+        full: dict[str, set[str]] = {}
+        for node in self.daemons:
+            try:
+                nbrs = json.loads(self.vty(node, "show ip ospf neighbor json") or "{}")
+            except json.JSONDecodeError:
+                nbrs = {}
+            full[node] = {str(nbr.get("ifaceName", "")).split(":")[0]
+                          for entries in nbrs.get("neighbors", {}).values() for nbr in entries
+                          if str(nbr.get("nbrState", "")).startswith("Full")}
+        return [name for name, (_, lk) in self.links.items()
+                if self.ifname(name, "a") not in full.get(lk.a, set())
+                or self.ifname(name, "b") not in full.get(lk.b, set())]
+
     def bfd_gaps(self) -> list[str]:
         """Full OSPF adjacencies without a BFD session that is up, as ``node:peer``.
 
