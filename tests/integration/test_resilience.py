@@ -63,7 +63,9 @@ def restart_controller(live, stack: ExitStack, *flags: str) -> float:
     old: Helper = live.controller
     if old.alive():
         old.stop()
-    base = old.argv[:old.argv.index("--mode") + 2]
+    failover = ("--fast-failover", "--recompute", "--health")
+    cut = min([old.argv.index(f) for f in failover if f in old.argv], default=len(old.argv))
+    base = old.argv[:cut]  # the controller as bring_up started it, without repair flags
     t = time.time()
     new = Helper("controller", [*base, *flags], pid_dir=live.pid_dir,
                  log=live.status.parent / "controller.log")
