@@ -8,7 +8,6 @@ the variant marked ``reference: true`` (the same hosts on one non-blocking switc
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import matplotlib
@@ -158,21 +157,6 @@ def plot_dcqcn(summary: dict, out: Path) -> Path | None:
     return path
 
 
-def telemetry_sections(summary: dict, out: Path) -> list[str]:
-    """Link utilisation and queue plots from the controller's telemetry, where present."""
-    if importlib.util.find_spec("testbed.telemetry_report") is None:
-        return []  # hook: testbed/telemetry_report.py comes with the controller's branch
-    from testbed import telemetry_report
-
-    lines = []
-    for run in summary["runs"]:
-        folder = out / run.get("dir", f"variants/{run['name']}")
-        if (folder / "telemetry.jsonl").exists():
-            markdown, _pngs = telemetry_report.section(folder, f"{run['name']}: telemetry")
-            lines += [markdown, ""]
-    return lines
-
-
 def section(summary: dict, out: Path) -> list[str]:
     """The report's side-by-side section (Markdown lines); empty when there is nothing."""
     seeds = summary.get("seeds") or [summary.get("seed")]
@@ -197,4 +181,4 @@ def section(summary: dict, out: Path) -> list[str]:
         lines += ["DCQCN at work: every CNP cuts a sender's rate by alpha/2, then fast "
                   "recovery, additive and hyper increase bring it back.", "",
                   f"![DCQCN rates]({png.name})", ""]
-    return lines + telemetry_sections(summary, out)
+    return lines

@@ -160,7 +160,8 @@ def _queue_lines(summary: dict) -> list[str]:
 
 def telemetry_lines(summary: dict, out: Path) -> list[str]:
     """One telemetry section per variant that recorded port samples."""
-    parts = [telemetry_report.section(out / "variants" / run["name"], run["name"])[0]
+    parts = [telemetry_report.section(out / run.get("dir", f"variants/{run['name']}"),
+                                      run["name"], root=out)[0]
              for run in summary["runs"] if run.get("telemetry", {}).get("samples")]
     parts = [p for p in parts if p]
     return ["## Switch telemetry", "", *parts] if parts else []

@@ -135,9 +135,10 @@ def plot(samples: list[dict], path: Path, title: str) -> Path | None:
     return path
 
 
-def section(variant_dir: Path, title: str) -> tuple[str, list[str]]:
+def section(variant_dir: Path, title: str,
+            root: Path | None = None) -> tuple[str, list[str]]:
     """Markdown for one variant's telemetry and the PNGs it refers to (paths relative to
-    the report, which lives two levels above ``variant_dir``)."""
+    the report in ``root``; without it, two levels above ``variant_dir``)."""
     variant_dir = Path(variant_dir)
     telemetry = variant_dir / "telemetry.jsonl"
     summary = summarize(telemetry)
@@ -166,7 +167,8 @@ def section(variant_dir: Path, title: str) -> tuple[str, list[str]]:
     png = plot(list(read_jsonl(telemetry)), variant_dir / "telemetry.png", title)
     names = []
     if png:
-        rel = f"variants/{variant_dir.name}/{png.name}"
+        rel = (str(png.relative_to(root)) if root is not None
+               else f"variants/{variant_dir.name}/{png.name}")
         lines += ["", f"![telemetry {title}]({rel})"]
         names.append(rel)
     return "\n".join(lines) + "\n", names
