@@ -120,10 +120,14 @@ class FabricRouting(app_manager.OSKenApp):
         msg, dp = ev.msg, ev.msg.datapath
         ofp = dp.ofproto
         if msg.type == ofp.OFPET_GROUP_MOD_FAILED and msg.code == ofp.OFPGMFC_GROUP_EXISTS:
-            # resync after a controller restart: bring the existing group up to date
+            # resync after a controller restart: bring the existing groups up to date
             plan = self.plans.get(dp.id)
-            if plan:
-                for group_id, ports in plan.groups.items():
-                    dp.send_msg(self.group_mod(dp, ofp.OFPGC_MODIFY, group_id, ports))
+            if plan is not None:
+                self.resync_groups(dp, plan)
             return
         self.status.emit("error", dpid=dp.id, type=msg.type, code=msg.code)
+
+    def resync_groups(self, dp, plan) -> None:
+        """Modify the switch's groups in place to match ``plan`` (never delete)."""
+        for group_id, ports in plan.groups.items():
+            dp.send_msg(self.group_mod(dp, dp.ofproto.OFPGC_MODIFY, group_id, ports))

@@ -239,16 +239,9 @@ class ResilientRouting(FabricRouting):
         if edge and self.recompute:
             self._push_all(f"port {name}:{desc.port_no} {'down' if down else 'up'}")
 
-    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
-    def on_error(self, ev) -> None:
-        msg, dp = ev.msg, ev.msg.datapath
-        ofp = dp.ofproto
-        if msg.type == ofp.OFPET_GROUP_MOD_FAILED and msg.code == ofp.OFPGMFC_GROUP_EXISTS:
-            plan = self.plans.get(dp.id)
-            if plan is not None:  # resync after a restart: modify in place
-                self._send_groups(dp, plan, ofp.OFPGC_MODIFY)
-            return
-        self.status.emit("error", dpid=dp.id, type=msg.type, code=msg.code)
+    def resync_groups(self, dp, plan: FailoverPlan) -> None:
+        """After a restart: modify the failover plan's groups in place."""
+        self._send_groups(dp, plan, dp.ofproto.OFPGC_MODIFY)
 
     # -- health: link probes -----------------------------------------------------------
     def _poll_health(self) -> None:

@@ -350,11 +350,8 @@ class BackboneNet:
         With netem the root netem qdisc gets ``loss``; without it, an nftables table
         (named with the run prefix, removed again at teardown) drops at random.
         """
-        _, lk = self.links[name]
         if self.delay_applied:
-            _batch([f"-n {ns} qdisc change dev {ifn} root netem delay {lk.delay_ms}ms "
-                    f"rate {lk.capacity_mbps}mbit limit 100000 loss {loss * 100:g}%"
-                    for ns, ifn in self._ends(name)], tool="tc")
+            self._set_netem_loss(name, loss)
             return
         table, family = self.loss_table(name), self._loss_family
         rules = port_loss_rules if self.secure else loss_rules
@@ -362,12 +359,17 @@ class BackboneNet:
             _in_ns(ns, ["nft", "-f", "-"], stdin=rules(table, ifn, loss))
             self.stack.callback(_in_ns, ns, ["nft", "delete", "table", family, table], False)
 
-    def restore_degraded_link(self, name: str) -> None:
+    def _set_netem_loss(self, name: str, loss: float) -> None:
+        """Both ends' netem root qdiscs: the link's delay and rate, and ``loss``."""
         _, lk = self.links[name]
+        tail = f" loss {loss * 100:g}%" if loss else ""
+        _batch([f"-n {ns} qdisc change dev {ifn} root netem delay {lk.delay_ms}ms "
+                f"rate {lk.capacity_mbps}mbit limit 100000{tail}"
+                for ns, ifn in self._ends(name)], tool="tc")
+
+    def restore_degraded_link(self, name: str) -> None:
         if self.delay_applied:
-            _batch([f"-n {ns} qdisc change dev {ifn} root netem delay {lk.delay_ms}ms "
-                    f"rate {lk.capacity_mbps}mbit limit 100000"
-                    for ns, ifn in self._ends(name)], tool="tc")
+            self._set_netem_loss(name, 0.0)
             return
         for ns, _ifn in self._ends(name):
             _in_ns(ns, ["nft", "delete", "table", self._loss_family, self.loss_table(name)])
