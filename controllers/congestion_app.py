@@ -37,9 +37,9 @@ from os_ken.lib import hub
 from os_ken.lib.packet import ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers import adaptive, ecn, spray
+from controllers import adaptive, ecmp, ecn, spray
 from controllers.config import CLASSES, ControllerConfig
-from controllers.fabric_app import FabricRouting, StatusLog
+from controllers.fabric_app import StatusLog
 from controllers.paths import ECMP_GROUP, plan_switch
 from controllers.telemetry import (
     PortCounters,
@@ -110,12 +110,7 @@ class CongestionControl(app_manager.OSKenApp):
         if plan.role != "leaf" or ECMP_GROUP not in plan.groups:
             return
         learn = self.mode == "adaptive"
-        if learn or self.cfg.controller_marks:
-            # the overlay's rules point at group 1, which the routing app adds from its own
-            # thread: add it here too, or a rule that arrives first is refused
-            # (BAD_OUT_GROUP); the routing app answers GROUP_EXISTS with the same buckets
-            dp.send_msg(FabricRouting.group_mod(dp, ofp.OFPGC_ADD, ECMP_GROUP,
-                                                plan.groups[ECMP_GROUP]))
+        uplinks = plan.groups[ECMP_GROUP]
         if learn:
             for route in plan.routes:
                 if route.group is None:
@@ -123,25 +118,29 @@ class CongestionControl(app_manager.OSKenApp):
                 for fields in adaptive.learn_matches(route.ip,
                                                      tcp=self.cfg.adaptive.place_tcp):
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
-                                  [parser.OFPActionGroup(route.group), self.to_controller(dp)])
+                                  [ecmp.spread(parser, plan.groups[route.group]),
+                                   self.to_controller(dp)])
         if self.cfg.controller_marks:
-            for port in plan.groups[ECMP_GROUP]:
+            for port in uplinks:
                 for cls in CLASSES:
+                    # ADD, then MODIFY: after a controller restart the group exists (the
+                    # ADD fails harmlessly) and may still carry the old process's marks
                     for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
                         dp.send_msg(self.mark_group(dp, command, cls, port))
+                    # the uplink the ECMP hash chose, through the class's marking group
+                    self.add_flow(dp, ecn.PRIORITY_ECT,
+                                  parser.OFPMatch(**ecn.chosen_port_match(cls, port)),
+                                  [parser.OFPActionGroup(ecn.mark_group(cls, port))],
+                                  table=ecmp.PORT_TABLE)
         if self.mode == "spray":
             self.install_spray(dp, plan)
         if self.cfg.controller_marks:
-            for cls, group in ecn.ECT_GROUPS.items():
-                # ADD, then MODIFY: after a controller restart the group exists (the ADD
-                # fails harmlessly) and may still carry the old process's marks
-                for command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY):
-                    dp.send_msg(self.ect_group(dp, command, plan.dpid, cls, group))
-            for fields, group in ecn.ect_rules(plan):
-                actions = [parser.OFPActionGroup(group)]
+            for fields in ecn.ect_rules(plan):
+                actions = [ecmp.choose(parser, uplinks)]
                 if learn and fields["ip_proto"] == 17:  # TCP is learnt from its SYN
                     actions.append(self.to_controller(dp))
-                self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions)
+                self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions,
+                              goto=ecmp.PORT_TABLE)
 
     def install_spray(self, dp, plan) -> None:
         """RoCE source-port buckets to uplinks (:mod:`controllers.spray`); with controller
@@ -180,28 +179,19 @@ class CongestionControl(app_manager.OSKenApp):
 
     @staticmethod
     def add_flow(dp, priority: int, match, actions, *, cookie: int = 0, idle: int = 0,
-                 command: int | None = None) -> None:
+                 command: int | None = None, table: int = 0, goto: int | None = None) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
         command = ofp.OFPFC_ADD if command is None else command
         inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+        if goto is not None:
+            inst.append(parser.OFPInstructionGotoTable(goto))
         # a delete filters on out_port/out_group too: ANY, or it matches nothing
         deleting = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
         dp.send_msg(parser.OFPFlowMod(
             dp, cookie=cookie, command=command, idle_timeout=idle, priority=priority,
+            table_id=table,
             match=match, instructions=inst,
             out_port=ofp.OFPP_ANY if deleting else 0, out_group=ofp.OFPG_ANY if deleting else 0))
-
-    def ect_group(self, dp, command: int, dpid: int, cls: str, group: int):
-        """The select group for ECN-capable ``cls`` traffic: ECMP buckets, marking ones."""
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        buckets = []
-        for port in self.plans[dpid].groups[ECMP_GROUP]:
-            actions = [parser.OFPActionOutput(port)]
-            if self.marks[(dpid, port, cls)].on:
-                actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
-            buckets.append(parser.OFPBucket(weight=1, watch_port=port,
-                                            watch_group=ofp.OFPG_ANY, actions=actions))
-        return parser.OFPGroupMod(dp, command, ofp.OFPGT_SELECT, group, buckets)
 
     # -- telemetry ------------------------------------------------------------------
     def poll_loop(self) -> None:
@@ -301,8 +291,6 @@ class CongestionControl(app_manager.OSKenApp):
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
             if info.role == "leaf_uplink":
-                dp.send_msg(self.ect_group(dp, ofp.OFPGC_MODIFY, dp.id, cls,
-                                           ecn.ECT_GROUPS[cls]))
                 dp.send_msg(self.mark_group(dp, ofp.OFPGC_MODIFY, cls, info.port))
             else:
                 for fields in ecn.mark_rules(self.plans[dp.id], info.port, cls):

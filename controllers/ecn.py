@@ -14,10 +14,11 @@ match ``ip_ecn=1`` or ``ip_ecn=2`` only, so not-ECT packets are never touched):
 - ports chosen by a plain output rule (spine downlinks, leaf downlinks): while a port
   marks for a class, one rule per destination routed to that port, class and ECT
   codepoint, at :data:`PRIORITY_MARK`, does ``set_field:ip_ecn=3, output:port``;
-- leaf uplinks, chosen by the select group: ECN-capable traffic of each class is steered
-  (at :data:`PRIORITY_ECT`, installed once) to a select group of its own with the same
-  buckets as the ECMP group; a marking port's bucket carries the set_field action. The
-  bucket set is identical, so the group's hash puts a flow on the same uplink;
+- leaf uplinks, chosen by the ECMP hash: ECN-capable traffic of each class has a rule
+  of its own (at :data:`PRIORITY_ECT`, installed once) that writes the uplink the hash
+  chooses into a register (``bundle_load``, same hash and members as the ECMP rule, so
+  the same uplink, see :mod:`controllers.ecmp`) and continues in table 1, where one rule
+  per uplink and class sends it through that uplink's marking group (next item);
 - leaf uplinks chosen by a rule of the controller (spray buckets, adaptive per-flow
   rules): ECN-capable packets go through the class's indirect group of that uplink
   (:func:`mark_group`), whose bucket carries the set_field while the uplink marks.
@@ -30,14 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from controllers.config import EcnClass
+from controllers.config import CLASSES, EcnClass
+from controllers.ecmp import PORT_REG
 from controllers.paths import SwitchPlan
 
 PRIORITY_ECT = 110
 PRIORITY_MARK = 120
 COOKIE_MARK = 0xEC00_0000_0000_0000
-#: select group per class for ECN-capable traffic on leaves (group 1 is plain ECMP)
-ECT_GROUPS = {"collective": 2, "agents": 3}
 ECT_CODEPOINTS = (1, 2)
 ROCE_PORT = 4791
 ETH_IPV4 = 0x0800
@@ -145,15 +145,26 @@ def mark_rules(plan: SwitchPlan, port: int, cls: str) -> list[dict]:
             for r in plan.routes if r.port == port for ect in ECT_CODEPOINTS]
 
 
-def ect_rules(plan: SwitchPlan) -> list[tuple[dict, int]]:
-    """(match, group) steering ECN-capable traffic of each class to its select group.
+def ect_rules(plan: SwitchPlan) -> list[dict]:
+    """Matches of the rules that take ECN-capable traffic of each class to remote hosts
+    off the plain ECMP rule (to choose the uplink into a register, then mark).
 
     >>> from controllers.paths import Route
     >>> plan = SwitchPlan(1, "l", "leaf", {1: [3, 4]}, [Route("10.0.0.1", port=1),
     ...                                                Route("10.0.0.3", group=1)])
-    >>> [(m["ipv4_dst"], m["ip_ecn"], g) for m, g in ect_rules(plan)]
-    [('10.0.0.3', 1, 2), ('10.0.0.3', 2, 2), ('10.0.0.3', 1, 3), ('10.0.0.3', 2, 3)]
+    >>> [(m["ipv4_dst"], m["ip_ecn"], m["ip_proto"]) for m in ect_rules(plan)]
+    [('10.0.0.3', 1, 17), ('10.0.0.3', 2, 17), ('10.0.0.3', 1, 6), ('10.0.0.3', 2, 6)]
     """
-    return [({"eth_type": ETH_IPV4, "ipv4_dst": r.ip, "ip_ecn": ect, **class_match(cls)}, group)
-            for cls, group in ECT_GROUPS.items()
+    return [{"eth_type": ETH_IPV4, "ipv4_dst": r.ip, "ip_ecn": ect, **class_match(cls)}
+            for cls in CLASSES
             for r in plan.routes if r.group is not None for ect in ECT_CODEPOINTS]
+
+
+def chosen_port_match(cls: str, port: int) -> dict:
+    """Match, in the table after :func:`ect_rules`, of ``cls`` traffic for which the
+    ECMP hash chose uplink ``port``.
+
+    >>> chosen_port_match("agents", 4)
+    {'eth_type': 2048, 'reg0': 4, 'ip_proto': 6}
+    """
+    return {"eth_type": ETH_IPV4, PORT_REG: port, **class_match(cls)}

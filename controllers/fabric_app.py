@@ -3,7 +3,8 @@
 On each switch's handshake it installs that switch's whole plan from the topology spec
 (see :mod:`controllers.paths`) and confirms it with a barrier. Nothing is reactive: the
 switches run with fail_mode=secure, so forwarding keeps working when this process dies.
-Groups are added, and modified if they already exist, so a restarted controller
+Remote destinations spread over the uplinks by a 5-tuple hash (:mod:`controllers.ecmp`).
+Everything is sent as adds, which overwrite in place, so a restarted controller
 resynchronizes a switch without flushing working flows.
 
 Configuration comes from the environment (set by ``python -m controllers``):
@@ -22,6 +23,7 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
 
+from controllers import ecmp
 from controllers.paths import PRIORITY_HOST, SwitchPlan, plan_switch
 from topologies.spec import FabricSpec
 
@@ -71,13 +73,8 @@ class FabricRouting(app_manager.OSKenApp):
         ofp, parser = dp.ofproto, dp.ofproto_parser
         # table miss: drop (explicit, so nothing is sent to the controller)
         dp.send_msg(parser.OFPFlowMod(dp, priority=0, match=parser.OFPMatch(), instructions=[]))
-        for group_id, ports in plan.groups.items():
-            dp.send_msg(self.group_mod(dp, ofp.OFPGC_ADD, group_id, ports))
         for route in plan.routes:
-            if route.group is not None:
-                actions = [parser.OFPActionGroup(route.group)]
-            else:
-                actions = [parser.OFPActionOutput(route.port)]
+            actions = [self.route_action(parser, plan, route)]
             inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
             for match in (
                 parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=route.ip),
@@ -92,16 +89,11 @@ class FabricRouting(app_manager.OSKenApp):
         dp.send_msg(request)
 
     @staticmethod
-    def group_mod(dp, command: int, group_id: int, ports: list[int]):
-        ofp, parser = dp.ofproto, dp.ofproto_parser
-        buckets = [
-            parser.OFPBucket(
-                weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
-                actions=[parser.OFPActionOutput(port)],
-            )
-            for port in ports
-        ]
-        return parser.OFPGroupMod(dp, command, ofp.OFPGT_SELECT, group_id, buckets)
+    def route_action(parser, plan: SwitchPlan, route):
+        """Out of the route's port, or hashed over the live members of its ECMP set."""
+        if route.group is not None:
+            return ecmp.spread(parser, plan.groups[route.group])
+        return parser.OFPActionOutput(route.port)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev) -> None:
@@ -112,7 +104,7 @@ class FabricRouting(app_manager.OSKenApp):
         plan = self.plans[dp.id]
         self.status.emit(
             "installed", dpid=dp.id, name=plan.name,
-            flows=2 * len(plan.routes) + 1, groups=len(plan.groups),
+            flows=2 * len(plan.routes) + 1, ecmp_sets=len(plan.groups),
         )
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
@@ -120,7 +112,8 @@ class FabricRouting(app_manager.OSKenApp):
         msg, dp = ev.msg, ev.msg.datapath
         ofp = dp.ofproto
         if msg.type == ofp.OFPET_GROUP_MOD_FAILED and msg.code == ofp.OFPGMFC_GROUP_EXISTS:
-            # resync after a controller restart: bring the existing groups up to date
+            # a restarted controller (or the overlay's add-then-modify): bring the existing
+            # groups up to date
             plan = self.plans.get(dp.id)
             if plan is not None:
                 self.resync_groups(dp, plan)
@@ -128,6 +121,5 @@ class FabricRouting(app_manager.OSKenApp):
         self.status.emit("error", dpid=dp.id, type=msg.type, code=msg.code)
 
     def resync_groups(self, dp, plan) -> None:
-        """Modify the switch's groups in place to match ``plan`` (never delete)."""
-        for group_id, ports in plan.groups.items():
-            dp.send_msg(self.group_mod(dp, dp.ofproto.OFPGC_MODIFY, group_id, ports))
+        """Modify the switch's groups in place to match ``plan`` (never delete). The base
+        plan has none (ECMP is a flow action); subclasses that add groups override this."""

@@ -5,18 +5,18 @@ tested without a switch. Two mechanisms, each switchable:
 
 * **Recompute** (the controller, after a port-status change or a health drain): a
   leaf-spine edge in ``down`` is avoided by every leaf. The leaf next to it drops the
-  spine from its ECMP group; every *other* leaf sends traffic for the leaf behind the
-  edge through a per-destination select group without that spine, because the spine
-  could only drop it.
+  spine from its ECMP set; every *other* leaf sends traffic for the leaf behind the
+  edge through a per-destination ECMP set without that spine, because the spine could
+  only drop it.
 * **Fast failover** (the switches alone, no controller): a spine forwards each
   destination through an OpenFlow fast-failover group, primary bucket the downlink
   (watch_port), backup bucket "bounce": back out of the port the packet came in on
   (``IN_PORT``: the leaf that sent it; OpenFlow drops a plain output to the in_port).
   A leaf that receives, from an uplink, a packet for a host it does not serve sends it
-  up again over its *other* uplinks (a select group without the in_port's spine) and
+  up again over its *other* uplinks (an ECMP set without the in_port's spine) and
   decrements the IP TTL, so a packet can never circle for ever. That repairs a dead
-  spine downlink locally; the leaf's own dead uplink is already repaired by its select
-  group's watch_port.
+  spine downlink locally; the leaf's own dead uplink is already left out by the ECMP
+  hash, which only picks live members (:mod:`controllers.ecmp`).
 
 ARP has no TTL, so a bounced ARP packet is marked instead: the leaf rewrites its
 Ethernet source to ``BOUNCED_MAC`` (hosts learn from the ARP payload, not from that
@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 from controllers.paths import ECMP_GROUP, PRIORITY_HOST, Route, SwitchPlan, plan_switch
 from topologies.spec import FabricSpec
 
-#: leaf select group for destinations behind leaf i (without spines that cannot reach it)
+#: leaf ECMP set for destinations behind leaf i (without spines that cannot reach it)
 DEST_GROUP_BASE = 10
 #: spine fast-failover group for traffic from leaf i to leaf j: FF_GROUP_BASE + i * n + j
 FF_GROUP_BASE = 1000
-#: leaf select group that bounces traffic back up without spine i
+#: leaf ECMP set that bounces traffic back up without spine i
 BOUNCE_GROUP_BASE = 40
 PRIORITY_BOUNCE = PRIORITY_HOST + 10
 #: OpenFlow's OFPP_IN_PORT: a bucket that sends the packet back where it came from
@@ -66,7 +66,7 @@ BOUNCED_MAC = "02:74:62:ff:ff:ff"
 @dataclass(frozen=True)
 class Bounce:
     """At a leaf: IPv4 (TTL-1) or ARP (marked) for ``ip`` arriving on uplink ``in_port``
-    goes back up through select group ``group``."""
+    goes back up over ECMP set ``group``."""
 
     in_port: int
     ip: str

@@ -7,8 +7,9 @@ Switched per variant (environment ``TESTBED_FAILOVER``, JSON, set by
 * ``fast_failover``: spines forward through fast-failover groups and leaves bounce
   (see :mod:`controllers.failover`); local repair, no controller needed.
 * ``recompute``: on a port-status change of a leaf-spine link, every switch's plan is
-  recomputed without that link and the differences are sent (group ADD/MODIFY, flow
-  ADD of the same match, which OVS applies in place); never a delete.
+  recomputed without that link and the differences are sent (flow ADD of the same
+  match, which OVS applies in place, for every rule whose route or ECMP set changed);
+  never a delete.
 * ``health``: every ``interval_ms`` the app sends ``probes`` link probes each way on
   every leaf-spine link (packet-out; the far switch returns them as packet-in); a link
   whose probe loss crosses ``loss_threshold`` is drained like a dead one
@@ -33,6 +34,7 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib import hub
 
+from controllers import ecmp
 from controllers.fabric_app import ETH_ARP, ETH_IPV4, FabricRouting
 from controllers.failover import (
     BOUNCED_MAC,
@@ -134,7 +136,7 @@ class ResilientRouting(FabricRouting):
         parser = dp.ofproto_parser
         dp.send_msg(parser.OFPFlowMod(dp, priority=0, match=parser.OFPMatch(), instructions=[]))
         self._send_groups(dp, plan, dp.ofproto.OFPGC_ADD)
-        self._send_routes(dp, plan.routes)
+        self._send_routes(dp, plan, plan.routes)
         self._send_bounces(dp, plan)
         if self.health:
             self._install_probe_catch(dp)
@@ -143,13 +145,10 @@ class ResilientRouting(FabricRouting):
         self.pending_barrier[dp.id] = request.xid
         dp.send_msg(request)
 
-    def _send_groups(self, dp, plan: FailoverPlan, command: int, only=None) -> None:
-        for gid, ports in plan.groups.items():
-            if only is None or gid in only:
-                dp.send_msg(self.group_mod(dp, command, gid, ports))
+    def _send_groups(self, dp, plan: FailoverPlan, command: int) -> None:
+        """The spines' fast-failover groups (ECMP sets are flow actions, not groups)."""
         for gid, ports in plan.ff_groups.items():
-            if only is None or gid in only:
-                dp.send_msg(self.ff_group_mod(dp, command, gid, ports))
+            dp.send_msg(self.ff_group_mod(dp, command, gid, ports))
 
     @staticmethod
     def ff_group_mod(dp, command: int, group_id: int, buckets: list[tuple[int, int]]):
@@ -159,19 +158,23 @@ class ResilientRouting(FabricRouting):
                    for port, watch in buckets]
         return parser.OFPGroupMod(dp, command, ofp.OFPGT_FF, group_id, buckets)
 
-    def _send_routes(self, dp, routes) -> None:
+    def _send_routes(self, dp, plan: FailoverPlan, routes) -> None:
         ofp, parser = dp.ofproto, dp.ofproto_parser
         for route in routes:
-            action = (parser.OFPActionGroup(route.group) if route.group is not None
-                      else parser.OFPActionOutput(route.port))
-            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [action])]
+            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                                 [self.route_action(parser, plan, route)])]
             for match in (parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=route.ip),
                           parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=route.ip)):
                 dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_HOST, match=match,
                                               instructions=inst))
 
-    def _send_bounces(self, dp, plan: FailoverPlan) -> None:
+    def _send_bounces(self, dp, plan: FailoverPlan, sets=None) -> None:
+        """Spine fast-failover routes, ARP guards and leaf bounces; with ``sets``, only
+        the bounces over those ECMP sets (whose members changed)."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        if sets is not None:
+            self._send_bounce_rules(dp, plan, [b for b in plan.bounces if b.group in sets])
+            return
         for in_port, ip, group in plan.ff_routes:
             inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
                                                  [parser.OFPActionGroup(group)])]
@@ -184,16 +187,20 @@ class ResilientRouting(FabricRouting):
                                     arp_tpa=ip)
             dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_BOUNCE + 5, match=match,
                                           instructions=[]))
-        for b in plan.bounces:
+        self._send_bounce_rules(dp, plan, plan.bounces)
+
+    @staticmethod
+    def _send_bounce_rules(dp, plan: FailoverPlan, bounces) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        for b in bounces:
+            up = ecmp.spread(parser, plan.groups[b.group])
             if b.arp:
                 match = parser.OFPMatch(in_port=b.in_port, eth_type=ETH_ARP, arp_tpa=b.ip)
-                inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
-                    parser.OFPActionSetField(eth_src=BOUNCED_MAC),
-                    parser.OFPActionGroup(b.group)])]
+                actions = [parser.OFPActionSetField(eth_src=BOUNCED_MAC), up]
             else:
                 match = parser.OFPMatch(in_port=b.in_port, eth_type=ETH_IPV4, ipv4_dst=b.ip)
-                inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
-                    parser.OFPActionDecNwTtl(), parser.OFPActionGroup(b.group)])]
+                actions = [parser.OFPActionDecNwTtl(), up]
+            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
             dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_BOUNCE, match=match,
                                           instructions=inst))
 
@@ -206,16 +213,16 @@ class ResilientRouting(FabricRouting):
                 old, new = self.plans.get(dpid), self.plan_for(dpid)
                 if old is None:
                     continue
-                ofp = dp.ofproto
-                added = {g for g in new.groups if g not in old.groups}
-                modified = {g for g in new.groups
-                            if g in old.groups and old.groups[g] != new.groups[g]}
-                self._send_groups(dp, new, ofp.OFPGC_ADD, only=added)
-                self._send_groups(dp, new, ofp.OFPGC_MODIFY, only=modified)
-                routes = [r for r in new.routes if r not in old.routes]
-                self._send_routes(dp, routes)
+                # ECMP sets live in the rules that use them: a set whose members changed
+                # means sending those rules again (fast-failover groups never change)
+                changed_sets = {g for g, ports in new.groups.items()
+                                if old.groups.get(g) != ports}
+                routes = [r for r in new.routes
+                          if r not in old.routes or r.group in changed_sets]
+                self._send_routes(dp, new, routes)
+                self._send_bounces(dp, new, sets=changed_sets)
                 self.plans[dpid] = new
-                if added or modified or routes:
+                if changed_sets or routes:
                     dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
                     changed.append(self.names[dpid])
         self.status.emit("recomputed", cause=cause, since=t0, switches=changed,

@@ -3,8 +3,9 @@
 Pure data, no OpenFlow: the os-ken app turns a :class:`SwitchPlan` into flow and group
 mods, and unit tests check the plan without a switch. Forwarding is by destination IPv4
 address (and ARP target address, so ARP needs no controller either): a leaf delivers to
-its own hosts and spreads everything else over its uplinks with a select group; a spine
-sends each address down to the leaf that serves it.
+its own hosts and spreads everything else over its uplinks (an ECMP set, hashed per
+flow, see :mod:`controllers.ecmp`); a spine sends each address down to the leaf that
+serves it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ PRIORITY_HOST = 100
 
 @dataclass(frozen=True)
 class Route:
-    """Send traffic for ``ip`` out of ``port``, or to select group ``group``."""
+    """Send traffic for ``ip`` out of ``port``, or hashed over ECMP set ``group``."""
 
     ip: str
     port: int | None = None
@@ -28,7 +29,7 @@ class Route:
 
 @dataclass
 class SwitchPlan:
-    """Everything one switch needs: select groups (id -> bucket ports) and routes."""
+    """Everything one switch needs: ECMP sets (id -> member ports) and routes."""
 
     dpid: int
     name: str

@@ -53,7 +53,7 @@ def test_every_host_pair_reaches_on_every_plane_over_every_bucket(oversub):
                         assert len(paths) == spec.spines_per_plane
 
 
-def test_leaves_spread_over_all_spines_with_one_select_group():
+def test_leaves_spread_over_all_spines_with_one_ecmp_set():
     spec = build_fabric(prefix="tb00ee", nodes=4, leaves_per_plane=2, spines_per_plane=3)
     for sw in spec.switches:
         plan = plan_switch(spec, sw.dpid)
