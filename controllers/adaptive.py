@@ -2,7 +2,8 @@
 
 Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
 
-- The proactive ECMP rule per remote destination (select group 1) stays as it is: it is
+- The proactive ECMP rule per remote destination (the 5-tuple hash of
+  :mod:`controllers.ecmp`) stays as it is: it is
   the fallback that keeps forwarding when the controller dies.
 - In ``adaptive`` mode the leaf gets, one priority higher, the same rule with one more
   action: a copy of the packet (its first 128 bytes) to the controller, for TCP SYNs
@@ -13,11 +14,11 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   connection still costs: a rule added and expired per connection, each a flow-table
   change after which the userspace switch revalidates its datapath flows; in the default
   scenario chains completed fell to about half of ECMP's. With ``adaptive.place_tcp:
-  false`` only UDP (RoCE) flows are placed and moved, and TCP stays on the ECMP group.
+  false`` only UDP (RoCE) flows are placed and moved, and TCP stays on the ECMP hash.
 - On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink with
   the least measured load (telemetry utilisation, ties broken by how many placed flows
   the uplink already carries) with an exact-match rule at :data:`PRIORITY_FLOW` and an
-  idle timeout. From then on the flow bypasses the ECMP group and stops reaching the
+  idle timeout. From then on the flow bypasses the ECMP hash and stops reaching the
   controller. The few packets forwarded by ECMP before the rule lands may take another
   uplink: the only reordering, once, at the very start of a flow.
 - The controller reads the per-flow byte counters of those rules (flow stats, by cookie)

@@ -4,16 +4,14 @@ RoCEv2 NICs put their entropy in the UDP source port; switches hash it to choose
 Senders that rotate the source port per packet therefore spray one queue pair's packets
 over every uplink, and the receiver reorders by packet sequence number.
 
-OVS 3.1's select groups do not serve for this here: their default selection method
-(``dp_hash``) did not spread 64 source ports of one host pair over two uplinks on the
-userspace datapath (all packets took one uplink, measured by the integration test's
-first version), and choosing ``selection_method=hash,fields(udp_src,...)`` needs
-OpenFlow 1.5, which these bridges do not speak. So ``spray`` mode installs the hash
-itself, proactively: for each remote destination, RoCE packets (UDP destination port
-4791) whose source port has low bits ``i`` go out of uplink ``i mod n``, with a masked
-match on ``udp_src`` (OVS accepts masks on transport ports). Consecutive source ports
-go round-robin over the uplinks; random ones spread evenly. Everything else (TCP, other
-UDP) stays on the ECMP select group. The rules are proactive, so spraying survives the
+The ECMP hash (:mod:`controllers.ecmp`) picks one uplink per source port, so a rotating
+port would already spread, but by hash: unevenly over a few packets, and only over the
+ports the hash happens to map. ``spray`` mode installs an even spread instead,
+proactively: for each remote destination, RoCE packets (UDP destination port 4791) whose
+source port has low bits ``i`` go out of uplink ``i mod n``, with a masked match on
+``udp_src`` (OVS accepts masks on transport ports). Consecutive source ports go
+round-robin over the uplinks; random ones spread evenly. Everything else (TCP, other
+UDP) stays on the ECMP rule. The rules are proactive, so spraying survives the
 controller too.
 """
 
