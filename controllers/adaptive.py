@@ -15,19 +15,23 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   change after which the userspace switch revalidates its datapath flows; in the default
   scenario chains completed fell to about half of ECMP's. With ``adaptive.place_tcp:
   false`` only UDP (RoCE) flows are placed and moved, and TCP stays on the ECMP hash.
-- On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink with
-  the least measured load (telemetry utilisation, ties broken by how many placed flows
-  the uplink already carries) with an exact-match rule at :data:`PRIORITY_FLOW` and an
+- On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink whose
+  *path* has the least measured load: a path is the uplink and the spine's downlink to
+  the destination's leaf, as loaded as the busier of the two (telemetry utilisation,
+  ties broken by how many placed flows, of any leaf, the busier of the two already
+  carries; flows that start together all see zero load), with an exact-match rule at :data:`PRIORITY_FLOW` and an
   idle timeout. From then on the flow bypasses the ECMP hash and stops reaching the
   controller. The few packets forwarded by ECMP before the rule lands may take another
   uplink: the only reordering, once, at the very start of a flow.
 - The controller reads the per-flow byte counters of those rules (flow stats, by cookie)
   every :data:`FLOW_POLL_S`, and at once when a telemetry sample shows the leaf's uplinks
-  apart by more than ``imbalance``; with the uplink utilisation of that sample: when
-  the busiest and the idlest uplink of a leaf differ by more than ``imbalance``, it moves
-  one elephant (a flow above ``elephant_mbps``) from the busiest to the idlest uplink:
-  the one whose move leaves the two closest to equal, and only if the move narrows the
-  gap. A flow's share is its rate, or what the other flows leave of the uplink's load if
+  apart by more than ``imbalance``; with the utilisation of that sample: when an
+  elephant's (a flow above ``elephant_mbps``) path is busier by more than ``imbalance``
+  than the path over another uplink, it moves one: the one whose move leaves the two
+  paths closest to equal, and only if the move narrows the gap. Edge-only balance (the
+  first version: uplinks alone) cannot see flows of different leaves meeting on one
+  spine downlink; on a random permutation that left the uplinks even and the goodput at
+  1.2-1.6 times ECMP's. A flow's share is its rate, or what the other flows leave of the uplink's load if
   that is more (rates lag). A moved flow stays put for :data:`FREEZE_S` and the leaf makes
   no other move for :data:`HOLD_S`, so flows do not oscillate. A move is a
   modify of the flow's rule (its counters stay): a whole-flow move, once per decision,
@@ -115,7 +119,8 @@ class Move:
 
 
 def least_loaded(util: dict[int, float], placed: dict[int, int]) -> int:
-    """The uplink for a new flow: lowest utilisation, then fewest placed flows, then port.
+    """The uplink for a new flow: lowest utilisation (of the uplink, or of the whole path
+    when the caller passes path figures), then fewest placed flows, then port.
 
     >>> least_loaded({3: 0.9, 4: 0.1}, {})
     4
@@ -129,12 +134,19 @@ def least_loaded(util: dict[int, float], placed: dict[int, int]) -> int:
 
 def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float,
               imbalance: float, elephant_mbps: float,
-              frozen: frozenset[FlowKey] = frozenset(), min_age_s: float = 0.0) -> Move | None:
-    """The one elephant to move from the busiest to the idlest uplink, or None.
+              frozen: frozenset[FlowKey] = frozenset(), min_age_s: float = 0.0,
+              downlink: dict[FlowKey, dict[int, float]] | None = None) -> Move | None:
+    """The one elephant to move to a less loaded path, or None.
 
     ``util`` is each uplink's utilisation (0..1) in the last interval, ``flows`` the
-    placed flows with their rates. Flows younger than ``min_age_s`` have no reliable
-    rate yet and stay where they are.
+    placed flows with their rates. ``downlink`` (optional) gives, per flow, the
+    utilisation of the spine downlink towards the flow's destination leaf behind each
+    uplink: a path is as loaded as the busier of its two links, so flows from different
+    leaves that meet on one spine downlink are seen too, which uplink balance alone
+    misses. A flow moves when its path is more than ``imbalance`` busier than another
+    one and its share is small enough to narrow that gap; of all candidates the move
+    that leaves the two paths closest to equal wins. Flows younger than ``min_age_s``
+    have no reliable rate yet and stay where they are.
 
     >>> k1, k2 = FlowKey(6, "a", "b", 1, 2), FlowKey(6, "c", "d", 3, 4)
     >>> f = [FlowLoad(k1, 3, 9.0), FlowLoad(k2, 3, 9.5)]
@@ -143,34 +155,70 @@ def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float
     ('a', 3, 4, 9.0)
     >>> plan_move({3: 0.5, 4: 0.45}, f, link_mbps=20, imbalance=0.2, elephant_mbps=1) is None
     True
+
+    Uplinks even, but k1's spine downlink behind uplink 3 is full (another leaf's flow
+    meets it there): k1 moves to uplink 4.
+
+    >>> f = [FlowLoad(k1, 3, 6.0), FlowLoad(k2, 4, 6.0)]
+    >>> down = {k1: {3: 0.95, 4: 0.2}, k2: {3: 0.95, 4: 0.3}}
+    >>> m = plan_move({3: 0.3, 4: 0.3}, f, link_mbps=20, imbalance=0.2, elephant_mbps=1,
+    ...               downlink=down)
+    >>> m.key.src, m.from_port, m.to_port
+    ('a', 3, 4)
     """
     if len(util) < 2 or link_mbps <= 0:
         return None
-    hot = max(util, key=lambda p: (util[p], -p))
-    cold = min(util, key=lambda p: (util[p], p))
-    gap = util[hot] - util[cold]
-    if gap <= imbalance:
-        return None
-    best: tuple[float, FlowLoad] | None = None
+    downlink = downlink or {}
+
+    def load(flow: FlowLoad, port: int) -> float:
+        return max(util[port], downlink.get(flow.key, {}).get(port, 0.0))
+
+    best: tuple[float, int, FlowLoad, float, float] | None = None
     for flow in flows:
-        if (flow.port != hot or flow.mbps < elephant_mbps or flow.key in frozen
+        if (flow.port not in util or flow.mbps < elephant_mbps or flow.key in frozen
                 or flow.age_s < min_age_s):
             continue
         # what the flow carries: its own rate, or, when the uplink carries more than its
         # flows' (lagging) rates add up to, what the others leave of the uplink's load
-        others = sum(f.mbps for f in flows if f.port == hot and f.key != flow.key)
-        share = max(flow.mbps, util[hot] * link_mbps - others) / link_mbps
-        if share > MAX_SHARE_OF_GAP * gap:  # would not narrow the gap for sure
-            continue
-        after = abs((util[hot] - share) - (util[cold] + share))
-        if best is None or after < best[0]:
-            best = (after, flow)
+        others = sum(f.mbps for f in flows if f.port == flow.port and f.key != flow.key)
+        share = max(flow.mbps, util[flow.port] * link_mbps - others) / link_mbps
+        now = load(flow, flow.port)
+        for port in sorted(util):
+            there = load(flow, port)
+            gap = now - there
+            if port == flow.port or gap <= imbalance or share > MAX_SHARE_OF_GAP * gap:
+                continue  # not busier by enough, or the flow would carry the hot spot along
+            after = abs((now - share) - (there + share))
+            if best is None or after < best[0]:
+                best = (after, port, flow, now, there)
     if best is None:
         return None
-    flow = best[1]
-    reason = (f"uplink {hot} at {util[hot]:.2f}, uplink {cold} at {util[cold]:.2f} "
-              f"(gap {gap:.2f} > {imbalance:g})")
-    return Move(flow.key, hot, cold, round(flow.mbps, 3), reason)
+    _, port, flow, now, there = best
+    reason = (f"path via uplink {flow.port} at {now:.2f}, via uplink {port} at {there:.2f} "
+              f"(gap {now - there:.2f} > {imbalance:g})")
+    return Move(flow.key, flow.port, port, round(flow.mbps, 3), reason)
+
+
+def path_downlinks(spec) -> dict[tuple[int, int, str], tuple[int, int]]:
+    """(leaf dpid, uplink port, remote host address) -> (spine dpid, the spine's port down
+    to that host's leaf): the second link of each path a leaf can choose.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
+    >>> l0, s1 = spec.switch("tbdoc0p0l0").dpid, spec.switch("tbdoc0p0s1").dpid
+    >>> path_downlinks(spec)[(l0, 4, "10.0.0.3")] == (s1, 2)
+    True
+    """
+    out = {}
+    for lk in spec.links:
+        if lk.kind != "uplink":
+            continue
+        leaf, spine = spec.switch(lk.a), spec.switch(lk.b)
+        for intf in spec.interfaces(plane=leaf.plane):
+            if intf.leaf != lk.a:
+                out[(leaf.dpid, lk.a_port, intf.ip)] = (
+                    spine.dpid, spec.spine_port_to(lk.b, intf.leaf))
+    return out
 
 
 class FlowRates:

@@ -24,6 +24,7 @@ import os
 import random
 import threading
 import time
+from collections import Counter
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -79,6 +80,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.marks = {(d, p, c): ecn.MarkState() for (d, p) in self.ports for c in CLASSES}
         self.rates: dict[int, adaptive.FlowRates] = {}
         self.placed: dict[int, dict[adaptive.FlowKey, int]] = {}
+        self.downlinks = adaptive.path_downlinks(self.spec)
         self.flow_parts: dict[int, list] = {}
         self.frozen: dict[int, dict[adaptive.FlowKey, int]] = {}
         self.hold: dict[int, int] = {}
@@ -324,12 +326,23 @@ class CongestionControl(app_manager.OSKenApp):
         self.learned_at[(dp.id, key)] = now
         uplinks = plan.groups[ECMP_GROUP]
         placed = self.placed.setdefault(dp.id, {})
-        counts = {p: sum(1 for q in placed.values() if q == p) for p in uplinks}
-        port = adaptive.least_loaded({p: self.util.get((dp.id, p), 0.0) for p in uplinks},
-                                     counts)
+        # the whole path counts: flows of other leaves placed through the same spine
+        # downlink collide with this one as surely as flows on the same uplink
+        down = Counter(self.downlinks.get((d, p, k.dst))
+                       for d, flows in self.placed.items() for k, p in flows.items())
+        counts = {p: max(sum(1 for q in placed.values() if q == p),
+                         down[self.downlinks.get((dp.id, p, key.dst))]) for p in uplinks}
+        load = {p: max(self.util.get((dp.id, p), 0.0), self.downlink_util(dp.id, p, key.dst))
+                for p in uplinks}
+        port = adaptive.least_loaded(load, counts)
         placed[key] = port
         self.pin_flow(dp, key, port, dp.ofproto.OFPFC_ADD)
         self.status.emit("flow_placed", flow=str(key), switch=plan.name, port=port)
+
+    def downlink_util(self, dpid: int, uplink: int, dst: str) -> float:
+        """Utilisation of the spine downlink a flow to ``dst`` takes after ``uplink``."""
+        down = self.downlinks.get((dpid, uplink, dst))
+        return self.util.get(down, 0.0) if down else 0.0
 
     def pin_flow(self, dp, key: adaptive.FlowKey, port: int, command: int) -> None:
         """The rules that send flow ``key`` out of ``port``: one for all its packets and,
@@ -384,10 +397,12 @@ class CongestionControl(app_manager.OSKenApp):
             del frozen[key]
         uplinks = plan.groups[ECMP_GROUP]
         util = {p: self.util.get((dp.id, p), 0.0) for p in uplinks}
+        downlink = {f.key: {p: self.downlink_util(dp.id, p, f.key.dst) for p in uplinks}
+                    for f in loads}
         move = adaptive.plan_move(util, loads, link_mbps=self.link_mbps,
                                   imbalance=self.cfg.adaptive.imbalance,
                                   elephant_mbps=self.cfg.adaptive.elephant_mbps,
-                                  frozen=frozenset(frozen))
+                                  frozen=frozenset(frozen), downlink=downlink)
         if move is None:
             return
         self.pin_flow(dp, move.key, move.to_port, dp.ofproto.OFPFC_MODIFY_STRICT)
