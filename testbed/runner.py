@@ -169,7 +169,9 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         def tick(elapsed: float, chains: int) -> None:
             if elapsed - last[0] >= 5:
                 last[0] = elapsed
-                progress(f"{tag}: {elapsed:4.0f} s  chains finished: {chains}")
+                running = (f"chains finished: {chains}" if variant.agents["enabled"]
+                           else "training running")
+                progress(f"{tag}: {elapsed:4.0f} s  {running}")
 
         workloads.wait_done(work, scenario.duration_s, tick)
         if faults:
