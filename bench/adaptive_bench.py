@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     if args.from_dirs:
         for folder in args.from_dirs:
+            if not (folder / "summary.json").is_file():
+                print(f"--from: {folder} has no summary.json (a finished run's folder, "
+                      "e.g. results/ecmp-vs-adaptive/TIMESTAMP)", file=sys.stderr)
+                return 2
             summary = json.loads((folder / "summary.json").read_text())
             print(f"\n-- {summary['scenario']} ({folder})")
             ok &= judges[summary["scenario"]](summary)
