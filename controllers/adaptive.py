@@ -15,27 +15,28 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   change after which the userspace switch revalidates its datapath flows; in the default
   scenario chains completed fell to about half of ECMP's. With ``adaptive.place_tcp:
   false`` only UDP (RoCE) flows are placed and moved, and TCP stays on the ECMP hash.
-- On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink whose
-  *path* has the least measured load: a path is the uplink and the spine's downlink to
-  the destination's leaf, as loaded as the busier of the two (telemetry utilisation,
-  ties broken by how many placed flows, of any leaf, the busier of the two already
-  carries; flows that start together all see zero load), with an exact-match rule at :data:`PRIORITY_FLOW` and an
-  idle timeout. From then on the flow bypasses the ECMP hash and stops reaching the
-  controller. The few packets forwarded by ECMP before the rule lands may take another
-  uplink: the only reordering, once, at the very start of a flow.
+- On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink
+  whose *path* has the least measured load: a path is the uplink and the spine's
+  downlink to the destination's leaf, as loaded as the busier of the two (telemetry
+  utilisation, ties broken by how many placed flows, of any leaf, the busier of the two
+  already carries; flows that start together all see zero load), with an exact-match
+  rule at :data:`PRIORITY_FLOW` and an idle timeout. From then on the flow bypasses the
+  ECMP hash and stops reaching the controller. The few packets forwarded by ECMP before
+  the rule lands may take another uplink: the only reordering, once, at the very start
+  of a flow.
 - The controller reads the per-flow byte counters of those rules (flow stats, by cookie)
-  every :data:`FLOW_POLL_S`, and at once when a telemetry sample shows the leaf's uplinks
-  apart by more than ``imbalance``; with the utilisation of that sample: when an
+  every :data:`FLOW_POLL_S`, and at once when a telemetry sample shows the leaf's
+  uplinks apart by more than ``imbalance``; with the utilisation of that sample: when an
   elephant's (a flow above ``elephant_mbps``) path is busier by more than ``imbalance``
   than the path over another uplink, it moves one: the one whose move leaves the two
   paths closest to equal, and only if the move narrows the gap. Edge-only balance (the
   first version: uplinks alone) cannot see flows of different leaves meeting on one
   spine downlink; on a random permutation that left the uplinks even and the goodput at
-  1.2-1.6 times ECMP's. A flow's share is its rate, or what the other flows leave of the uplink's load if
-  that is more (rates lag). A moved flow stays put for :data:`FREEZE_S` and the leaf makes
-  no other move for :data:`HOLD_S`, so flows do not oscillate. A move is a
-  modify of the flow's rule (its counters stay): a whole-flow move, once per decision,
-  so a TCP flow sees at most one burst of reordering, which SACK absorbs.
+  1.2-1.6 times ECMP's. A flow's share is its rate, or what the other flows leave of the
+  uplink's load if that is more (rates lag). A moved flow stays put for :data:`FREEZE_S`
+  and the leaf makes no other move for :data:`HOLD_S`, so flows do not oscillate. A move
+  is a modify of the flow's rule (its counters stay): a whole-flow move, once per
+  decision, so a TCP flow sees at most one burst of reordering, which SACK absorbs.
 
 The OpenFlow side (matches, flow mods) lives in :mod:`controllers.congestion_app`.
 """

@@ -146,12 +146,12 @@ class CongestionControl(app_manager.OSKenApp):
 
     def install_spray(self, dp, plan) -> None:
         """RoCE source-port buckets to uplinks (:mod:`controllers.spray`); with controller
-        marking, ECN-capable packets go through one indirect group per uplink instead."""
+        marking, ECN-capable packets go through one marking group per uplink instead."""
         parser = dp.ofproto_parser
         uplinks = plan.groups[ECMP_GROUP]
         for rule in spray.spray_rules(plan, uplinks):
             self.add_flow(dp, spray.PRIORITY_SPRAY, parser.OFPMatch(**rule.match()),
-                          [parser.OFPActionOutput(rule.port)])
+                          [ecmp.prefer(parser, rule.port, uplinks)])
         if not self.cfg.controller_marks:
             return
         for rule in spray.spray_rules(plan, uplinks, ect=True):
@@ -159,13 +159,20 @@ class CongestionControl(app_manager.OSKenApp):
                           [parser.OFPActionGroup(ecn.mark_group("collective", rule.port))])
 
     def mark_group(self, dp, command: int, cls: str, port: int):
-        """The indirect group through which ECN-capable ``cls`` packets leave ``port``."""
+        """The group through which ECN-capable ``cls`` packets leave uplink ``port``: a
+        fast-failover group whose first bucket (marking while the port marks) watches the
+        port, and whose others send to the other uplinks, unmarked, when it is dead."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        actions = [parser.OFPActionOutput(port)]
-        if self.marks[(dp.id, port, cls)].on:
-            actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
-        return parser.OFPGroupMod(dp, command, ofp.OFPGT_INDIRECT, ecn.mark_group(cls, port),
-                                  [parser.OFPBucket(actions=actions)])
+        order = ecmp.backup_order(port, self.plans[dp.id].groups[ECMP_GROUP])
+        buckets = []
+        for out in order:
+            actions = [parser.OFPActionOutput(out)]
+            if out == port and self.marks[(dp.id, port, cls)].on:
+                actions.insert(0, parser.OFPActionSetField(ip_ecn=3))
+            buckets.append(parser.OFPBucket(watch_port=out, watch_group=ofp.OFPG_ANY,
+                                            actions=actions))
+        return parser.OFPGroupMod(dp, command, ofp.OFPGT_FF, ecn.mark_group(cls, port),
+                                  buckets)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def on_state(self, ev) -> None:
@@ -348,8 +355,9 @@ class CongestionControl(app_manager.OSKenApp):
         """The rules that send flow ``key`` out of ``port``: one for all its packets and,
         when the controller marks, one per ECT codepoint through the marking group."""
         parser = dp.ofproto_parser
+        uplinks = self.plans[dp.id].groups[ECMP_GROUP]
         self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(parser, key),
-                      [parser.OFPActionOutput(port)], cookie=adaptive.COOKIE_FLOW,
+                      [ecmp.prefer(parser, port, uplinks)], cookie=adaptive.COOKIE_FLOW,
                       idle=adaptive.FLOW_IDLE_S, command=command)
         cls = ecn.flow_class(key.proto, key.dport)
         if not self.cfg.controller_marks or cls is None:
@@ -445,9 +453,12 @@ def key_of_match(match) -> adaptive.FlowKey | None:
 
 
 def out_port(instructions) -> int | None:
-    """The uplink a per-flow rule sends to: its output port, or its marking group's."""
+    """The uplink a per-flow rule sends to: its output port, the preferred member of its
+    bundle, or its marking group's."""
     for inst in instructions:
         for action in getattr(inst, "actions", []):
+            if getattr(action, "slaves", None):
+                return action.slaves[0]
             if hasattr(action, "port"):
                 return action.port
             if hasattr(action, "group_id"):

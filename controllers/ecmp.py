@@ -20,6 +20,11 @@ cannot carry it. The same 32 flows through ``bundle`` split 80/80 packets.
 ``bundle_load`` is the same choice written to a register instead of output, for rules
 that must act on the chosen port first (ECN marking of ECN-capable traffic, in
 :mod:`controllers.congestion_app`): same fields, basis and members, so the same member.
+
+Rules that pin traffic to one uplink (adaptive per-flow rules, spray buckets) use
+:func:`prefer`: ``bundle`` with the active-backup algorithm, the chosen uplink first and
+the others after it, so a pinned flow whose uplink dies moves on in the datapath instead
+of being dropped until the controller notices (its rule would never idle out).
 """
 
 from __future__ import annotations
@@ -41,6 +46,31 @@ def spread(parser, ports: list[int]):
         algorithm=nicira_ext.NX_BD_ALG_HRW, fields=HASH_FIELDS, basis=HASH_BASIS,
         slave_type=nicira_ext.NXM_OF_IN_PORT, n_slaves=len(ports), ofs_nbits=0, dst=0,
         slaves=list(ports))
+
+
+def backup_order(port: int, ports: list[int]) -> list[int]:
+    """``port`` first, then the other members from the one after it, round the list, so
+    flows pinned to different uplinks fall back to different ones.
+
+    >>> backup_order(4, [3, 4, 5, 6])
+    [4, 5, 6, 3]
+    >>> backup_order(7, [3, 4])  # not a member: it alone, then the members
+    [7, 3, 4]
+    """
+    if port not in ports:
+        return [port, *ports]
+    i = ports.index(port)
+    return ports[i:] + ports[:i]
+
+
+def prefer(parser, port: int, ports: list[int]):
+    """The action that sends a packet out of ``port`` while it is up, else out of the
+    next live member of ``ports`` in :func:`backup_order`."""
+    order = backup_order(port, ports)
+    return parser.NXActionBundle(
+        algorithm=nicira_ext.NX_BD_ALG_ACTIVE_BACKUP, fields=HASH_FIELDS, basis=HASH_BASIS,
+        slave_type=nicira_ext.NXM_OF_IN_PORT, n_slaves=len(order), ofs_nbits=0, dst=0,
+        slaves=order)
 
 
 def choose(parser, ports: list[int]):

@@ -20,8 +20,8 @@ match ``ip_ecn=1`` or ``ip_ecn=2`` only, so not-ECT packets are never touched):
   the same uplink, see :mod:`controllers.ecmp`) and continues in table 1, where one rule
   per uplink and class sends it through that uplink's marking group (next item);
 - leaf uplinks chosen by a rule of the controller (spray buckets, adaptive per-flow
-  rules): ECN-capable packets go through the class's indirect group of that uplink
-  (:func:`mark_group`), whose bucket carries the set_field while the uplink marks.
+  rules): ECN-capable packets go through the class's marking group of that uplink
+  (:func:`mark_group`), whose first bucket carries the set_field while the uplink marks.
 
 Classes: ``collective`` is RoCEv2 (UDP destination port 4791), ``agents`` is TCP.
 """
@@ -43,9 +43,10 @@ ROCE_PORT = 4791
 ETH_IPV4 = 0x0800
 
 
-#: indirect group per class and uplink, id base + OpenFlow port: its one bucket outputs to
-#: the uplink, with set_field ip_ecn=3 while that uplink marks for the class. Rules that
-#: pin ECN-capable packets to one uplink (spray buckets, adaptive per-flow rules) use it.
+#: group per class and uplink, id base + OpenFlow port: its first bucket outputs to the
+#: uplink, with set_field ip_ecn=3 while that uplink marks for the class (a fast-failover
+#: group: the other buckets take the other uplinks when it is dead). Rules that pin
+#: ECN-capable packets to one uplink (spray buckets, adaptive per-flow rules) use it.
 MARK_GROUP_BASE = {"collective": 0x100, "agents": 0x200}
 
 

@@ -337,3 +337,41 @@ def test_a_congested_uplink_marks_the_packets_pinned_to_it(spray_live):
     # the uplink is where the queue builds first (ports behind it see only the bursts
     # of a busy ovs-vswitchd)
     assert marking and marking[0] == (leaf, "leaf_uplink"), marking
+
+
+def test_a_placed_flow_survives_the_death_of_its_uplink(congestion_live):
+    """Adaptive rules pin a flow to one uplink; when that uplink dies the flow takes
+    another in the datapath (active-backup bundle), not a black hole until the rule idles
+    out, which it never would while the flow keeps sending."""
+    from testbed.fabric_faults import FabricFaults
+
+    live = congestion_live
+    spec = live.spec
+    h0, h2 = spec.hosts[0], spec.hosts[2]
+    leaf = h0.interface(0, 0).leaf
+    rx = receiver(live, h2.name, 5007, 8)
+    t_start = time.time()
+    tx = sender(live, h0.name, h2.interface(0, 0).ip, 5007, mbps=4, seconds=6, name="pin")
+    placed = lambda: [e for e in events(live, "flow_placed")  # noqa: E731
+                      if e["t"] > t_start and e["switch"] == leaf
+                      and e["flow"].endswith(":5007")]
+    assert wait_for(placed, 5), events(live, "flow_placed")
+    port = placed()[0]["port"]
+    rule = subprocess.run(["timeout", "10", "ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
+                           leaf, "udp,tp_dst=5007"], capture_output=True, text=True).stdout
+    assert f"bundle(symmetric_l3l4+udp,0,active_backup,ofport,members:{port}," in rule, rule
+    link = next(lk for lk in spec.links if lk.kind == "uplink" and lk.a == leaf
+                and lk.a_port == port)
+    target = link.a_intf  # a link is named by either end's interface, too
+    with ExitStack() as stack:
+        act = FabricFaults(live, stack).actions()
+        time.sleep(1.0)
+        act["link_down"](target)
+        try:
+            time.sleep(3.0)  # half the flow's life on the other uplink
+        finally:
+            act["link_up"](target)
+    sent = result(tx)["sent"]
+    got = result(rx)["packets"]
+    # a black hole would lose the 3 s (half the packets); the switch-over costs a few
+    assert got > 0.9 * sent, (got, sent)
