@@ -261,15 +261,24 @@ def install(spec: FabricSpec, classes: Mapping[str, EcnClass], drain: float,
 
 
 def read_marks(table: str) -> dict[str, dict[str, int]]:
-    """CE marks so far per port and class, from the table's counters.
+    """CE marks so far per port and class, from the table's counters (``nft -j``).
 
     Returns ``{ifname: {class: packets}}``; empty if the table is gone.
     """
     done = _nft(["-j", "list", "counters", "table", "netdev", table])
-    if done.returncode:
-        return {}
+    return marks_from_json(done.stdout, table) if done.returncode == 0 else {}
+
+
+def marks_from_json(text: str, table: str) -> dict[str, dict[str, int]]:
+    """The marking counters of ``table`` in ``nft -j list counters`` output.
+
+    >>> marks_from_json('{"nftables": [{"metainfo": {}}, {"counter": {"family": "netdev", '
+    ...                 '"name": "tb1a2bp0l0e3_agents", "table": "tb1a2becn", "handle": 9, '
+    ...                 '"packets": 7, "bytes": 700}}]}', "tb1a2becn")
+    {'tb1a2bp0l0e3': {'agents': 7}}
+    """
     marks: dict[str, dict[str, int]] = {}
-    for item in json.loads(done.stdout).get("nftables", []):
+    for item in json.loads(text or "{}").get("nftables", []):
         counter = item.get("counter")
         if not counter or counter.get("table") != table:
             continue
