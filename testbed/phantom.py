@@ -289,18 +289,20 @@ def marks_from_json(text: str, table: str) -> dict[str, dict[str, int]]:
 
 
 def summary(marks: Mapping[str, Mapping[str, int]], roles: Mapping[str, str],
-            drain: float) -> dict:
-    """The ``runs[i].ecn`` entry: marks per class, per port role and per marking port.
+            drain: float, prefix: str = "") -> dict:
+    """The ``runs[i].ecn`` entry: marks per class, per port role and per marking port
+    (named without the run ``prefix``, so that seeds line up port by port).
 
-    >>> summary({"tbp0l0e3": {"collective": 5, "agents": 1},
-    ...          "tbp0l0e1": {"collective": 0, "agents": 0}},
-    ...         {"tbp0l0e3": "leaf_uplink", "tbp0l0e1": "leaf_downlink"}, 0.95)
+    >>> summary({"tb1a2bp0l0e3": {"collective": 5, "agents": 1},
+    ...          "tb1a2bp0l0e1": {"collective": 0, "agents": 0}},
+    ...         {"tb1a2bp0l0e3": "leaf_uplink", "tb1a2bp0l0e1": "leaf_downlink"}, 0.95,
+    ...         prefix="tb1a2b")
     ... # doctest: +NORMALIZE_WHITESPACE
     {'backend': 'phantom', 'drain': 0.95, 'quantum_bytes': 512,
      'marked': {'collective': 5, 'agents': 1},
      'by_role': {'leaf_downlink': {'collective': 0, 'agents': 0},
                  'leaf_uplink': {'collective': 5, 'agents': 1}},
-     'per_port': {'tbp0l0e3': {'collective': 5, 'agents': 1}}}
+     'per_port': {'p0l0e3': {'collective': 5, 'agents': 1}}}
     """
     marked = {cls: sum(m.get(cls, 0) for m in marks.values()) for cls in CLASSES}
     by_role: dict[str, dict[str, int]] = {}
@@ -308,6 +310,7 @@ def summary(marks: Mapping[str, Mapping[str, int]], roles: Mapping[str, str],
         role = by_role.setdefault(roles.get(ifname, "other"), dict.fromkeys(CLASSES, 0))
         for cls in CLASSES:
             role[cls] += m.get(cls, 0)
-    per_port = {ifname: dict(m) for ifname, m in sorted(marks.items()) if any(m.values())}
+    per_port = {ifname.removeprefix(prefix): dict(m) for ifname, m in sorted(marks.items())
+                if any(m.values())}
     return {"backend": "phantom", "drain": drain, "quantum_bytes": QUANTUM,
             "marked": marked, "by_role": by_role, "per_port": per_port}

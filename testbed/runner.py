@@ -187,7 +187,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         if live.phantom_table:  # the marks per port and class, before the table goes
             entry["ecn"] = phantom.summary(phantom.read_marks(live.phantom_table),
                                            fabric.port_roles(),
-                                           variant.controller["ecn"]["drain"])
+                                           variant.controller["ecn"]["drain"], spec.prefix)
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
                            "build_s": round(times.build_s, 3),
