@@ -224,6 +224,12 @@ def write(summary: dict, out: Path) -> Path:
                   "Egress drops per port role (switch buffers are "
                   f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port):", "",
                   *queue_lines, ""]
+        send = [run["fabric"].get("ovs_send_buffer_bytes") for run in summary["runs"]]
+        small = [b for b in send if b is not None and b < 4 * 1024 * 1024]
+        if small:
+            lines += [f"Measured with ovs-vswitchd's shared send socket at {min(small) // 1024} "
+                      "KB: all switch queues together held at most that, and frames beyond it "
+                      "were dropped by ovs-vswitchd (EAGAIN, in its log), not by a queue.", ""]
     marks = ecn_lines(summary)
     if marks:
         lines += ["## ECN marks in the switches", "",

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controllers.config import ControllerConfig, ecn_backend
-from testbed import fault_run, phantom, report, telemetry_report, workloads
+from testbed import fault_run, ovs_socket, phantom, report, telemetry_report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError, ConfigError
-from testbed.fabric import Fabric, FabricTimes
+from testbed.fabric import OVS_SOCKET_BUFFER, Fabric, FabricTimes
 from testbed.naming import claim, new_run_id, run_prefix
 from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, training_entry, write_json
@@ -167,6 +167,12 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                  f"traffic for {scenario.duration_s:g} s")
+        send_buffer = ovs_socket.send_buffer_bytes() if caps.ovs_datapath == "user" else None
+        if send_buffer is not None and send_buffer < OVS_SOCKET_BUFFER:
+            progress(f"{tag}: warning: ovs-vswitchd's shared send socket has a "
+                     f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB (it was "
+                     "created before this run): all switch queues together hold at most "
+                     "that; more is dropped unseen by the queues")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=seed, stack=stack)
@@ -196,7 +202,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "paths_installed_s": round(times.paths_s, 3),
                            "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
                            "queue_kb": spec.queue_kb, "mtu": spec.mtu,
-                           "queues": queues}
+                           "queues": queues, "ovs_send_buffer_bytes": send_buffer}
     entry["telemetry"] = telemetry_report.summarize(out / "telemetry.jsonl",
                                                     out / "controller-events.jsonl")
     if faults:
