@@ -121,6 +121,7 @@ def test_not_ect_is_never_marked_but_counts_in_the_phantom_queue(phantom_live):
     ect = got["ect0"] + got["ce"]
     assert got["not_ect"] > 0.98 * plain, (got, sent)
     assert ect <= light and got["ce"] <= light
-    assert ect > 0.9 * light and got["ce"] > 0.2 * ect, (got, sent)
+    # alone, far below the drain rate, it would not be marked at all (the 6 Mb/s test)
+    assert ect > 0.9 * light and got["ce"] > 0.05 * ect, (got, sent)
     marks = phantom.read_marks(phantom_live.phantom_table)
     assert sum(m.get("collective", 0) for m in marks.values()) >= got["ce"]
