@@ -105,7 +105,8 @@ def test_two_streams_into_one_port_are_marked_in_their_class_only(phantom_live):
                                  (h2, ROCE + 1, 1, ECT0)], 4)
     roce, other = got[ROCE], got[ROCE + 1]
     assert roce["packets"] > 600 and roce["ce"] > 0.3 * roce["packets"], got
-    assert other["packets"] > 30 and other["ce"] == 0, got
+    # 25 Mb/s into 20: the real queue drops too, so only part of the light stream arrives
+    assert other["packets"] > 10 and other["ce"] == 0, got
 
 
 def test_not_ect_is_never_marked_but_counts_in_the_phantom_queue(phantom_live):
