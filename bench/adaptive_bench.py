@@ -72,7 +72,7 @@ def judge_ecn(summary: dict) -> bool:
         return False
     p99_off, gp_off = off["agents"]["latency_ms"]["p99"], _goodput(off)
     verdict = False
-    for name in ("ecn-off", "ecn-default", "ecn-tuned"):
+    for name in ("ecn-off", "ecn-default", "ecn-tuned", "ecn-tuned-controller"):
         run = runs.get(name)
         if run is None:
             continue
@@ -82,7 +82,7 @@ def judge_ecn(summary: dict) -> bool:
         ok = (cut is not None and cut >= P99_CUT_TARGET and change is not None
               and abs(change - 1) <= GOODPUT_TOLERANCE)
         seeds = " ".join(_show(s["agents"]["latency_ms"]["p99"]) for s in run.get("seeds", []))
-        print(f"{name:12} chain p99 {_show(p99):>8} ms (seeds {seeds}), cut "
+        print(f"{name:20} chain p99 {_show(p99):>8} ms (seeds {seeds}), cut "
               f"{'-' if cut is None else f'{cut:.0%}'}; training {_show(gp)} Mb/s "
               f"({_show(change)}x ecn-off), CNPs {run['training'].get('cnps_received', 0)}"
               + ("" if name == "ecn-off" else f"  {'PASS' if ok else 'MISS'}"))

@@ -18,16 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ("ecmp", "adaptive", "spray")
-ECN_MODES = ("off", "controller", "switch", "auto")
+ECN_MODES = ("off", "controller", "switch", "phantom", "auto")
 #: traffic classes the ECN thresholds apply to
 CLASSES = ("collective", "agents")
 
 
 def ecn_backend(mode: str, *, red: bool) -> str:
-    """Who marks CE for ``ecn.mode``: ``auto`` uses the kernel's RED where it exists.
+    """Who marks CE for ``ecn.mode``: ``auto`` uses the kernel's RED where it exists;
+    ``phantom`` is the per-packet phantom-queue marker in the switches' egress path
+    (nftables, :mod:`testbed.phantom`): the controller marks nothing then.
 
     >>> ecn_backend("auto", red=True), ecn_backend("auto", red=False), ecn_backend("off", red=True)
     ('switch', 'controller', 'off')
+    >>> ecn_backend("phantom", red=False)
+    'phantom'
     """
     if mode == "auto":
         return "switch" if red else "controller"
@@ -63,6 +67,8 @@ class AdaptiveConfig:
 @dataclass(frozen=True)
 class EcnConfig:
     mode: str = "off"
+    #: phantom queues drain at this fraction of the link rate (mode ``phantom``)
+    drain: float = 0.95
     classes: dict[str, EcnClass] = field(
         default_factory=lambda: {name: EcnClass() for name in CLASSES})
 
@@ -75,7 +81,8 @@ class ControllerConfig:
     link_mbps: float = 0.0
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     ecn: EcnConfig = field(default_factory=EcnConfig)
-    #: who marks CE: "off", "switch" (RED in the kernel) or "controller"; the runner
+    #: who marks CE: "off", "switch" (RED in the kernel), "phantom" (nftables phantom
+    #: queues on the switch ports) or "controller"; the runner
     #: resolves ``ecn.mode: auto`` from the host's capabilities and writes it here
     ecn_backend: str = "off"
 
@@ -100,7 +107,8 @@ class ControllerConfig:
                 imbalance=ad.get("imbalance", 0.2),
                 elephant_mbps=ad.get("elephant_mbps", 1.0),
                 place_tcp=bool(ad.get("place_tcp", True))),
-            ecn=EcnConfig(mode=ecn.get("mode", "off"), classes=classes),
+            ecn=EcnConfig(mode=ecn.get("mode", "off"), drain=float(ecn.get("drain", 0.95)),
+                          classes=classes),
             ecn_backend=data.get("ecn_backend") or ecn_backend(ecn.get("mode", "off"), red=False),
         )
 

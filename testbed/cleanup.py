@@ -2,13 +2,15 @@
 
 Leftovers are found by asking the host, not by trusting a list in memory: pid files
 under /run/testbed, Mininet host shells named ``mininet:tbXXXX...``, OVS bridges with
-the ``testbed_run`` external id or a ``tbXXXX`` name, interfaces and namespaces named
-``tbXXXX...``. Nothing else is touched (unlike ``mn -c``).
+the ``testbed_run`` external id or a ``tbXXXX`` name, interfaces, namespaces and
+nftables tables (phantom-queue ECN marking, port loss) named ``tbXXXX...``. Nothing else
+is touched (unlike ``mn -c``).
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -77,6 +79,21 @@ def _owned_bridges(skip: set[str]) -> list[str]:
     return bridges
 
 
+def _owned_tables(skip: set[str]) -> list[tuple[str, str]]:
+    """(family, name) of the host's nftables tables named by a run that is not alive."""
+    if shutil.which("nft") is None:
+        return []
+    done = subprocess.run(["nft", "-j", "list", "tables"], capture_output=True, text=True)
+    if done.returncode:
+        return []
+    tables = []
+    for item in json.loads(done.stdout or "{}").get("nftables", []):
+        table = item.get("table")
+        if table and is_owned(table["name"]) and run_id_of(table["name"]) not in skip:
+            tables.append((table["family"], table["name"]))
+    return tables
+
+
 def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[str, int]]:
     """Remove testbed leftovers on this host.
 
@@ -101,6 +118,10 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
         for b in bridges:
             argv += ["--", "--if-exists", "del-br", b]
         subprocess.run(argv, capture_output=True)
+    for family, table in _owned_tables(skip):  # before the ports their hooks are bound to
+        removed.append(f"nftables table {family} {table}")
+        if not dry_run:
+            subprocess.run(["nft", "delete", "table", family, table], capture_output=True)
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")

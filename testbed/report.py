@@ -158,6 +158,24 @@ def _queue_lines(summary: dict) -> list[str]:
     return lines
 
 
+def ecn_lines(summary: dict) -> list[str]:
+    """CE marks of the phantom-queue marker per variant: per class and where they fell."""
+    lines = []
+    for run in summary["runs"]:
+        ecn = run.get("ecn")
+        if not ecn or ecn.get("backend") != "phantom":
+            continue
+        marked = ecn["marked"]
+        roles = ", ".join(f"{role.replace('_', ' ')} {sum(m.values()):,}"
+                          for role, m in ecn.get("by_role", {}).items() if sum(m.values()))
+        seeds = " (median over seeds)" if len(run.get("seeds", [])) > 1 else ""
+        lines.append(f"- **{run['name']}**: phantom queues draining at {ecn['drain']:g} x the "
+                     f"link rate marked CE on {marked['collective']:,} collective and "
+                     f"{marked['agents']:,} agent packets{seeds}"
+                     + (f"; by port role: {roles}." if roles else "."))
+    return lines
+
+
 def telemetry_lines(summary: dict, out: Path) -> list[str]:
     """One telemetry section per variant that recorded port samples."""
     parts = [telemetry_report.section(out / run.get("dir", f"variants/{run['name']}"),
@@ -206,6 +224,19 @@ def write(summary: dict, out: Path) -> Path:
                   "Egress drops per port role (switch buffers are "
                   f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port):", "",
                   *queue_lines, ""]
+        send = [run["fabric"].get("ovs_send_buffer_bytes") for run in summary["runs"]]
+        small = [b for b in send if b is not None and b < 4 * 1024 * 1024]
+        if small:
+            lines += [f"Measured with ovs-vswitchd's shared send socket at {min(small) // 1024} "
+                      "KB: all switch queues together held at most that, and frames beyond it "
+                      "were dropped by ovs-vswitchd (EAGAIN, in its log), not by a queue.", ""]
+    marks = ecn_lines(summary)
+    if marks:
+        lines += ["## ECN marks in the switches", "",
+                  "Per-packet marking by phantom queues in the switch ports' egress path "
+                  "(nftables): a token bucket per port and threshold, draining slower than "
+                  "the link, marks ECN-capable packets before the real queue builds.", "",
+                  *marks, ""]
     if chain_png:
         lines += [f"![chain latency]({chain_png.name})", ""]
     if train_png:

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controllers.config import ControllerConfig, ecn_backend
-from testbed import fault_run, report, telemetry_report, workloads
+from testbed import fault_run, ovs_socket, phantom, report, telemetry_report, workloads
 from testbed.capabilities import Capabilities, probe
 from testbed.errors import BringUpError, ConfigError
-from testbed.fabric import Fabric, FabricTimes
+from testbed.fabric import OVS_SOCKET_BUFFER, Fabric, FabricTimes
 from testbed.naming import claim, new_run_id, run_prefix
 from testbed.procs import Helper, sigterm_as_interrupt, wait_for
 from testbed.results import agents_entry, read_jsonl, training_entry, write_json
@@ -54,6 +54,8 @@ class LiveFabric:
     status: Path
     pid_dir: Path
     times: FabricTimes
+    #: nftables table of the phantom-queue marker (ECN backend ``phantom``), else None
+    phantom_table: str | None = None
 
     @property
     def spec(self) -> FabricSpec:
@@ -68,6 +70,9 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) ->
     if ecn_mode == "switch" and not caps.red:
         raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "
                            "(use 'auto' or 'controller')")
+    if ecn_mode == "phantom" and not caps.nftables:
+        raise BringUpError("controller.ecn.mode: 'phantom' needs nftables (the nft command "
+                           "and nf_tables in the kernel)")
     config["ecn_backend"] = ecn_backend(ecn_mode, red=caps.red)
     return config
 
@@ -120,8 +125,12 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
                 f"controller installed paths on {len(installed())} of {n} switches in 30 s")
 
     times = fabric.start(await_paths)
+    table = None
+    if config["ecn_backend"] == "phantom":  # per-packet marking in the ports' egress path
+        ecn = ControllerConfig.from_dict(config).ecn
+        table = phantom.install(spec, ecn.classes, ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
-                      times=times)
+                      times=times, phantom_table=table)
 
 
 def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> dict:
@@ -158,6 +167,12 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                  f"traffic for {scenario.duration_s:g} s")
+        send_buffer = ovs_socket.send_buffer_bytes() if caps.ovs_datapath == "user" else None
+        if send_buffer is not None and send_buffer < OVS_SOCKET_BUFFER:
+            progress(f"{tag}: warning: ovs-vswitchd's shared send socket has a "
+                     f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB (it was "
+                     "created before this run): all switch queues together hold at most "
+                     "that; more is dropped unseen by the queues")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=seed, stack=stack)
@@ -177,6 +192,10 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         if faults:
             faults.stop(end=time.time())
         queues = queue_summary(fabric.queue_stats(), fabric.port_roles())
+        if live.phantom_table:  # the marks per port and class, before the table goes
+            entry["ecn"] = phantom.summary(phantom.read_marks(live.phantom_table),
+                                           fabric.port_roles(),
+                                           variant.controller["ecn"]["drain"], spec.prefix)
         stack.close()  # teardown now, so its time is measured
         entry["fabric"] = {**spec.counts(), "start_s": round(times.start_s, 3),
                            "build_s": round(times.build_s, 3),
@@ -185,7 +204,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                            "paths_installed_s": round(times.paths_s, 3),
                            "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
                            "queue_kb": spec.queue_kb, "mtu": spec.mtu,
-                           "queues": queues}
+                           "queues": queues, "ovs_send_buffer_bytes": send_buffer}
     entry["telemetry"] = telemetry_report.summarize(out / "telemetry.jsonl",
                                                     out / "controller-events.jsonl")
     if faults:
@@ -266,13 +285,19 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
 
 
 def check_ecn_backend(scenario: Scenario, caps: Capabilities) -> None:
-    """``ecn.mode: switch`` needs RED in the kernel; without it the run stops before
-    anything is created (``auto`` falls back to controller marking instead)."""
+    """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables; without
+    them the run stops before anything is created (``auto`` falls back to controller
+    marking instead)."""
     for i, variant in enumerate(scenario.variants):
-        if variant.controller["ecn"]["mode"] == "switch" and not caps.red:
+        mode = variant.controller["ecn"]["mode"]
+        if mode == "switch" and not caps.red:
             raise ConfigError(f"variants[{i}].controller.ecn.mode",
                               "'switch' marking needs the RED qdisc, which this kernel lacks; "
                               "use 'auto' (RED where present, else the controller marks)")
+        if mode == "phantom" and not caps.nftables:
+            raise ConfigError(f"variants[{i}].controller.ecn.mode",
+                              "'phantom' marking needs nftables (the nft command and "
+                              "nf_tables in the kernel), which this host lacks")
 
 
 def default_out(results_root: Path, name: str) -> Path:

@@ -78,7 +78,7 @@ def _ecn_class() -> Nested:
                    "probability": (NUM, _range(0, 1), 0.1)}, after=_kb_order)
 
 
-ECN_MODES = ("off", "controller", "switch", "auto")
+ECN_MODES = ("off", "controller", "switch", "phantom", "auto")
 
 SCHEMA: dict[str, dict[str, tuple]] = {
     "topology": {
@@ -107,6 +107,8 @@ SCHEMA: dict[str, dict[str, tuple]] = {
             # YAML reads a bare `off` as false: accepted and written back as "off"
             "mode": ((str, bool), lambda v: None if v is False or v in ECN_MODES
                      else f"must be one of {', '.join(map(repr, ECN_MODES))}", "off"),
+            # phantom queues drain at this fraction of the link rate (mode "phantom")
+            "drain": (NUM, _range(0.5, 1.0), 0.95),
             "classes": (dict, Nested({"collective": (dict, _ecn_class(), None),
                                       "agents": (dict, _ecn_class(), None)}), None),
         }), None),

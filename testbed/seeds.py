@@ -40,11 +40,11 @@ def median_entry(entries: list[Any]) -> Any:
 
 
 def combine(name: str, per_seed: list[dict]) -> dict:
-    """The variant's ``runs`` entry: medians of ``fabric``, ``agents`` and ``training`` over
-    the seeds, the first seed's other fields (its folder is where the plots look), and
-    ``seeds``: every per-seed entry."""
+    """The variant's ``runs`` entry: medians of ``fabric``, ``agents``, ``training`` and
+    ``ecn`` over the seeds, the first seed's other fields (its folder is where the plots
+    look), and ``seeds``: every per-seed entry."""
     entry = dict(per_seed[0])
-    for key in ("fabric", "agents", "training"):
+    for key in ("fabric", "agents", "training", "ecn"):
         if key in entry:
             entry[key] = median_entry([e.get(key) for e in per_seed])
     entry["name"] = name
