@@ -27,6 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from testbed import ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.naming import OVS_EXTERNAL_ID
@@ -125,6 +126,8 @@ class Fabric:
         self.controller_port = controller_port
         self.times = FabricTimes()
         self.net = None
+        #: why ovs-vswitchd's send socket could not be made OVS_SOCKET_BUFFER large, or None
+        self.send_socket_problem: str | None = None
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, await_paths: Callable[[], None] | None = None) -> FabricTimes:
@@ -179,6 +182,9 @@ class Fabric:
                 await_paths()
                 self.times.paths_s = time.monotonic() - t2
                 self.check_reachability()
+        if self.caps.ovs_datapath == "user" and await_paths is not None:
+            # created small before this run (another bridge sent first): raise it in place
+            self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER)
         return self.times
 
     def check_reachability(self) -> None:

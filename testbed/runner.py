@@ -170,9 +170,9 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
         send_buffer = ovs_socket.send_buffer_bytes() if caps.ovs_datapath == "user" else None
         if send_buffer is not None and send_buffer < OVS_SOCKET_BUFFER:
             progress(f"{tag}: warning: ovs-vswitchd's shared send socket has a "
-                     f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB (it was "
-                     "created before this run): all switch queues together hold at most "
-                     "that; more is dropped unseen by the queues")
+                     f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB "
+                     f"({fabric.send_socket_problem}): all switch queues together hold at "
+                     "most that; more is dropped unseen by the queues")
 
         work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                duration_s=scenario.duration_s, seed=seed, stack=stack)

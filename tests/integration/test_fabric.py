@@ -141,3 +141,20 @@ def test_forwarding_survives_the_controller_dying(live):
                             spec.hosts[0].interfaces[0].leaf], capture_output=True,
                            text=True).stdout
     assert "n_packets" in flows and "nw_dst=" in flows
+
+
+def test_a_small_ovs_send_socket_is_enlarged_in_place(live):
+    """ovs-vswitchd's one send socket bounds what all switch queues hold together; one
+    created small before a run (208 KB) is raised to 8 MB in place."""
+    from testbed import ovs_socket
+    from testbed.fabric import OVS_SOCKET_BUFFER
+
+    assert ovs_socket.send_buffer_bytes() >= OVS_SOCKET_BUFFER  # bring-up made sure
+    pid, fd = ovs_socket.locate()
+    try:
+        assert ovs_socket.set_size(pid, fd, 212992) is None
+        assert ovs_socket.send_buffer_bytes() == 212992
+        assert ovs_socket.enlarge(OVS_SOCKET_BUFFER) is None
+        assert ovs_socket.send_buffer_bytes() >= OVS_SOCKET_BUFFER
+    finally:
+        ovs_socket.set_size(pid, fd, OVS_SOCKET_BUFFER)
