@@ -4,7 +4,8 @@
   goodput on the stride pattern (median over seeds); spray, random and the non-blocking
   reference are printed beside it.
 - ``ecn-tuning``: ECN on (the tuned variant) cuts agent-chain p99 by at least 30% against
-  ecn-off while training goodput stays within 10%.
+  ecn-off while training goodput stays within 10% (loses at most 10%: DCQCN that spares
+  the queues may raise it, which the target does not count against it).
 
 Each scenario runs as ``testbed run`` does (every variant once per seed, interleaved).
 Needs root; takes several minutes; not run in CI.  An existing results folder can be
@@ -80,7 +81,7 @@ def judge_ecn(summary: dict) -> bool:
         cut = 1 - p99 / p99_off if p99 is not None and p99_off else None
         change = _ratio(gp, gp_off)
         ok = (cut is not None and cut >= P99_CUT_TARGET and change is not None
-              and abs(change - 1) <= GOODPUT_TOLERANCE)
+              and change >= 1 - GOODPUT_TOLERANCE)
         seeds = " ".join(_show(s["agents"]["latency_ms"]["p99"]) for s in run.get("seeds", []))
         print(f"{name:20} chain p99 {_show(p99):>8} ms (seeds {seeds}), cut "
               f"{'-' if cut is None else f'{cut:.0%}'}; training {_show(gp)} Mb/s "
@@ -88,8 +89,8 @@ def judge_ecn(summary: dict) -> bool:
               + ("" if name == "ecn-off" else f"  {'PASS' if ok else 'MISS'}"))
         if name == "ecn-tuned":
             verdict = ok
-    print(f"ecn-tuned: p99 cut >= {P99_CUT_TARGET:.0%} with goodput within "
-          f"{GOODPUT_TOLERANCE:.0%}: {'PASS' if verdict else 'MISS'}")
+    print(f"ecn-tuned: p99 cut >= {P99_CUT_TARGET:.0%} with at most "
+          f"{GOODPUT_TOLERANCE:.0%} less goodput: {'PASS' if verdict else 'MISS'}")
     return verdict
 
 
