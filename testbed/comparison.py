@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from testbed.results import read_jsonl  # noqa: E402
+from testbed.plots import plt, save
+from testbed.results import read_jsonl
 
 
 def _fmt(v, digits: int = 1) -> str:
@@ -117,11 +113,7 @@ def plot_goodput(summary: dict, out: Path) -> Path | None:
     ax.set_ylabel("aggregate training goodput (Mb/s)")
     ax.set_title(f"{summary['scenario']}: median over seeds (bars), each seed (dots)")
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "goodput.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out / "goodput.png")
 
 
 def plot_dcqcn(summary: dict, out: Path) -> Path | None:
@@ -150,11 +142,7 @@ def plot_dcqcn(summary: dict, out: Path) -> Path | None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, ncol=4)
     axes[-1, 0].set_xlabel("time into the run (s)")
-    fig.tight_layout()
-    path = out / "dcqcn_rate.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out / "dcqcn_rate.png")
 
 
 def section(summary: dict, out: Path) -> list[str]:

@@ -5,14 +5,10 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from testbed import comparison, resilience_report, telemetry_report  # noqa: E402
-from testbed.results import read_jsonl  # noqa: E402
-from testbed.scenario import EXPERIMENTS  # noqa: E402
+from testbed import comparison, resilience_report, telemetry_report
+from testbed.plots import plt, save
+from testbed.results import read_jsonl
+from testbed.scenario import EXPERIMENTS
 
 
 def run_dir(run: dict, out: Path) -> Path:
@@ -77,11 +73,7 @@ def plot_chain_latency(summary: dict, out: Path) -> Path | None:
     ax.set_title(f"{summary['scenario']}: chain latency per variant")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    path = out / "chain_latency.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out / "chain_latency.png")
 
 
 def plot_training(summary: dict, out: Path) -> Path | None:
@@ -111,11 +103,7 @@ def plot_training(summary: dict, out: Path) -> Path | None:
     ax.set_title("training iterations (compute + ring all-reduce)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "training_iterations.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out / "training_iterations.png")
 
 
 def _findings(summary: dict) -> list[str]:

@@ -11,13 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from testbed import resilience  # noqa: E402
-from testbed.results import read_jsonl  # noqa: E402
+from testbed import resilience
+from testbed.plots import plt, save
+from testbed.results import read_jsonl
 
 DEFINITIONS = [
     "- **detect_ms**: from the fault to the first sign that a layer noticed it "
@@ -110,11 +106,7 @@ def plot_timeline(run: dict, out: Path) -> Path | None:
     ax.set_ylabel("chain latency (ms)")
     ax.set_title(f"{run['name']}: faults and repair")
     ax.legend(loc="upper left", fontsize=7)
-    fig.tight_layout()
-    path = out / f"timeline-{run['name']}.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, out / f"timeline-{run['name']}.png", dpi=100)
 
 
 def section(summary: dict, out: Path) -> list[str]:

@@ -106,10 +106,7 @@ def plot(samples: list[dict], path: Path, title: str) -> Path | None:
     """Mean utilisation and deepest queue per port role over time, one figure."""
     if not samples:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from testbed.plots import plt, save
 
     t0 = min(s["t"] for s in samples)
     fig, (ax_u, ax_q) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
@@ -129,10 +126,7 @@ def plot(samples: list[dict], path: Path, title: str) -> Path | None:
     ax_q.set_xlabel("time (s)")
     ax_u.legend(loc="upper right", fontsize=8)
     ax_u.set_title(f"{title}: link utilisation and egress queue depth per port role")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=100)
 
 
 def section(variant_dir: Path, title: str,

@@ -524,10 +524,7 @@ def _mean(values: list[float]) -> float | None:
 
 def plot(entries: list[dict], out: Path) -> Path:
     """``probe_loss.png``: probe loss over time per variant, faults marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from testbed.plots import plt, save
 
     fig, axes = plt.subplots(len(entries), 1, figsize=(10, 2.8 * len(entries)), squeeze=False,
                              sharex=True)
@@ -547,11 +544,7 @@ def plot(entries: list[dict], out: Path) -> Path:
         ax.set_ylabel("probe loss %")
         ax.set_ylim(-2, 102)
     axes[-1, 0].set_xlabel("seconds since probes started (100 ms bins, all region pairs)")
-    fig.tight_layout()
-    path = out / "probe_loss.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out / "probe_loss.png")
 
 
 def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
