@@ -168,13 +168,9 @@ class ResilientRouting(FabricRouting):
                 dp.send_msg(parser.OFPFlowMod(dp, priority=PRIORITY_HOST, match=match,
                                               instructions=inst))
 
-    def _send_bounces(self, dp, plan: FailoverPlan, sets=None) -> None:
-        """Spine fast-failover routes, ARP guards and leaf bounces; with ``sets``, only
-        the bounces over those ECMP sets (whose members changed)."""
+    def _send_bounces(self, dp, plan: FailoverPlan) -> None:
+        """Spine fast-failover routes, ARP guards and leaf bounces."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        if sets is not None:
-            self._send_bounce_rules(dp, plan, [b for b in plan.bounces if b.group in sets])
-            return
         for in_port, ip, group in plan.ff_routes:
             inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
                                                  [parser.OFPActionGroup(group)])]
@@ -220,7 +216,8 @@ class ResilientRouting(FabricRouting):
                 routes = [r for r in new.routes
                           if r not in old.routes or r.group in changed_sets]
                 self._send_routes(dp, new, routes)
-                self._send_bounces(dp, new, sets=changed_sets)
+                self._send_bounce_rules(dp, new, [b for b in new.bounces
+                                                  if b.group in changed_sets])
                 self.plans[dpid] = new
                 if changed_sets or routes:
                     dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))

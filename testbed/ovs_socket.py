@@ -58,18 +58,29 @@ def _ss() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def send_buffer_bytes() -> int | None:
-    """The shared send socket's buffer now, or None if it cannot be read (no ``ss``,
-    ovs-vswitchd has not sent yet)."""
+def _socket() -> tuple[int, int, int] | None:
+    """(pid, fd, send buffer) of ovs-vswitchd's shared send socket now, or None (no
+    ``ss``, or ovs-vswitchd has not sent yet)."""
     text = _ss()
-    return parse_ss(text) if text is not None else None
+    return _find(text) if text is not None else None
+
+
+def send_buffer_bytes() -> int | None:
+    """The shared send socket's buffer now, or None if it cannot be read."""
+    found = _socket()
+    return found[2] if found else None
+
+
+def locate() -> tuple[int, int] | None:
+    """(pid, fd) of ovs-vswitchd's shared send socket, or None."""
+    found = _socket()
+    return found[:2] if found else None
 
 
 def enlarge(size: int) -> str | None:
     """Raise the shared send socket's buffer to ``size`` bytes if it is smaller; None when
     it is that large now, else why not (the caller warns and records the size)."""
-    text = _ss()
-    found = _find(text) if text is not None else None
+    found = _socket()
     if found is None:
         return "ovs-vswitchd's send socket not found (no ss, or it has not sent yet)"
     pid, fd, now = found
@@ -104,10 +115,3 @@ def set_size(pid: int, fd: int, size: int) -> str | None:
     finally:
         os.close(pidfd)
     return None
-
-
-def locate() -> tuple[int, int] | None:
-    """(pid, fd) of ovs-vswitchd's shared send socket, or None."""
-    text = _ss()
-    found = _find(text) if text is not None else None
-    return found[:2] if found else None
