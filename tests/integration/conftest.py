@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,18 +29,33 @@ def leftovers(prefix: str) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory) -> Iterator:
-    """A 2-plane, 4-node fabric with 2 leaves and 2 spines per plane, controller running."""
+@contextmanager
+def small_fabric(tmp_path_factory, name: str, *, controller: dict | None = None,
+                 **topology: object) -> Iterator[tuple]:
+    """A real fabric: 2 planes of 4 nodes, 2 leaves and 2 spines per plane, 50 Mb/s
+    (``topology`` overrides), its controller running with ``controller`` (ECMP if None).
+    Yields (live fabric, its ExitStack), ``live.out`` its folder; checks for leftovers
+    after the teardown."""
     from testbed.capabilities import probe
     from testbed.runner import bring_up
     from topologies.leafspine import build_fabric
 
     run_id = new_run_id()
     prefix = run_prefix(run_id)
-    spec = build_fabric(prefix=prefix, planes=2, rails=1, nodes=4, leaves_per_plane=2,
-                        spines_per_plane=2, link_mbps=50)
-    out = tmp_path_factory.mktemp("fabric")
+    shape = {"planes": 2, "rails": 1, "nodes": 4, "leaves_per_plane": 2,
+             "spines_per_plane": 2, "link_mbps": 50, **topology}
+    spec = build_fabric(prefix=prefix, **shape)
+    out = tmp_path_factory.mktemp(name)
     with ExitStack() as stack:
-        yield bring_up(spec, probe(run_id), run_id=run_id, mode="ecmp", out=out, stack=stack)
+        live = bring_up(spec, probe(run_id), run_id=run_id,
+                        controller=controller or {"mode": "ecmp"}, out=out, stack=stack)
+        live.out = out
+        yield live, stack
     assert leftovers(prefix) == []
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory) -> Iterator:
+    """A 2-plane, 4-node fabric with 2 leaves and 2 spines per plane, controller running."""
+    with small_fabric(tmp_path_factory, "fabric") as (fabric, _):
+        yield fabric

@@ -22,6 +22,8 @@ from controllers.telemetry import port_table
 from testbed.procs import wait_for
 from testbed.results import read_jsonl
 
+from .conftest import small_fabric
+
 pytestmark = pytest.mark.ovs
 
 TOOLS = str(Path(__file__).with_name("udp_tools.py"))
@@ -38,25 +40,11 @@ CONTROLLER = {
 
 
 def _fabric(tmp_path_factory, controller: dict):
-    """A small fabric whose controller runs with ``controller``; ``.out`` is its folder."""
-    from testbed.capabilities import probe
-    from testbed.naming import new_run_id, run_prefix
-    from testbed.runner import bring_up
-    from topologies.leafspine import build_fabric
-
-    from .conftest import leftovers
-
-    run_id = new_run_id()
-    prefix = run_prefix(run_id)
-    spec = build_fabric(prefix=prefix, planes=1, rails=1, nodes=4, leaves_per_plane=2,
-                        spines_per_plane=2, link_mbps=20)
-    out = tmp_path_factory.mktemp(controller["mode"])
-    with ExitStack() as stack:
-        live = bring_up(spec, probe(run_id), run_id=run_id, controller=controller, out=out,
-                        stack=stack)
-        live.out = out
+    """A 1-plane, 20 Mb/s fabric whose controller runs with ``controller``; ``.out`` is
+    its folder."""
+    with small_fabric(tmp_path_factory, controller["mode"], controller=controller,
+                      planes=1, link_mbps=20) as (live, _):
         yield live
-    assert leftovers(prefix) == []
 
 
 @pytest.fixture(scope="module")

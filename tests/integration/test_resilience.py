@@ -26,11 +26,10 @@ import pytest
 
 from testbed.fabric_faults import FabricFaults
 from testbed.faults import Fault, Schedule
-from testbed.naming import new_run_id, run_prefix
 from testbed.procs import Helper, wait_for
 from testbed.results import read_jsonl
 
-from .conftest import leftovers
+from .conftest import small_fabric
 
 pytestmark = pytest.mark.ovs
 
@@ -42,19 +41,8 @@ FLOWS, PACKETS = 16, 10
 @pytest.fixture(scope="module")
 def fab(tmp_path_factory) -> Iterator[tuple]:
     """(live fabric, its ExitStack, its fault actions, out dir); leftovers checked after."""
-    from testbed.capabilities import probe
-    from testbed.runner import bring_up
-    from topologies.leafspine import build_fabric
-
-    run_id = new_run_id()
-    prefix = run_prefix(run_id)
-    spec = build_fabric(prefix=prefix, planes=2, rails=1, nodes=4, leaves_per_plane=2,
-                        spines_per_plane=2, link_mbps=50)
-    out = tmp_path_factory.mktemp("resilience")
-    with ExitStack() as stack:
-        live = bring_up(spec, probe(run_id), run_id=run_id, mode="ecmp", out=out, stack=stack)
-        yield live, stack, FabricFaults(live, stack), out
-    assert leftovers(prefix) == []
+    with small_fabric(tmp_path_factory, "resilience") as (live, stack):
+        yield live, stack, FabricFaults(live, stack), live.out
 
 
 def restart_controller(live, stack: ExitStack, *flags: str) -> float:
@@ -150,22 +138,20 @@ def test_controller_recomputes_paths_on_port_status(fab):
 def test_fast_failover_repairs_locally_with_controller_dead(fab):
     live, stack, faults, _ = fab
     act = faults.actions()
+
+    def cut_with_controller_dead(*flags: str):
+        restart_controller(live, stack, *flags)
+        act["controller_kill"]("controller")
+        act["link_down"](CUT)
+        try:
+            return flows_delivered(live, 2, 0)
+        finally:
+            act["link_up"](CUT)
+
     # control: the plain routing app, controller dead, link cut: flows are lost
-    restart_controller(live, stack)
-    act["controller_kill"]("controller")
-    act["link_down"](CUT)
-    try:
-        control = flows_delivered(live, 2, 0)
-    finally:
-        act["link_up"](CUT)
+    control = cut_with_controller_dead()
     assert not all_flows_through(control), "the cut did not hurt: this test proves nothing"
-    restart_controller(live, stack, "--fast-failover")
-    act["controller_kill"]("controller")
-    act["link_down"](CUT)
-    try:
-        got = flows_delivered(live, 2, 0)
-    finally:
-        act["link_up"](CUT)
+    got = cut_with_controller_dead("--fast-failover")
     assert all_flows_through(got), got
 
 
