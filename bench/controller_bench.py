@@ -26,11 +26,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+from testbed.bringup import bring_up
 from testbed.capabilities import probe
 from testbed.naming import new_run_id, run_prefix
 from testbed.procs import wait_for
 from testbed.results import read_jsonl
-from testbed.runner import bring_up
 from topologies.leafspine import build_fabric
 
 TOOLS = str(Path(__file__).resolve().parents[1] / "tests" / "integration" / "udp_tools.py")

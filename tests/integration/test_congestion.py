@@ -49,7 +49,7 @@ def _fabric(tmp_path_factory, controller: dict):
 
 @pytest.fixture(scope="module")
 def congestion_live(tmp_path_factory):
-    from testbed.runner import free_port
+    from testbed.bringup import free_port
 
     yield from _fabric(tmp_path_factory, {**CONTROLLER, "prometheus_port": free_port()})
 

@@ -188,9 +188,9 @@ def test_config_defaults_and_auto_ecn():
 
 
 def test_switch_ecn_without_red_is_refused_before_anything_starts(spec):
+    from testbed.bringup import controller_config
     from testbed.capabilities import Capabilities
     from testbed.errors import BringUpError
-    from testbed.runner import controller_config
 
     caps = Capabilities(kernel="x", ovs_kernel_datapath=False, netem=False, htb=True,
                         red=False, fq_codel=False, macsec=False, nftables=True)

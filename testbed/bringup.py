@@ -1,0 +1,138 @@
+"""A fabric with its controller, brought up and checked: the one place that starts both.
+
+Every undo step goes on the caller's ExitStack right after the resource exists.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from controllers.config import ControllerConfig, ecn_backend
+from testbed import phantom
+from testbed.capabilities import Capabilities
+from testbed.errors import BringUpError
+from testbed.fabric import Fabric, FabricTimes
+from testbed.naming import claim
+from testbed.procs import Helper, wait_for
+from testbed.results import read_jsonl, write_json
+from topologies.spec import FabricSpec
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _events(path: Path, event: str) -> list[dict]:
+    return [e for e in read_jsonl(path) if e.get("event") == event]
+
+
+@dataclass
+class LiveFabric:
+    """A fabric with its controller, up and checked; torn down by the stack it was given."""
+
+    fabric: Fabric
+    controller: Helper
+    status: Path
+    pid_dir: Path
+    times: FabricTimes
+    #: nftables table of the phantom-queue marker (ECN backend ``phantom``), else None
+    phantom_table: str | None = None
+
+    @property
+    def spec(self) -> FabricSpec:
+        return self.fabric.spec
+
+
+def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) -> dict:
+    """The controller section as the controller reads it: plus the link rate and who marks
+    CE (``ecn.mode: auto`` resolved from the host's RED); BringUpError if impossible."""
+    config = {**controller, "link_mbps": spec.link_mbps}
+    ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
+    if ecn_mode == "switch" and not caps.red:
+        raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "
+                           "(use 'auto' or 'controller')")
+    if ecn_mode == "phantom" and not caps.nftables:
+        raise BringUpError("controller.ecn.mode: 'phantom' needs nftables (the nft command "
+                           "and nf_tables in the kernel)")
+    config["ecn_backend"] = ecn_backend(ecn_mode, red=caps.red)
+    return config
+
+
+def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
+             stack: ExitStack, mode: str | None = None,
+             controller: dict | None = None, telemetry: bool = True,
+             controller_args: Sequence[str] = ()) -> LiveFabric:
+    """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
+
+    ``controller`` is the variant's resolved controller section (``mode`` alone is the
+    older form). Returns once the controller has installed the paths on every switch and
+    the first and last host reach each other on every plane.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    spec_file = out / "spec.json"
+    spec.to_json(spec_file)
+    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps)
+    config_file = out / "controller.json"
+    write_json(config_file, config)
+    pids = claim(run_id)
+    stack.callback(shutil.rmtree, pids, ignore_errors=True)
+
+    port = free_port()
+    status = out / "controller-events.jsonl"
+    controller_proc = Helper(
+        "controller",
+        [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
+         "--status", str(status), "--config", str(config_file),
+         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else []),
+         *controller_args],
+        pid_dir=pids, log=out / "controller.log",
+    )
+    stack.callback(controller_proc.stop)
+    if not wait_for(lambda: _events(status, "started"), 30):
+        raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
+
+    red = None
+    if config["ecn_backend"] == "switch":  # the class that marks earliest sets the queue
+        classes = ControllerConfig.from_dict(config).ecn.classes.values()
+        red = asdict(min(classes, key=lambda c: c.min_kb))
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red)
+    stack.callback(fabric.stop)
+    n = len(spec.switches)
+
+    def await_paths() -> None:
+        installed = lambda: {e["dpid"] for e in _events(status, "installed")}  # noqa: E731
+        if not wait_for(lambda: len(installed()) >= n, 30):
+            raise BringUpError(
+                f"controller installed paths on {len(installed())} of {n} switches in 30 s")
+
+    times = fabric.start(await_paths)
+    table = None
+    if config["ecn_backend"] == "phantom":  # per-packet marking in the ports' egress path
+        ecn = ControllerConfig.from_dict(config).ecn
+        table = phantom.install(spec, ecn.classes, ecn.drain, stack)
+    return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
+                      times=times, phantom_table=table)
+
+
+def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> dict:
+    """Egress bytes and drops summed by port role, plus the port that dropped most."""
+    out: dict = {role: {"ports": 0, "bytes": 0, "drops": 0} for role in sorted(set(roles.values()))}
+    for ifname, counters in stats.items():
+        agg = out[roles[ifname]]
+        agg["ports"] += 1
+        agg["bytes"] += counters["bytes"]
+        agg["drops"] += counters["drops"]
+    worst = max(stats.items(), key=lambda kv: kv[1]["drops"], default=None)
+    out["most_drops"] = ({"port": worst[0], "role": roles[worst[0]], **worst[1]}
+                         if worst and worst[1]["drops"] else None)
+    return out
+
+
