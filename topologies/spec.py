@@ -10,16 +10,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from topologies.params import ParamError
+
 IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
 
 
-class TopologyError(ValueError):
+class TopologyError(ParamError):
     """A topology parameter is impossible; ``field`` names it."""
-
-    def __init__(self, field_name: str, reason: str):
-        super().__init__(f"{field_name}: {reason}")
-        self.field = field_name
-        self.reason = reason
 
 
 @dataclass(frozen=True)
