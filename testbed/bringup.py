@@ -69,7 +69,7 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) ->
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
-             controller_args: Sequence[str] = ()) -> LiveFabric:
+             controller_args: Sequence[str] = (), seed: int = 1) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the

@@ -1,4 +1,4 @@
-"""``testbed`` command line: run, validate, doctor, calc, clean.
+"""``testbed`` command line: run, validate, schema, doctor, calc, clean.
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
 that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from testbed.errors import ConfigError, Interrupted, TestbedError
-from topologies.spec import TopologyError
+from topologies.params import ParamError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,11 +35,18 @@ def cmd_validate(args) -> int:
     from testbed import scenario
 
     sc = scenario.load(scenario_path(args.file))
-    if sc.kind != "fabric":
-        print(f"{sc.name}: valid, {sc.kind} experiment")
+    print(f"{sc.name}: valid, {sc.experiment.describe()}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from testbed.schema import scenario_schema
+
+    text = json.dumps(scenario_schema(), indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
     else:
-        print(f"{sc.name}: valid, {len(sc.variants)} variants "
-              f"({', '.join(v.name for v in sc.variants)})")
+        print(text)
     return 0
 
 
@@ -128,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(func=cmd_validate)
 
+    p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
+    p.add_argument("-o", "--out", help="write it to this file instead")
+    p.set_defaults(func=cmd_schema)
+
     p = sub.add_parser("doctor", help="kernel features, versions and chosen backends")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
@@ -154,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, TopologyError) as exc:
+    except (ConfigError, ParamError) as exc:
         print(f"testbed: error: {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Interrupted):

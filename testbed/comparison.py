@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.layout import run_dir
 from testbed.plots import plt, save
 from testbed.results import read_jsonl
 
@@ -120,7 +121,7 @@ def plot_dcqcn(summary: dict, out: Path) -> Path | None:
     """Each rank's DCQCN rate over time (channel 0), one panel per variant that ran it."""
     panels = []
     for run in summary["runs"]:
-        folder = out / run.get("dir", f"variants/{run['name']}")
+        folder = run_dir(run, out)
         traces = {}
         for path in sorted(folder.glob("training-rank*.jsonl")):
             points = [p for rec in read_jsonl(path) for p in rec.get("rate_trace", [])]

@@ -30,6 +30,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 from testbed import ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
+from testbed.hosts import MininetHost
 from testbed.naming import OVS_EXTERNAL_ID
 from testbed.procs import Helper
 from topologies.spec import FabricSpec, HostInterface
@@ -308,26 +309,24 @@ class Fabric:
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 
+    def host(self, name: str) -> MininetHost:
+        """The host ``name`` as something that runs commands in its namespace."""
+        return MininetHost(name, self.host_pid(name))
+
     def run(self, host: str, argv: Sequence[str],
             timeout: float = 30.0) -> subprocess.CompletedProcess:
         """Run a short command inside a host's namespace and wait for it."""
-        return subprocess.run(
-            ["mnexec", "-a", str(self.host_pid(host)), *argv],
-            capture_output=True, text=True, timeout=timeout,
-        )
+        return self.host(host).run(argv, timeout=timeout)
 
     def spawn(self, host: str, name: str, argv: Sequence[str], *, pid_dir: Path,
               log: Path | None = None, env: dict[str, str] | None = None,
               stdout_pipe: bool = False, stdout_file: Path | None = None) -> Helper:
         """Start a long-running helper inside a host's namespace, in its own group."""
-        return Helper(name, ["mnexec", "-a", str(self.host_pid(host)), *argv],
-                      pid_dir=pid_dir, log=log, env=env, stdout_pipe=stdout_pipe,
-                      stdout_file=stdout_file)
+        return self.host(host).spawn(name, argv, pid_dir=pid_dir, log=log, env=env,
+                                     stdout_pipe=stdout_pipe, stdout_file=stdout_file)
 
     def ping(self, host: str, ip: str, count: int = 1, wait_s: float = 1.0) -> bool:
-        done = self.run(host, ["ping", "-n", "-q", "-c", str(count), "-W", f"{wait_s:g}", ip],
-                        timeout=count * wait_s + 5)
-        return done.returncode == 0
+        return self.host(host).ping(ip, count=count, wait_s=wait_s)
 
     def port_roles(self) -> dict[str, str]:
         """Each switch port's role: ``leaf_uplink``, ``spine_downlink`` or ``leaf_downlink``."""

@@ -17,9 +17,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import resilience
+from testbed import layout, resilience
 from testbed.fabric_faults import FabricFaults
 from testbed.faults import Schedule
+from testbed.layout import run_dirs
 from testbed.procs import Helper
 from testbed.results import read_jsonl
 from traffic.probe import PORT as PROBE_PORT
@@ -79,7 +80,7 @@ class FaultRun:
         for p in self.probes:
             p.stop()
         records = [r.to_dict() for r in self.schedule.records]
-        (self.out / "faults.json").write_text(json.dumps(
+        (self.out / layout.FAULTS).write_text(json.dumps(
             {"t0": self.t0, "end": end, "records": records}, indent=1))
 
     def entries(self) -> list[dict]:
@@ -122,13 +123,13 @@ def start(live, faults, *, out: Path, t0: float, duration_s: float,
 
 def entries_from_files(vdir: Path) -> list[dict]:
     """A variant's ``faults`` entries computed again from what its run wrote in ``vdir``."""
-    meta = json.loads((vdir / "faults.json").read_text())
-    iterations = [rec for f in sorted(vdir.glob("training-rank*.jsonl")) for rec in read_jsonl(f)]
-    probes = [rec for f in sorted(vdir.glob("probe-*.jsonl")) for rec in read_jsonl(f)]
+    meta = json.loads((vdir / layout.FAULTS).read_text())
+    iterations = [rec for f in sorted(vdir.glob(layout.RANK_GLOB)) for rec in read_jsonl(f)]
+    probes = [rec for f in sorted(vdir.glob(layout.PROBE_GLOB)) for rec in read_jsonl(f)]
     return resilience.fault_entries(
-        meta["records"], end=meta["end"], chains=list(read_jsonl(vdir / "chains.jsonl")),
-        hops=list(read_jsonl(vdir / "hops.jsonl")),
-        events=list(read_jsonl(vdir / "controller-events.jsonl")),
+        meta["records"], end=meta["end"], chains=list(read_jsonl(vdir / layout.CHAINS)),
+        hops=list(read_jsonl(vdir / layout.HOPS)),
+        events=list(read_jsonl(vdir / layout.CONTROLLER_EVENTS)),
         streams=resilience.probe_streams(probes), iterations=iterations)
 
 
@@ -138,14 +139,20 @@ def reanalyze(out: Path) -> dict:
     from testbed import report
     from testbed.results import write_json
 
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / layout.SUMMARY).read_text())
+    faults = []
     for run in summary["runs"]:
-        vdir = out / "variants" / run["name"]
-        if (vdir / "faults.json").exists():
-            run["faults"] = entries_from_files(vdir)
-    summary["faults"] = [{"variant": r["name"], **f} for r in summary["runs"]
-                         for f in r.get("faults", [])]
-    write_json(out / "summary.json", summary)
+        entries = run.get("seeds") or [run]
+        for entry, vdir in zip(entries, run_dirs(run, out), strict=True):
+            if (vdir / layout.FAULTS).exists():
+                entry["faults"] = entries_from_files(vdir)
+                faults += [{"variant": run["name"],
+                            **({"seed": entry["seed"]} if "seed" in entry else {}), **f}
+                           for f in entry["faults"]]
+        if entries[0].get("faults") is not None:
+            run["faults"] = entries[0]["faults"]
+    summary["faults"] = faults
+    write_json(out / layout.SUMMARY, summary)
     report.write(summary, out)
     return summary
 

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
-from testbed import comparison, resilience_report, telemetry_report
+from testbed import experiments, layout, resilience_report
+from testbed.layout import run_dir
 from testbed.plots import plt, save
 from testbed.results import read_jsonl
-from testbed.scenario import EXPERIMENTS
-
-
-def run_dir(run: dict, out: Path) -> Path:
-    """Folder of a run's records (with several seeds: the first seed's)."""
-    return out / run.get("dir", f"variants/{run['name']}")
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -22,11 +16,9 @@ def _fmt(value, digits: int = 1) -> str:
 
 def table(summary: dict) -> str:
     """Side-by-side results of every variant, as plain text for the terminal."""
-    kind = summary.get("kind", "fabric")
-    if kind != "fabric":
-        module = importlib.import_module(EXPERIMENTS[kind])
-        if hasattr(module, "table"):
-            return module.table(summary[kind])
+    own = experiments.get(summary.get("kind", experiments.DEFAULT_KIND)).table(summary)
+    if own is not None:
+        return own
     head = ("variant", "chains ok/all", "p50 ms", "p99 ms", "train Mb/s", "iter p50 ms",
             "fabric up s")
     rows = [head]
@@ -53,7 +45,7 @@ def plot_chain_latency(summary: dict, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     drawn = False
     for run in summary["runs"]:
-        path = run_dir(run, out) / "chains.jsonl"
+        path = run_dir(run, out) / layout.CHAINS
         values = sorted(c["latency_ms"] for c in read_jsonl(path) if c.get("ok"))
         if not values:
             continue
@@ -83,7 +75,7 @@ def plot_training(summary: dict, out: Path) -> Path | None:
     for run in summary["runs"]:
         folder = run_dir(run, out)
         by_iter: dict[int, list[dict]] = {}
-        for path in sorted(folder.glob("training-rank*.jsonl")):
+        for path in sorted(folder.glob(layout.RANK_GLOB)):
             for rec in read_jsonl(path):
                 by_iter.setdefault(rec["iteration"], []).append(rec)
         if not by_iter:
@@ -130,49 +122,6 @@ def _findings(summary: dict) -> list[str]:
     return lines
 
 
-def _queue_lines(summary: dict) -> list[str]:
-    """Where the switches dropped packets, per variant: the evidence for the 'why'."""
-    lines = []
-    for run in summary["runs"]:
-        queues = run["fabric"].get("queues")
-        if not queues:
-            continue
-        parts = [f"{role.replace('_', ' ')} ports {q['drops']:,} "
-                 f"({q['bytes'] / 1e6:,.1f} MB sent)"
-                 for role, q in queues.items() if role != "most_drops"]
-        worst = queues.get("most_drops")
-        tail = f"; most at {worst['port']} ({worst['drops']:,})" if worst else ""
-        lines.append(f"- **{run['name']}**: dropped at {', '.join(parts)}{tail}.")
-    return lines
-
-
-def ecn_lines(summary: dict) -> list[str]:
-    """CE marks of the phantom-queue marker per variant: per class and where they fell."""
-    lines = []
-    for run in summary["runs"]:
-        ecn = run.get("ecn")
-        if not ecn or ecn.get("backend") != "phantom":
-            continue
-        marked = ecn["marked"]
-        roles = ", ".join(f"{role.replace('_', ' ')} {sum(m.values()):,}"
-                          for role, m in ecn.get("by_role", {}).items() if sum(m.values()))
-        seeds = " (median over seeds)" if len(run.get("seeds", [])) > 1 else ""
-        lines.append(f"- **{run['name']}**: phantom queues draining at {ecn['drain']:g} x the "
-                     f"link rate marked CE on {marked['collective']:,} collective and "
-                     f"{marked['agents']:,} agent packets{seeds}"
-                     + (f"; by port role: {roles}." if roles else "."))
-    return lines
-
-
-def telemetry_lines(summary: dict, out: Path) -> list[str]:
-    """One telemetry section per variant that recorded port samples."""
-    parts = [telemetry_report.section(out / run.get("dir", f"variants/{run['name']}"),
-                                      run["name"], root=out)[0]
-             for run in summary["runs"] if run.get("telemetry", {}).get("samples")]
-    parts = [p for p in parts if p]
-    return ["## Switch telemetry", "", *parts] if parts else []
-
-
 def write(summary: dict, out: Path) -> Path:
     """Plots plus report.md in ``out``; returns the report's path."""
     chain_png = plot_chain_latency(summary, out)
@@ -196,43 +145,21 @@ def write(summary: dict, out: Path) -> Path:
         "hops' latencies (each hop is a fresh TCP connection, request and reply).",
         "",
     ]
-    kind = summary.get("kind", "fabric")
-    if kind != "fabric":
-        module = importlib.import_module(EXPERIMENTS[kind])
-        lines += [*module.report_section(summary[kind], out), ""]
-    if kind == "fabric":  # seeds, medians, ratios, goodput and DCQCN rate plots
-        lines += comparison.section(summary, out)
+    kind = experiments.get(summary.get("kind", experiments.DEFAULT_KIND))
+    lines += kind.report_section(summary, out)
     lines += resilience_report.section(summary, out)
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]
-    queue_lines = _queue_lines(summary)
-    if queue_lines:
-        lines += ["## Where the switches dropped packets", "",
-                  "Egress drops per port role (switch buffers are "
-                  f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port):", "",
-                  *queue_lines, ""]
-        send = [run["fabric"].get("ovs_send_buffer_bytes") for run in summary["runs"]]
-        small = [b for b in send if b is not None and b < 4 * 1024 * 1024]
-        if small:
-            lines += [f"Measured with ovs-vswitchd's shared send socket at {min(small) // 1024} "
-                      "KB: all switch queues together held at most that, and frames beyond it "
-                      "were dropped by ovs-vswitchd (EAGAIN, in its log), not by a queue.", ""]
-    marks = ecn_lines(summary)
-    if marks:
-        lines += ["## ECN marks in the switches", "",
-                  "Per-packet marking by phantom queues in the switch ports' egress path "
-                  "(nftables): a token bucket per port and threshold, draining slower than "
-                  "the link, marks ECN-capable packets before the real queue builds.", "",
-                  *marks, ""]
     if chain_png:
         lines += [f"![chain latency]({chain_png.name})", ""]
     if train_png:
         lines += [f"![training iterations]({train_png.name})", ""]
-    lines += telemetry_lines(summary, out)
     lines += ["## Host capabilities in force", ""]
     lines += [f"- {k}: {v}" for k, v in caps["backends"].items()]
-    lines += ["", "Per-chain, per-hop and per-iteration records are in `variants/NAME/`."]
-    path = out / "report.md"
+    lines += ["", f"Per-chain, per-hop and per-iteration records are in "
+                  f"`{layout.VARIANTS}/NAME/` (`{layout.VARIANTS}/NAME/seedN/` with several "
+                  "seeds)."]
+    path = out / layout.REPORT
     path.write_text("\n".join(lines) + "\n")
     return path

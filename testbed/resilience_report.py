@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from testbed import resilience
+from testbed import layout, resilience
+from testbed.layout import run_dirs
 from testbed.plots import plt, save
 from testbed.results import read_jsonl
 
@@ -58,15 +59,15 @@ def fault_table(summary: dict) -> list[str]:
     return rows
 
 
-def plot_timeline(run: dict, out: Path) -> Path | None:
-    """One variant's fault timeline (see the module doc)."""
-    vdir = out / "variants" / run["name"]
-    meta = vdir / "faults.json"
+def plot_timeline(run: dict, out: Path, vdir: Path, title: str) -> Path | None:
+    """The fault timeline of one variant and seed (see the module doc), whose records
+    are in ``vdir``; ``run`` is that seed's entry."""
+    meta = vdir / layout.FAULTS
     if not meta.exists():
         return None
     times = json.loads(meta.read_text())
     t0, end = times["t0"], times["end"] - resilience.LATE_S
-    chains = list(read_jsonl(vdir / "chains.jsonl"))
+    chains = list(read_jsonl(vdir / layout.CHAINS))
     fig, ax = plt.subplots(figsize=(9, 4))
     ok = [c for c in chains if c["ok"]]
     ax.scatter([c["end"] - t0 for c in ok], [c["latency_ms"] for c in ok], s=4,
@@ -77,7 +78,7 @@ def plot_timeline(run: dict, out: Path) -> Path | None:
         ax.scatter([c["end"] - t0 for c in bad], [top] * len(bad), marker="x", color="red",
                    label=f"failed chain ({len(bad)})")
     streams = resilience.probe_streams(
-        rec for f in sorted(vdir.glob("probe-*.jsonl")) for rec in read_jsonl(f))
+        rec for f in sorted(vdir.glob(layout.PROBE_GLOB)) for rec in read_jsonl(f))
     # probes sent before traffic started (ARP warm-up) or too late to be received: not shown
     lost = [s.send_time(q) - t0 for s in streams.values()
             for q in s.seqs_between(t0, end) if q not in s.received]
@@ -92,7 +93,7 @@ def plot_timeline(run: dict, out: Path) -> Path | None:
             ax.axvspan(start, start + f["repair_ms"] / 1000, color="orange", alpha=0.3)
         if f["detect_ms"] is not None:
             ax.axvline(start + f["detect_ms"] / 1000, color="green", lw=0.8, ls="--")
-    ranks = sorted(vdir.glob("training-rank*.jsonl"))
+    ranks = sorted(vdir.glob(layout.RANK_GLOB))
     if ranks:
         it = list(read_jsonl(ranks[0]))
         ax2 = ax.twinx()
@@ -104,9 +105,9 @@ def plot_timeline(run: dict, out: Path) -> Path | None:
     ax.set_xlabel("seconds since traffic started (red: fault, green dashed: detected, "
                   "orange: until repaired)")
     ax.set_ylabel("chain latency (ms)")
-    ax.set_title(f"{run['name']}: faults and repair")
+    ax.set_title(f"{title}: faults and repair")
     ax.legend(loc="upper left", fontsize=7)
-    return save(fig, out / f"timeline-{run['name']}.png", dpi=100)
+    return save(fig, out / f"timeline-{title.replace(' ', '-')}.png", dpi=100)
 
 
 def section(summary: dict, out: Path) -> list[str]:
@@ -114,8 +115,11 @@ def section(summary: dict, out: Path) -> list[str]:
     if not summary.get("faults"):
         return []
     lines = ["## Faults and repair", "", *fault_table(summary), "", *DEFINITIONS, ""]
-    for run in summary["runs"]:
-        png = plot_timeline(run, out)
-        if png:
-            lines += [f"![{run['name']} timeline]({png.name})", ""]
+    for run in summary["runs"]:  # one timeline per variant and seed
+        entries = run.get("seeds") or [run]
+        for entry, vdir in zip(entries, run_dirs(run, out), strict=True):
+            title = run["name"] + (f" seed{entry['seed']}" if len(entries) > 1 else "")
+            png = plot_timeline(entry, out, vdir, title)
+            if png:
+                lines += [f"![{title} timeline]({png.name})", ""]
     return lines

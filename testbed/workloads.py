@@ -1,29 +1,31 @@
-"""Start the generators of one variant inside the fabric's host namespaces.
+"""Start the generators of one fabric variant inside the fabric's host namespaces.
 
-Agent services and the chain driver use rail 0 of every plane (a chain picks its plane
-from its id); the training ring uses rail 0 of every plane as its channels, so a
-collective is spread over all planes the way a multi-plane NIC spreads it.
+Agent services and the chain driver (:mod:`testbed.chains`, the one launcher every kind
+uses) take rail 0 of every plane (a chain picks its plane from its id); the training
+ring uses rail 0 of every plane as its channels, so a collective is spread over all
+planes the way a multi-plane NIC spreads it.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from testbed import chains, layout
+from testbed.chains import SERVICE_PORT, SERVICES, TRAFFIC, Service
 from testbed.errors import BringUpError
 from testbed.fabric import Fabric
 from testbed.procs import Helper, wait_for
-from testbed.scenario import SERVICES, Variant
 from topologies.spec import FabricSpec
 from traffic.agent_plan import default_plan
 from traffic.patterns import destinations
 
-SERVICE_PORT = 7000
-TRAFFIC = [sys.executable, "-m", "traffic"]
+__all__ = ["SERVICE_PORT", "TRAFFIC", "Workload", "agent_plan", "enable_tcp_ecn", "start",
+           "training_config", "wait_done"]
 
 
 @dataclass
@@ -37,14 +39,14 @@ class Workload:
 
     @property
     def chains_file(self) -> Path:
-        return self.out / "chains.jsonl"
+        return self.out / layout.CHAINS
 
     @property
     def hops_file(self) -> Path:
-        return self.out / "hops.jsonl"
+        return self.out / layout.HOPS
 
     def rank_file(self, rank: int) -> Path:
-        return self.out / f"training-rank{rank}.jsonl"
+        return self.out / layout.rank_file(rank)
 
 
 def agent_plan(spec: FabricSpec, services: dict[str, int]) -> dict:
@@ -92,7 +94,7 @@ def multipath_args(spec: FabricSpec, agents: dict) -> list[str]:
     return ["--multipath", ifaces, "--attempt-ms", f"{agents['attempt_ms']:g}"]
 
 
-def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duration_s: float,
+def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s: float,
           seed: int, stack: ExitStack) -> Workload:
     """Start services, training ranks and the chain driver; each stop registered on ``stack``."""
     spec = fabric.spec
@@ -102,24 +104,16 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
     if agents["enabled"] and agents.get("ecn"):
         enable_tcp_ecn(fabric, [h.name for h in spec.hosts])
     if agents["enabled"]:
-        for i, svc in enumerate(SERVICES):
+        services = {}
+        for svc in SERVICES:
             host = spec.hosts[agents["services"][svc]]
-            listen = []
-            for p in range(spec.planes):
-                listen += ["--listen", f"{host.interface(p, 0).ip}:{SERVICE_PORT + i}"]
-            proc = fabric.spawn(
-                host.name, f"svc-{svc}",
-                [*TRAFFIC, "agent-service", "--role", svc, *listen,
-                 "--stats", str(out / f"service-{svc}.json")],
-                pid_dir=pid_dir, log=out / f"service-{svc}.log", stdout_pipe=True,
-            )
-            stack.callback(proc.stop)
-            _wait_ready(proc, svc)
-        (out / "agent-plan.json").write_text(json.dumps(agent_plan(spec, agents["services"])))
+            services[svc] = Service(fabric.host(host.name), [
+                host.interface(p, 0).ip for p in range(spec.planes)])
+        chains.start_services(services, out=out, pid_dir=pid_dir, stack=stack)
 
     start_at = work.start_at = time.time() + 3.0  # ranks import Scapy, build templates
     if training["enabled"]:
-        config = out / "training.json"
+        config = out / layout.TRAINING_CONFIG
         config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
         work.ranks = []
         for rank, node in enumerate(training["ranks"]):
@@ -135,29 +129,11 @@ def start(fabric: Fabric, variant: Variant, *, out: Path, pid_dir: Path, duratio
 
     if agents["enabled"]:
         wait_for(lambda: time.time() >= start_at, 5.0, interval=0.01)
-        work.driver = fabric.spawn(
-            spec.hosts[agents["driver"]].name, "driver",
-            [*TRAFFIC, "agent-driver", "--plan", str(out / "agent-plan.json"),
-             "--hops-out", str(work.hops_file), "--chains-out", str(work.chains_file),
-             "--duration", f"{duration_s:g}", "--concurrency", str(agents["concurrency"]),
-             "--timeout-ms", f"{agents['timeout_ms']:g}", "--seed", str(seed),
-             *multipath_args(spec, agents)],
-            pid_dir=pid_dir, log=out / "driver.log", stdout_file=out / "driver-summary.json",
-        )
-        stack.callback(work.driver.stop)
+        work.driver = chains.start_driver(
+            fabric.host(spec.hosts[agents["driver"]].name), out=out, pid_dir=pid_dir,
+            duration_s=duration_s, seed=seed, concurrency=agents["concurrency"],
+            timeout_ms=agents["timeout_ms"], stack=stack, extra=multipath_args(spec, agents))
     return work
-
-
-def _wait_ready(proc: Helper, name: str, timeout: float = 15.0) -> None:
-    """Block until a service prints ``ready`` (all listeners bound)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.proc.stdout.readline() if proc.alive() else b""
-        if line.strip() == b"ready":
-            return
-        if not line and not proc.alive():
-            break
-    raise BringUpError(f"agent service {name} did not become ready (see service-{name}.log)")
 
 
 def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
@@ -166,21 +142,13 @@ def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
     grace = duration_s + 20
     procs = ([work.driver] if work.driver else []) + (work.ranks or [])
     while any(p.alive() for p in procs) and time.monotonic() - t0 < grace:
-        progress(time.monotonic() - t0, _count_lines(work.chains_file))
+        progress(time.monotonic() - t0, chains.count_lines(work.chains_file))
         wait_for(lambda: not any(p.alive() for p in procs), 2.0, interval=0.1)
     for p in procs:
         if p.alive():
             p.stop()
-    summary = work.out / "driver-summary.json"
+    summary = work.out / layout.DRIVER_SUMMARY
     if work.driver is None or not summary.exists():
         return None
     lines = [ln for ln in summary.read_text().splitlines() if ln.startswith("{")]
     return json.loads(lines[-1]) if lines else None
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0

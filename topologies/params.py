@@ -63,6 +63,8 @@ def join(where: str, loc: tuple[Any, ...] | list[Any]) -> str:
     """
     out = where
     for part in loc:
+        if part == "[key]":  # pydantic's marker for a bad mapping key: the key names it
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -78,6 +80,10 @@ _TYPE_WORDS = {
 }
 
 
+def _num(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def reason(error: dict) -> str:
     """Our wording of one pydantic error (without the field): what it must be, and what
     it got."""
@@ -85,13 +91,13 @@ def reason(error: dict) -> str:
     if kind in _TYPE_WORDS:
         text = f"must be {_TYPE_WORDS[kind]}"
     elif kind == "greater_than":
-        text = f"must be greater than {ctx['gt']}"
+        text = f"must be greater than {_num(ctx['gt'])}"
     elif kind == "greater_than_equal":
-        text = f"must be {ctx['ge']} or more"
+        text = f"must be {_num(ctx['ge'])} or more"
     elif kind == "less_than":
-        text = f"must be less than {ctx['lt']}"
+        text = f"must be less than {_num(ctx['lt'])}"
     elif kind == "less_than_equal":
-        text = f"must be {ctx['le']} or less"
+        text = f"must be {_num(ctx['le'])} or less"
     elif kind == "literal_error":
         text = f"must be one of {ctx['expected']}"
     elif kind == "enum":
@@ -128,10 +134,31 @@ def _known(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(current, "model_fields", {}))
 
 
-def first_error(model: type[BaseModel], exc: ValidationError, where: str = "") -> ParamError:
+def _data_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """``loc`` without pydantic's union-member tags: only the keys and indices that walk
+    the input data (a tag such as ``bool`` or ``literal['off']`` names no field)."""
+    path: list[Any] = []
+    node = data
+    for i, part in enumerate(loc):
+        later = loc[i + 1] if i + 1 < len(loc) else None
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif part == "[key]" or not isinstance(node, dict | list):
+            continue
+        elif isinstance(node, dict) and isinstance(part, str) and (
+                not part.isidentifier() or part[:1].isupper() or later in node):
+            continue  # a union member's tag
+        path.append(part)
+    return tuple(path)
+
+
+def first_error(model: type[BaseModel], exc: ValidationError, where: str = "",
+                data: Any = None) -> ParamError:
     """The first problem of a validation as a :class:`ParamError` naming its field."""
     error = exc.errors(include_url=False)[0]
-    loc = tuple(error["loc"])
+    loc = tuple(error["loc"]) if data is None else _data_path(tuple(error["loc"]), data)
     if error["type"] == "extra_forbidden":
         known = _known(model, loc[:-1])
         return ParamError(join(where, loc), f"unknown field (known: {', '.join(known)})")
@@ -148,4 +175,4 @@ def parse(model: type[M], data: Any, where: str = "") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise first_error(model, exc, where) from None
+        raise first_error(model, exc, where, data) from None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.backbone.experiment import run
+from testbed.experiments.backbone import run
 from testbed.macsec.decrypt import decrypt_frame, receivers
 from testbed.naming import new_run_id, run_prefix
 from topologies.backbone import small_backbone

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.experiments.macsec import run
 from testbed.macsec.decrypt import decrypt_pcap
-from testbed.macsec.experiment import run
 from testbed.macsec.netns import leftovers
 from testbed.naming import new_run_id, run_dir, run_prefix
 

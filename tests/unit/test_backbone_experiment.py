@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.backbone.experiment import validate
 from testbed.errors import ConfigError
+from testbed.experiments.backbone import validate
 from topologies.backbone import small_backbone
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "backbone-failover.yaml"

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from testbed.backbone import secure
-from testbed.backbone.experiment import macsec_backend, validate
 from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
+from testbed.experiments.backbone import macsec_backend, validate
 from testbed.macsec.decrypt import decrypt_frame, receivers
 from testbed.macsec.forwarder import build_secy
 from testbed.nft import port_loss_rules as wire_loss_rules
@@ -113,7 +113,7 @@ def test_wire_loss_hooks_the_wire_egress():
 
 
 def test_totals_and_report_lines():
-    from testbed.backbone.experiment import _macsec_lines
+    from testbed.experiments.backbone import _macsec_lines
 
     counters = {"l": {"a": {"InPktsOK": 5, "InPktsNotValid": 0},
                       "b": {"InPktsOK": 7, "InPktsLate": 1}}}

@@ -11,16 +11,16 @@ import pytest
 import yaml
 
 from testbed.errors import ConfigError
-from testbed.macsec.attacker import tampered_frame, untagged_frame
-from testbed.macsec.config import LinkConfig
-from testbed.macsec.decrypt import decrypt_pcap
-from testbed.macsec.experiment import (
-    SCHEMA,
+from testbed.experiments.macsec import (
+    MacsecSection,
     attack_entry,
     check_timing,
     closing_note,
     validate,
 )
+from testbed.macsec.attacker import tampered_frame, untagged_frame
+from testbed.macsec.config import LinkConfig
+from testbed.macsec.decrypt import decrypt_pcap
 from testbed.macsec.forwarder import build_secy
 from traffic.pcapfile import write_pcap
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_empty_section_gets_every_default() -> None:
     cfg = validate({})
-    assert set(cfg) == set(SCHEMA)
+    assert set(cfg) == {f.alias or name for name, f in MacsecSection.model_fields.items()}
     assert cfg["suite"] == "gcm-aes-128" and cfg["encrypt"] is True
     assert cfg["validate"] == "strict" and cfg["replay_window"] == 0
     assert cfg["mtu"] == 1500 and cfg["link_mbps"] == 20 and cfg["backend"] == "auto"

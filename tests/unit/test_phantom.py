@@ -10,7 +10,6 @@ from controllers.config import ControllerConfig, EcnClass
 from testbed import phantom
 from testbed.capabilities import Capabilities
 from testbed.errors import ConfigError
-from testbed.runner import check_ecn_backend
 from testbed.scenario import parse
 from topologies.leafspine import build_fabric
 
@@ -176,9 +175,9 @@ def test_phantom_needs_nftables():
                             red=False, fq_codel=False, macsec=False, nftables=nft)
 
     data = parse(scenario(mode="phantom"))
-    check_ecn_backend(data, caps(True))
+    data.experiment.check_host(caps(True))
     with pytest.raises(ConfigError) as exc:
-        check_ecn_backend(data, caps(False))
+        data.experiment.check_host(caps(False))
     assert exc.value.field == "variants[1].controller.ecn.mode"
     assert "nftables" in exc.value.reason
 

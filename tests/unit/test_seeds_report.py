@@ -11,7 +11,6 @@ import pytest
 from testbed import comparison, report
 from testbed.capabilities import Capabilities
 from testbed.errors import ConfigError
-from testbed.runner import check_ecn_backend
 from testbed.scenario import parse
 from testbed.seeds import combine, median_entry
 
@@ -91,9 +90,9 @@ def test_switch_ecn_needs_red() -> None:
             "variants": [{"name": "a"},
                          {"name": "b", "controller": {"ecn": {"mode": "switch"}}}]}
     scenario = parse(data)
-    check_ecn_backend(scenario, caps(red=True))
+    scenario.experiment.check_host(caps(red=True))
     with pytest.raises(ConfigError) as exc:
-        check_ecn_backend(scenario, caps(red=False))
+        scenario.experiment.check_host(caps(red=False))
     assert exc.value.field == "variants[1].controller.ecn.mode"
     data["variants"][1]["controller"]["ecn"]["mode"] = "auto"
-    check_ecn_backend(parse(data), caps(red=False))
+    parse(data).experiment.check_host(caps(red=False))

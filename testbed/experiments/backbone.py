@@ -1,7 +1,8 @@
-"""The backbone failover scenario: real FRR (OSPF + BFD + ECMP), faults on a schedule.
+"""The backbone kind: real FRR (OSPF + BFD + ECMP), faults on a schedule.
 
-:func:`validate` checks a scenario's ``backbone:`` section and the design rule
-(pure). :func:`run` builds the backbone once per timer variant (e.g. ``default``
+:func:`validate` checks a scenario's ``backbone:`` section (:class:`BackboneSection`
+for its shape) and the design rule (pure). The kind builds the backbone (the library
+:mod:`testbed.backbone`) once per timer variant (e.g. ``default``
 and ``fast``), starts zebra, bfdd and ospfd in every PoP and region namespace,
 waits until every region reaches every other, then runs probes between every pair
 of regions, the replication flows (iperf3) and the fault schedule. Figures come
@@ -21,19 +22,25 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field, field_validator
+
+from testbed.backbone import analysis, secure
+from testbed.backbone.frr import Timers
+from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
+from testbed.experiments import base
 from testbed.faults import Fault, FaultRecord, Schedule
-from testbed.naming import claim, run_dir, run_prefix
-from testbed.procs import Helper, sigterm_as_interrupt, wait_for
+from testbed.hosts import NetnsHost
+from testbed.layout import run_dir as results_dir
+from testbed.macsec.cipher import CipherSuite
+from testbed.naming import claim, new_run_id, run_dir, run_prefix
+from testbed.procs import Helper, wait_for
 from testbed.results import read_jsonl, write_json
 from topologies.backbone import Backbone, default_backbone, small_backbone
 from topologies.backbone_check import DesignError, design_check, require
-
-from . import analysis, secure
-from .frr import Timers
-from .net import BackboneNet
+from topologies.params import Section
 
 Progress = Callable[[str], None]
 ACTIONS = {"cut_link": "link", "restore_link": "link", "cut_risk_group": "risk group",
@@ -71,6 +78,66 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # validation ----------------------------------------------------------------
+class TimerSet(Section):
+    """BFD and OSPF timers of one variant (missing keys: the ``default`` set's)."""
+
+    bfd_ms: int = Field(None, ge=10, le=10000)
+    bfd_multiplier: int = Field(None, ge=2, le=50)
+    hello_s: int = Field(None, ge=1, le=65535)
+    dead_s: int = Field(None, ge=1, le=65535)
+    spf_delay_ms: int = Field(None, ge=0, le=600000)
+    spf_hold_ms: int = Field(None, ge=0, le=600000)
+    spf_max_ms: int = Field(None, ge=0, le=600000)
+    lsa_interval_ms: int = Field(None, ge=0, le=5000)
+    lsa_arrival_ms: int = Field(None, ge=0, le=600000)
+
+
+class BackboneFault(Section):
+    at_s: float = Field(ge=0, le=86400)
+    action: Literal[tuple(ACTIONS)]  # type: ignore[valid-type]
+    target: str
+    loss: float | None = Field(None, gt=0, le=1)
+
+
+class ReplicationFlow(Section):
+    src: str
+    dst: str
+    rate_mbps: float = Field(20, ge=0.1, le=10000)
+
+
+class BackboneMacsec(Section):
+    enabled: bool = True
+    cipher: Literal[tuple(c.value for c in CipherSuite)] = "gcm-aes-128"  # type: ignore
+    backend: Literal["auto", "kernel", "userspace"] = "auto"
+    replay_window: int = Field(32, ge=0, le=1 << 30)
+    mtu: int = Field(1500, ge=576, le=9000)
+
+    @field_validator("cipher", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+class BackboneSection(Section):
+    """The ``backbone:`` section of a scenario."""
+
+    topology: Literal["default", "small", "inline"] = "default"
+    pops: list[dict] | None = Field(None, description="inline: {name, area}")
+    regions: list[dict] | None = Field(None, description="inline: {name, pops, uplink_mbps}")
+    links: list[dict] | None = Field(None, description="inline: {name, a, b, capacity_mbps, "
+                                                       "length_km, kind}")
+    risk_groups: list[dict] | None = None
+    timers: dict[str, TimerSet] | None = None
+    faults: list[BackboneFault] = Field(default_factory=list)
+    replication: list[ReplicationFlow] = Field(default_factory=list)
+    shape: bool = True
+    macsec: BackboneMacsec | bool | None = None
+    probe_rate_pps: float = Field(200, ge=10, le=2000)
+    converge_timeout_s: float = Field(90, ge=5, le=300)
+    settle_s: float = Field(2, ge=0, le=60)
+    tail_s: float = Field(1.0, ge=0.1, le=10)
+
+
 def _number(value: Any, field: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(field, "must be a number")
@@ -151,11 +218,7 @@ def validate(section: dict, where: str = "backbone") -> dict:
         section = {}
     if not isinstance(section, dict):
         raise ConfigError(where, "must be a mapping")
-    known = {"topology", "pops", "regions", "links", "risk_groups", "timers", "faults",
-             "replication", "shape", "macsec", *SCALARS}
-    for key in section:
-        if key not in known:
-            raise ConfigError(f"{where}.{key}", "unknown key; known: " + ", ".join(sorted(known)))
+    base.Experiment.section(BackboneSection, section, where)  # shape, types and ranges
     bb = _topology(section, where)
     try:
         check = require(bb)
@@ -279,10 +342,11 @@ def _iperf(path: Path) -> dict:
 class Variant:
     """One timer variant: bring-up, traffic, schedule, teardown, figures."""
 
-    def __init__(self, name: str, cfg: dict, bb: Backbone, *, out: Path, folder: Path,
-                 prefix: str, duration_s: float, caps: Any, progress: Progress) -> None:
+    def __init__(self, name: str, cfg: dict, bb: Backbone, *, out: Path, root: Path,
+                 folder: Path, prefix: str, duration_s: float, caps: Any,
+                 progress: Progress) -> None:
         self.name, self.cfg, self.bb = name, cfg, bb
-        self.out = out / name
+        self.out, self.root = out, root
         self.folder = folder / name
         self.prefix, self.duration_s, self.caps, self.progress = (prefix, duration_s, caps,
                                                                   progress)
@@ -335,11 +399,12 @@ class Variant:
             probes = []
             for region in regions:
                 peers = [f"--peer={p}={net.region_addr(p)}" for p in regions if p != region]
-                argv = ["ip", "netns", "exec", net.ns(region), sys.executable, "-m",
-                        "traffic.probe", "--name", region, "--bind", net.region_addr(region),
+                argv = NetnsHost(net.ns(region)).argv([
+                        sys.executable, "-m", "traffic.probe", "--name", region,
+                        "--bind", net.region_addr(region),
                         "--rate", str(self.cfg["probe_rate_pps"]), "--duration",
                         str(self.duration_s), "--out", str(self.out / f"probes-{region}.jsonl"),
-                        *peers]
+                        *peers])
                 probes.append(self._helper(stack, f"probe-{region}", argv,
                                            log=self.out / f"probe-{region}.log"))
             files = [self.out / f"probes-{r}.jsonl" for r in regions]
@@ -366,7 +431,7 @@ class Variant:
         entry = self._figures(sched.records, t0, regions, start_s, stop_s, net)
         entry["macsec"] = macsec
         if macsec and sample:
-            macsec["wire_sample"] = wire_sample_figures(self.out.parent / sample["pcap"],
+            macsec["wire_sample"] = wire_sample_figures(self.root / sample["pcap"],
                                                         macsec["keys"], sample)
         return entry
 
@@ -383,14 +448,13 @@ class Variant:
         _, lk = net.links[link]
         pcap = self.out / "wire.pcap"
         log = self.out / "tcpdump.log"
-        self._helper(stack, "tcpdump", ["ip", "netns", "exec", net.ns(lk.a), "tcpdump", "-i",
-                                        net.wire(link, "a"), "-s", "0", "-U", "-c",
-                                        str(WIRE_SAMPLE), "-Z", "root", "-w", str(pcap)],
-                     log=log)
+        self._helper(stack, "tcpdump", NetnsHost(net.ns(lk.a)).argv([
+            "tcpdump", "-i", net.wire(link, "a"), "-s", "0", "-U", "-c", str(WIRE_SAMPLE),
+            "-Z", "root", "-w", str(pcap)]), log=log)
         if not wait_for(lambda: log.exists() and "listening on" in log.read_text(), 10):
             raise BringUpError(f"tcpdump did not start (see {log})")
         return {"link": link, "interface": net.wire(link, "a"), "node": lk.a,
-                "pcap": f"{self.name}/wire.pcap"}
+                "pcap": str(pcap.relative_to(self.root))}
 
     def _macsec_figures(self, net: BackboneNet, sample: dict | None) -> dict | None:
         """Counters of every link end and forwarder CPU, read before the teardown."""
@@ -408,13 +472,13 @@ class Variant:
         for i, flow in enumerate(self.cfg["replication"]):
             port = IPERF_PORT + i
             dst = net.region_addr(flow["dst"])
-            self._helper(stack, f"iperf-s{i}", ["ip", "netns", "exec", net.ns(flow["dst"]),
-                                                "iperf3", "-s", "-1", "-B", dst, "-p",
-                                                str(port)], log=self.out / f"iperf-s{i}.log")
-            argv = ["ip", "netns", "exec", net.ns(flow["src"]), "iperf3", "-c", dst, "-B",
-                    net.region_addr(flow["src"]), "-p", str(port), "-t",
-                    str(int(self.duration_s)), "-b", f"{flow['rate_mbps']}M", "-J",
-                    "--connect-timeout", "3000"]
+            self._helper(stack, f"iperf-s{i}", NetnsHost(net.ns(flow["dst"])).argv(
+                ["iperf3", "-s", "-1", "-B", dst, "-p", str(port)]),
+                log=self.out / f"iperf-s{i}.log")
+            argv = NetnsHost(net.ns(flow["src"])).argv([
+                "iperf3", "-c", dst, "-B", net.region_addr(flow["src"]), "-p", str(port),
+                "-t", str(int(self.duration_s)), "-b", f"{flow['rate_mbps']}M", "-J",
+                "--connect-timeout", "3000"])
             if not wait_for(lambda d=flow["dst"], p=port: _listening(net.ns(d), p), 5):
                 raise BringUpError(f"iperf3 server for replication[{i}] not listening")
             clients.append(self._helper(stack, f"iperf-c{i}", argv,
@@ -511,10 +575,8 @@ def wire_sample_figures(pcap: Path, keys: dict, sample: dict) -> dict:
 
 
 def _listening(netns: str, port: int) -> bool:
-    import subprocess
 
-    done = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
-                          capture_output=True, text=True)
+    done = NetnsHost(netns).run(["ss", "-Hltn", f"sport = :{port}"])
     return bool(done.stdout.strip())
 
 
@@ -529,7 +591,7 @@ def plot(entries: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(len(entries), 1, figsize=(10, 2.8 * len(entries)), squeeze=False,
                              sharex=True)
     for ax, entry in zip(axes[:, 0], entries, strict=True):
-        data = json.loads((out / entry["name"] / entry["loss_timeline"]).read_text())
+        data = json.loads((results_dir(entry, out) / entry["loss_timeline"]).read_text())
         xs = [t for t, _ in data["loss"]]
         ys = [100 * v for _, v in data["loss"]]
         ax.plot(xs, ys, lw=1, color="tab:blue")
@@ -547,61 +609,90 @@ def plot(entries: list[dict], out: Path) -> Path:
     return save(fig, out / "probe_loss.png")
 
 
-def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
-        progress: Callable[[str], None]) -> dict:
-    """Run every timer variant; return ``{"runs": [...], "backbone": {...}}``."""
-    from testbed.capabilities import probe
+class BackboneExperiment(base.Experiment):
+    """The ``backbone:`` kind: one variant per timer set (e.g. ``default`` and ``fast``)."""
 
-    cfg = validate(section)
-    check_timing(cfg, duration_s)
-    bb = Backbone.from_dict(cfg["design"])
-    out.mkdir(parents=True, exist_ok=True)
-    caps = probe(run_id)
-    progress(f"backbone: {len(bb.pops)} PoPs, {len(bb.regions)} regions, "
-             f"{len(bb.all_links)} links; delay "
-             + ("applied with netem" if caps.netem else "not applied (netem missing)"))
-    if cfg["macsec"]["enabled"]:
-        progress(f"backbone: links encrypted with MACsec ({cfg['macsec']['cipher']}, "
-                 f"{macsec_backend(cfg['macsec'], caps)} backend, protected MTU "
-                 f"{cfg['macsec']['mtu']})")
-    root = run_dir(run_id)
-    made_root = not root.exists()
-    entries = []
-    with sigterm_as_interrupt(), ExitStack() as stack:
-        claim(run_id)
-        folder = root / "backbone"
-        folder.mkdir(parents=True, exist_ok=True)
-        if made_root:
-            stack.callback(shutil.rmtree, root, True)
-        else:
-            stack.callback(shutil.rmtree, folder, True)
-        for name in cfg["timers"]:
-            progress(f"backbone: variant {name}")
-            variant = Variant(name, cfg, bb, out=out, folder=folder, prefix=run_prefix(run_id),
-                              duration_s=duration_s, caps=caps, progress=progress)
-            entries.append(variant.run())
-    plot(entries, out)
-    check = design_check(bb).to_dict()
-    summary = {
-        "pops": [p.name for p in bb.pops],
-        "regions": [r.name for r in bb.regions],
-        "links": [{"name": lk.name, "a": lk.a, "b": lk.b, "kind": lk.kind,
-                   "capacity_mbps": lk.capacity_mbps, "length_km": lk.length_km,
-                   "delay_ms": lk.delay_ms,
-                   "risk_groups": [g.name for g in bb.groups_of(lk.name)]}
-                  for lk in bb.all_links],
-        "risk_groups": {g.name: list(g.links) for g in bb.risk_groups},
-        "design_check": check,
-        "delay_applied": bool(caps.netem),
-        "encrypted": bool(cfg["macsec"]["enabled"]),
-        "macsec": _macsec_summary(cfg["macsec"], entries),
-        "timers": cfg["timers"],
-        "failovers": {e["name"]: e["failovers"] for e in entries},
-        "restores": {e["name"]: e["restores"] for e in entries},
-        "replication": {e["name"]: e["replication"] for e in entries},
-        "plot": "probe_loss.png",
-    }
-    return {"runs": entries, "backbone": summary}
+    KIND = "backbone"
+    SECTIONS = {"backbone": BackboneSection}
+
+    def __init__(self, data: dict, **kw: Any) -> None:
+        super().__init__(data, **kw)
+        self.cfg = validate(data.get("backbone"))
+        check_timing(self.cfg, self.duration_s)
+        self.bb = Backbone.from_dict(self.cfg["design"])
+        self._variants = tuple(base.VariantRef(name) for name in self.cfg["timers"])
+        self.folder: Path | None = None
+        self.run_id = ""
+
+    @property
+    def variants(self) -> tuple[base.VariantRef, ...]:
+        return self._variants
+
+    def check_host(self, caps: Any) -> None:
+        if self.cfg["macsec"]["enabled"]:
+            try:
+                macsec_backend(self.cfg["macsec"], caps)
+            except BringUpError as exc:
+                raise ConfigError("backbone.macsec.backend", str(exc).split(": ", 1)[-1]) \
+                    from None
+
+    def start(self, ctx: base.RunContext) -> None:
+        bb, cfg, caps = self.bb, self.cfg, ctx.caps
+        ctx.progress(f"backbone: {len(bb.pops)} PoPs, {len(bb.regions)} regions, "
+                     f"{len(bb.all_links)} links; delay "
+                     + ("applied with netem" if caps.netem else "not applied (netem missing)"))
+        if cfg["macsec"]["enabled"]:
+            ctx.progress(f"backbone: links encrypted with MACsec ({cfg['macsec']['cipher']}, "
+                         f"{macsec_backend(cfg['macsec'], caps)} backend, protected MTU "
+                         f"{cfg['macsec']['mtu']})")
+        self.run_id = new_run_id()
+        root = run_dir(self.run_id)
+        made_root = not root.exists()
+        claim(self.run_id)
+        self.folder = root / "backbone"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        ctx.stack.callback(shutil.rmtree, root if made_root else self.folder, True)
+
+    def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
+                    ctx: base.RunContext) -> dict:
+        assert self.folder is not None
+        ctx.progress(f"{tag}: timers {self.cfg['timers'][variant.name]}")
+        return Variant(variant.name, self.cfg, self.bb, out=out, root=ctx.root,
+                       folder=self.folder, prefix=run_prefix(self.run_id),
+                       duration_s=ctx.duration_s, caps=ctx.caps,
+                       progress=ctx.progress).run()
+
+    def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
+        bb, cfg = self.bb, self.cfg
+        plot(runs, out)
+        summary = {
+            "pops": [p.name for p in bb.pops],
+            "regions": [r.name for r in bb.regions],
+            "links": [{"name": lk.name, "a": lk.a, "b": lk.b, "kind": lk.kind,
+                       "capacity_mbps": lk.capacity_mbps, "length_km": lk.length_km,
+                       "delay_ms": lk.delay_ms,
+                       "risk_groups": [g.name for g in bb.groups_of(lk.name)]}
+                      for lk in bb.all_links],
+            "risk_groups": {g.name: list(g.links) for g in bb.risk_groups},
+            "design_check": design_check(bb).to_dict(),
+            "delay_applied": bool(ctx.caps.netem),
+            "encrypted": bool(cfg["macsec"]["enabled"]),
+            "macsec": _macsec_summary(cfg["macsec"], runs),
+            "timers": cfg["timers"],
+            "failovers": {e["name"]: e["failovers"] for e in runs},
+            "restores": {e["name"]: e["restores"] for e in runs},
+            "replication": {e["name"]: e["replication"] for e in runs},
+            "plot": "probe_loss.png",
+        }
+        return {"backbone": summary}
+
+    @staticmethod
+    def report_section(summary: dict, out: Path) -> list[str]:
+        return report_section(summary["backbone"], out)
+
+    @staticmethod
+    def table(summary: dict) -> str | None:
+        return table(summary["backbone"])
 
 
 def _macsec_summary(settings: dict, entries: list[dict]) -> dict:
@@ -691,3 +782,6 @@ def table(backbone: dict) -> str:
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+EXPERIMENT = BackboneExperiment

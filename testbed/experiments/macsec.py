@@ -1,7 +1,8 @@
-"""The MACsec scenario: the same shaped link unprotected and protected, under attack.
+"""The macsec kind: the same shaped link unprotected and protected, under attack.
 
-:func:`validate` checks a scenario's ``macsec:`` section (pure). :func:`run` runs
-two variants one after the other on the same namespaces and addresses:
+:func:`validate` checks a scenario's ``macsec:`` section (:class:`MacsecSection`, pure).
+The kind runs two variants one after the other on the same namespaces and addresses
+(the 802.1AE SecY, links and forwarders are the library :mod:`testbed.macsec`):
 
 * ``unprotected``: namespaces ``Pa`` and ``Pb`` joined by a plain veth;
 * ``protected``: the same namespaces joined by a MACsec link whose wire runs
@@ -19,37 +20,38 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from testbed import chains, layout
+from testbed.chains import SERVICES, Service, helper_env
 from testbed.errors import BringUpError, ConfigError
-from testbed.naming import claim, run_dir, run_prefix
-from testbed.procs import Helper, sigterm_as_interrupt, wait_for
+from testbed.experiments import base
+from testbed.hosts import NetnsHost
+from testbed.macsec.cipher import CipherSuite
+from testbed.macsec.config import LinkConfig
+from testbed.macsec.kernel import KernelMacsecLink, create_link
+from testbed.macsec.link import UserspaceLink
+from testbed.macsec.secy import RX_DELIVERED
+from testbed.macsec.wire import TappedWire, plain_pair, remove_pair, shape
+from testbed.naming import claim, new_run_id, run_dir, run_prefix
+from testbed.procs import Helper, wait_for
 from testbed.results import agents_entry, read_jsonl, write_json
-from traffic.agent_plan import default_plan
-
-from .cipher import CipherSuite
-from .config import LinkConfig
-from .kernel import KernelMacsecLink, create_link
-from .link import UserspaceLink
-from .secy import RX_DELIVERED
-from .wire import TappedWire, plain_pair, remove_pair, shape
+from topologies.params import Section
 
 Progress = Callable[[str], None]
 Link = UserspaceLink | KernelMacsecLink
 
-SERVICES = ("retriever", "tool", "model", "agent")
-SERVICE_PORT = 7000
 IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+KEYS_FILE = "macsec-keys.json"
 ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
                  "iteration_ms": {"p50": None, "p99": None}}
 #: receive counters an attack can raise (the rest only count good frames)
@@ -58,85 +60,42 @@ ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag
                    "InPktsNotUsingSA", "InPktsUnusedSA", "InPktsDelayed", "InPktsUnchecked")
 
 # validation ----------------------------------------------------------------
-_SUITES = tuple(s.value for s in CipherSuite)
-_NUM = (int, float)
+class Attack(Section):
+    """What the attacker injects toward b, and when (default: halfway)."""
+
+    tampered: int = Field(10, ge=0, le=100000)
+    replayed: int = Field(10, ge=0, le=100000)
+    untagged: int = Field(10, ge=0, le=100000)
+    at_s: float | None = Field(None, gt=0)
 
 
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v in choices else "must be one of " + ", ".join(choices)
+class MacsecSection(Section):
+    """The ``macsec:`` section of a scenario."""
+
+    backend: Literal["auto", "userspace", "kernel"] = "auto"
+    suite: Literal[tuple(s.value for s in CipherSuite)] = "gcm-aes-128"  # type: ignore[valid-type]
+    encrypt: bool = True
+    validate_: Literal["strict", "check", "disabled"] = Field("strict", alias="validate")
+    replay_window: int = Field(0, ge=0, le=(1 << 32) - 1)
+    mtu: int = Field(1500, ge=1280, le=9000)
+    link_mbps: float = Field(20, ge=0.1, le=100000)
+    bulk_seconds: float = Field(8, ge=0.5, le=3600)
+    chain_concurrency: int = Field(4, ge=1, le=256)
+    chain_timeout_ms: float = Field(2000, gt=0)
+    rotate_at_s: float | None = Field(None, gt=0)
+    attack: Attack = Attack()
 
 
-def _between(low: float, high: float) -> Callable[[Any], str | None]:
-    return lambda v: None if low <= v <= high else f"must be {low:g}..{high:g}"
-
-
-def _pos(v: float) -> str | None:
-    return None if v > 0 else "must be greater than 0"
-
-#: key -> (types, check, default); a default of None means optional
-SCHEMA: dict[str, tuple[Any, Any, Any]] = {
-    "backend": (str, _one_of("auto", "userspace", "kernel"), "auto"),
-    "suite": (str, _one_of(*_SUITES), "gcm-aes-128"),
-    "encrypt": (bool, None, True),
-    "validate": (str, _one_of("strict", "check", "disabled"), "strict"),
-    "replay_window": (int, _between(0, (1 << 32) - 1), 0),
-    "mtu": (int, _between(1280, 9000), 1500),
-    "link_mbps": (_NUM, _between(0.1, 100000), 20),
-    "bulk_seconds": (_NUM, _between(0.5, 3600), 8),
-    "chain_concurrency": (int, _between(1, 256), 4),
-    "chain_timeout_ms": (_NUM, _pos, 2000),
-    "rotate_at_s": (_NUM, _pos, None),
-    "attack": (dict, None, {}),
-}
-ATTACK_SCHEMA: dict[str, tuple[Any, Any, Any]] = {
-    "tampered": (int, _between(0, 100000), 10),
-    "replayed": (int, _between(0, 100000), 10),
-    "untagged": (int, _between(0, 100000), 10),
-    "at_s": (_NUM, _pos, None),
-}
-
-
-def _check(section: Any, schema: dict[str, tuple[Any, Any, Any]], where: str) -> dict:
-    if section is None:
-        section = {}
-    if not isinstance(section, dict):
-        raise ConfigError(where, f"must be a mapping, got {type(section).__name__}")
-    for key in section:
-        if key not in schema:
-            raise ConfigError(f"{where}.{key}", "unknown key; known: " + ", ".join(schema))
-    result = {}
-    for key, (types, check, default) in schema.items():
-        value = section.get(key, default)
-        field = f"{where}.{key}"
-        if value is None:
-            result[key] = None
-            continue
-        if isinstance(value, bool) and types is not bool:
-            raise ConfigError(field, f"must be {_type_name(types)}, got {value!r}")
-        if not isinstance(value, types):
-            raise ConfigError(field, f"must be {_type_name(types)}, got {value!r}")
-        reason = check(value) if check else None
-        if reason:
-            raise ConfigError(field, f"{reason}, got {value!r}")
-        result[key] = value
-    return result
-
-
-def _type_name(types: Any) -> str:
-    if types == _NUM:
-        return "a number"
-    return {bool: "true or false", int: "an integer", str: "a string",
-            dict: "a mapping"}.get(types, str(types))
-
-
-def validate(section: dict, where: str = "macsec") -> dict:
+def validate(section: Any, where: str = "macsec") -> dict:
     """Check a scenario's ``macsec:`` section; return it with defaults filled.
 
     Raises :class:`ConfigError` whose field is e.g. ``macsec.replay_window``.
     Pure: touches nothing on the host.
     """
-    result = _check(section, SCHEMA, where)
-    result["attack"] = _check(result["attack"], ATTACK_SCHEMA, f"{where}.attack")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(where, f"must be a mapping, got {type(section).__name__}")
+    parsed = base.Experiment.section(MacsecSection, section, where)
+    result = parsed.model_dump(by_alias=True)
     if CipherSuite.parse(result["suite"]).xpn and result["replay_window"] > 1 << 30:
         raise ConfigError(f"{where}.replay_window",
                           f"must be <= 2**30 for XPN suites, got {result['replay_window']}")
@@ -153,34 +112,8 @@ def check_timing(cfg: dict, duration_s: float, where: str = "macsec") -> None:
 
 
 # processes -------------------------------------------------------------------
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _in_ns(ns: str, argv: list[str]) -> list[str]:
-    return ["ip", "netns", "exec", ns, *argv]
-
-
 def _python(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
-
-
-def _wait_line(proc: Helper, text: bytes, timeout: float, what: str) -> None:
-    """Block until ``proc`` prints a line equal to ``text``; BringUpError otherwise."""
-    assert proc.proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.proc.stdout.readline()
-            if line.strip() == text:
-                return
-            if not line:
-                break
-    raise BringUpError(f"{what} did not become ready in {timeout:g} s")
+    return [*chains.TRAFFIC[:1], "-m", module, *args]
 
 
 class Traffic:
@@ -196,44 +129,37 @@ class Traffic:
 
     @property
     def chains_file(self) -> Path:
-        return self.out / "chains.jsonl"
+        return self.out / layout.CHAINS
 
-    def _helper(self, name: str, ns: str, argv: list[str], **kw: Any) -> Helper:
-        proc = Helper(name, _in_ns(ns, argv), pid_dir=self.pid_dir,
-                      log=self.out / f"{name}.log", env=_env(), **kw)
+    def helper(self, name: str, ns: str, argv: list[str], **kw: Any) -> Helper:
+        """A long-running process in namespace ``ns``, stopped with the variant."""
+        proc = NetnsHost(ns).spawn(name, argv, pid_dir=self.pid_dir,
+                                   log=self.out / f"{name}.log", env=helper_env(), **kw)
         self.stack.callback(proc.stop)
         return proc
 
     def start_servers(self) -> None:
         """Agent services and the iperf3 server in b; returns when they listen."""
         b = self.cfg.b
-        services = {}
-        for i, svc in enumerate(SERVICES):
-            port = SERVICE_PORT + i
-            proc = self._helper(f"svc-{svc}", b.netns, _python(
-                "traffic", "agent-service", "--role", svc, "--listen", f"{b.address}:{port}",
-                "--stats", str(self.out / f"service-{svc}.json")), stdout_pipe=True)
-            _wait_line(proc, b"ready", 15, f"agent service {svc}")
-            services[svc] = [(b.address, port)]
-        (self.out / "agent-plan.json").write_text(json.dumps(default_plan(services)))
-        self._helper("iperf-server", b.netns, ["iperf3", "-s", "-B", b.address, "-p",
-                                               str(IPERF_PORT)])
+        where = Service(NetnsHost(b.netns), [b.address])
+        chains.start_services(dict.fromkeys(SERVICES, where), out=self.out,
+                              pid_dir=self.pid_dir, stack=self.stack)
+        self.helper("iperf-server", b.netns, ["iperf3", "-s", "-B", b.address, "-p",
+                                              str(IPERF_PORT)])
 
     def start_clients(self) -> None:
         """The chain driver now and the bulk client after :data:`BULK_DELAY_S`."""
-        a, s = self.cfg.a, self.section
+        s = self.section
         self.t0 = time.monotonic()
-        self.driver = self._helper("driver", a.netns, _python(
-            "traffic", "agent-driver", "--plan", str(self.out / "agent-plan.json"),
-            "--hops-out", str(self.out / "hops.jsonl"), "--chains-out", str(self.chains_file),
-            "--duration", f"{self.duration_s:g}", "--concurrency", str(s["chain_concurrency"]),
-            "--timeout-ms", f"{s['chain_timeout_ms']:g}", "--seed", str(self.seed)),
-            stdout_file=self.out / "driver-summary.json")
+        self.driver = chains.start_driver(
+            NetnsHost(self.cfg.a.netns), out=self.out, pid_dir=self.pid_dir,
+            duration_s=self.duration_s, seed=self.seed, concurrency=s["chain_concurrency"],
+            timeout_ms=s["chain_timeout_ms"], stack=self.stack)
 
     def tick(self) -> None:
         """Start the bulk flow when its time has come."""
         if self.bulk is None and self.elapsed() >= BULK_DELAY_S:
-            self.bulk = self._helper("bulk", self.cfg.a.netns, [
+            self.bulk = self.helper("bulk", self.cfg.a.netns, [
                 "iperf3", "-c", self.cfg.b.address, "-p", str(IPERF_PORT), "-t",
                 f"{self.section['bulk_seconds']:g}", "-J"], stdout_file=self.out / "bulk.json")
 
@@ -273,8 +199,8 @@ class Traffic:
 
 
 # the two variants -------------------------------------------------------------
-class Experiment:
-    """State shared by both variants of one :func:`run`."""
+class Lab:
+    """State shared by both variants: the link's addresses, keys and rotations."""
 
     def __init__(self, section: dict, *, out: Path, duration_s: float, seed: int,
                  run_id: str, progress: Progress) -> None:
@@ -294,8 +220,7 @@ class Experiment:
         shape(ifname_a, self.cfg.a.netns, self.s["link_mbps"], mtu)
         shape(ifname_b, self.cfg.b.netns, self.s["link_mbps"], mtu)
 
-    def _traffic(self, name: str, stack: ExitStack) -> Traffic:
-        out = self.out / "variants" / name
+    def _traffic(self, out: Path, stack: ExitStack) -> Traffic:
         out.mkdir(parents=True, exist_ok=True)
         return Traffic(self.cfg, self.s, out=out, pid_dir=self.pid_dir,
                        duration_s=self.duration_s, seed=self.seed, stack=stack)
@@ -307,15 +232,15 @@ class Experiment:
                 "agents": agents_entry(traffic.chains_file),
                 "training": dict(ZERO_TRAINING), "bulk": traffic.bulk_entry()}
 
-    def unprotected(self) -> dict:
+    def unprotected(self, out: Path, tag: str) -> dict:
         """Plain veth between the same namespaces, shaped alike."""
-        tag, cfg = "[1/2] unprotected", self.cfg
+        cfg = self.cfg
         t0 = time.monotonic()
         with ExitStack() as stack:
             stack.callback(remove_pair, cfg)
             plain_pair(cfg)
             self._shape(cfg.a.veth, cfg.b.veth, cfg.mtu)
-            traffic = self._traffic("unprotected", stack)
+            traffic = self._traffic(out, stack)
             traffic.start_servers()
             start_s = time.monotonic() - t0
             self.progress(f"{tag}: plain veth up in {start_s:.2f} s; traffic for "
@@ -326,25 +251,24 @@ class Experiment:
         entry = self._entry("unprotected", traffic,
                             {"switches": 0, "hosts": 2, "links": 1},
                             start_s, time.monotonic() - t1)
-        self._done(tag, entry)
         return entry
 
-    def protected(self) -> tuple[dict, dict]:
+    def protected(self, out: Path, tag: str) -> tuple[dict, dict]:
         """The MACsec link through the tapped hub, attacked and captured."""
-        tag, cfg, s = "[2/2] protected", self.cfg, self.s
+        cfg, s = self.cfg, self.s
         wire = TappedWire(self.prefix)
         t0 = time.monotonic()
         with ExitStack() as stack:
             stack.callback(wire.remove)
             wire.create(cfg.mtu + 32)
-            link = create_link(cfg, self.out / "variants" / "protected" / "link",
+            link = create_link(cfg, out / "link",
                                backend=s["backend"], wire=wire.build)
             stack.callback(link.stop)
             link.start()
             self._shape(cfg.a.veth, cfg.b.veth, cfg.mtu + 32)
-            traffic = self._traffic("protected", stack)
+            traffic = self._traffic(out, stack)
             vout = traffic.out
-            capture = traffic._helper("tcpdump", wire.netns, [
+            capture = traffic.helper("tcpdump", wire.netns, [
                 "tcpdump", "-i", wire.port("b"), "-s", "0", "--immediate-mode", "-U", "-B",
                 "8192", "-Z", "root", "-w", str(self.out / "wire.pcap")])
             if not wait_for(lambda: "listening on" in _read(vout / "tcpdump.log"), 10):
@@ -356,7 +280,7 @@ class Experiment:
             attack = s["attack"]
             at_s = attack["at_s"] if attack["at_s"] is not None else self.duration_s / 2
             traffic.start_clients()
-            traffic._helper("attacker", wire.attacker_netns, _python(
+            traffic.helper("attacker", wire.attacker_netns, _python(
                 "testbed.macsec.attacker", "--iface", wire.attacker_veth,
                 "--victim-mac", cfg.b.mac, "--peer-mac", cfg.a.mac,
                 "--src-ip", cfg.a.address, "--dst-ip", cfg.b.address,
@@ -374,7 +298,6 @@ class Experiment:
             t1 = time.monotonic()
         entry = self._entry("protected", traffic, {"switches": 1, "hosts": 3, "links": 3},
                             start_s, time.monotonic() - t1)
-        self._done(tag, entry)
         return entry, {"backend": link.backend, "link": macsec_links,
                        "attack_sent": _attack_sent(vout / "attack.json")}
 
@@ -387,7 +310,7 @@ class Experiment:
         for side in "ab":
             self.keys[side][an] = keys[side]
         self.rotations.append({"at_s": round(elapsed, 3), "an": an})
-        self.progress(f"[2/2] protected: rotated keys at {elapsed:.1f} s to AN {an}")
+        self.progress(f"protected: rotated keys at {elapsed:.1f} s to AN {an}")
 
     def _link_stats(self, link: Link) -> dict:
         sides = {s: link.counters(s) for s in "ab"}
@@ -396,13 +319,6 @@ class Experiment:
         if isinstance(link, UserspaceLink):
             result["io"] = {s: link.stats(s)["io"] for s in "ab"}
         return result
-
-    def _done(self, tag: str, entry: dict) -> None:
-        a, lat, bulk = entry["agents"], entry["agents"]["latency_ms"], entry["bulk"]
-        line = f"{tag}: done; chains {a['chains_completed']}/{a['chains_started']}"
-        if lat["p50"] is not None:
-            line += f", p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms"
-        self.progress(line + f"; bulk {bulk['goodput_mbps']:.2f} Mb/s")
 
     def keys_record(self) -> dict:
         """The lab keys of the run, enough to decrypt ``wire.pcap`` (hex)."""
@@ -461,48 +377,79 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return round(num / den, 4) if num and den else None
 
 
-def run(section: dict, *, out: Path, duration_s: float, seed: int, run_id: str,
-        progress: Callable[[str], None]) -> dict:
-    """Run ``unprotected`` then ``protected``; return ``{"runs": [...], "macsec": {...}}``.
+class MacsecExperiment(base.Experiment):
+    """The ``macsec:`` kind: ``unprotected`` then ``protected``, on the same namespaces and
+    addresses. Also writes ``macsec-keys.json`` (lab keys) and ``wire.pcap``."""
 
-    Also writes ``out/macsec-keys.json`` (lab keys) and ``out/wire.pcap``.
-    """
-    cfg = validate(section)
-    check_timing(cfg, duration_s)
-    out.mkdir(parents=True, exist_ok=True)
-    exp = Experiment(cfg, out=out, duration_s=duration_s, seed=seed, run_id=run_id,
-                     progress=progress)
-    made_pid_dir = not exp.pid_dir.exists()
-    with sigterm_as_interrupt(), ExitStack() as stack:
+    KIND = "macsec"
+    SECTIONS = {"macsec": MacsecSection}
+    VARIANTS = (base.VariantRef("unprotected"), base.VariantRef("protected"))
+
+    def __init__(self, data: dict, **kw: Any) -> None:
+        super().__init__(data, **kw)
+        self.cfg = validate(data.get("macsec"))
+        check_timing(self.cfg, self.duration_s)
+        self.lab: Lab | None = None
+        self.details: dict = {}
+
+    @property
+    def variants(self) -> tuple[base.VariantRef, ...]:
+        return self.VARIANTS
+
+    def start(self, ctx: base.RunContext) -> None:
+        run_id = new_run_id()
+        self.lab = lab = Lab(self.cfg, out=ctx.root, duration_s=ctx.duration_s,
+                             seed=self.seed, run_id=run_id, progress=ctx.progress)
+        made_pid_dir = not lab.pid_dir.exists()
         claim(run_id)
         if made_pid_dir:
-            stack.callback(shutil.rmtree, exp.pid_dir, True)
-        keys_file = out / "macsec-keys.json"
-        write_json(keys_file, exp.keys_record())
-        plain = exp.unprotected()
-        protected, details = exp.protected()
-        write_json(keys_file, exp.keys_record())
-    link = details["link"]
-    throughput = {"protected": protected["bulk"]["goodput_mbps"],
-                  "unprotected": plain["bulk"]["goodput_mbps"]}
-    throughput["ratio"] = _ratio(throughput["protected"], throughput["unprotected"])
-    latency = {e["name"]: {q: e["agents"]["latency_ms"][q] for q in ("p50", "p99")}
-               for e in (protected, plain)}
-    macsec = {
-        "backend": details["backend"], "suite": cfg["suite"], "encrypt": cfg["encrypt"],
-        "validate": cfg["validate"], "replay_window": cfg["replay_window"],
-        "mtu": cfg["mtu"], "link_mbps": cfg["link_mbps"],
-        "links": [link],
-        "attack": attack_entry(details["attack_sent"], link, cfg["validate"]),
-        "throughput_mbps": throughput,
-        "chain_latency_ms": latency,
-        "rotations": exp.rotations,
-        "wire_pcap": "wire.pcap",
-        "keys_file": keys_file.name,
-        "keys": exp.keys_record(),
-    }
-    progress(closing_note(macsec))
-    return {"runs": [plain, protected], "macsec": macsec}
+            ctx.stack.callback(shutil.rmtree, lab.pid_dir, True)
+        write_json(ctx.root / KEYS_FILE, lab.keys_record())
+
+    def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
+                    ctx: base.RunContext) -> dict:
+        assert self.lab is not None
+        self.lab.seed = seed
+        if variant.name == "unprotected":
+            return self.lab.unprotected(out, tag)
+        entry, self.details = self.lab.protected(out, tag)
+        write_json(ctx.root / KEYS_FILE, self.lab.keys_record())
+        return entry
+
+    def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
+        assert self.lab is not None
+        cfg, details = self.cfg, self.details
+        by_name = {e["name"]: e for e in runs}
+        plain, protected = by_name["unprotected"], by_name["protected"]
+        link = details["link"]
+        throughput = {"protected": protected["bulk"]["goodput_mbps"],
+                      "unprotected": plain["bulk"]["goodput_mbps"]}
+        throughput["ratio"] = _ratio(throughput["protected"], throughput["unprotected"])
+        latency = {e["name"]: {q: e["agents"]["latency_ms"][q] for q in ("p50", "p99")}
+                   for e in (protected, plain)}
+        macsec = {
+            "backend": details["backend"], "suite": cfg["suite"], "encrypt": cfg["encrypt"],
+            "validate": cfg["validate"], "replay_window": cfg["replay_window"],
+            "mtu": cfg["mtu"], "link_mbps": cfg["link_mbps"],
+            "links": [link],
+            "attack": attack_entry(details["attack_sent"], link, cfg["validate"]),
+            "throughput_mbps": throughput,
+            "chain_latency_ms": latency,
+            "rotations": self.lab.rotations,
+            "wire_pcap": "wire.pcap",
+            "keys_file": KEYS_FILE,
+            "keys": self.lab.keys_record(),
+        }
+        ctx.progress(closing_note(macsec))
+        return {"macsec": macsec}
+
+    @staticmethod
+    def report_section(summary: dict, out: Path) -> list[str]:
+        """The report's MACsec section (Markdown lines)."""
+        macsec = summary["macsec"]
+        return ["## MACsec", "", closing_note(macsec), "",
+                "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
+                f"`{macsec['keys_file']}` and in `summary.json`.", ""]
 
 
 def closing_note(macsec: dict) -> str:
@@ -520,12 +467,8 @@ def closing_note(macsec: dict) -> str:
             f"b's TAP: {a['delivered_to_tap']}.")
 
 
-def report_section(macsec: dict, out: Path) -> list[str]:
-    """The report's MACsec section (Markdown lines)."""
-    return ["## MACsec", "", closing_note(macsec), "",
-            "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
-            f"`{macsec['keys_file']}` and in `summary.json`."]
-
-
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} ms"
+
+
+EXPERIMENT = MacsecExperiment

@@ -1,0 +1,112 @@
+"""What an experiment kind is: a section schema, variants, and how to run one of them.
+
+The runner (:mod:`testbed.runner`) knows no kind by name. It asks the scenario's kind
+for its variants and seeds, hands each variant a results folder (from
+:class:`~testbed.layout.Layout`), a :class:`RunContext` and an index, collects the
+``runs`` entries, and lets the kind add its own top-level summary section, report
+section and terminal table. A new kind is one module with one subclass of
+:class:`Experiment`, plus one line in :data:`testbed.experiments.KINDS`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from testbed.capabilities import Capabilities
+from testbed.errors import ConfigError
+from topologies.params import ParamError, Section, parse
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunContext:
+    """What the runner hands every variant of one run."""
+
+    caps: Capabilities
+    #: the results folder of the whole run (variants have their own folders below it)
+    root: Path
+    duration_s: float
+    progress: Progress
+    #: the run-wide stack: undo steps that must outlive one variant (run folders)
+    stack: ExitStack
+
+
+@dataclass(frozen=True)
+class VariantRef:
+    """A variant of a kind that keeps its variants as plain names."""
+
+    name: str
+
+
+class Experiment(ABC):
+    """One experiment kind, parsed from a scenario (pure: nothing on the host changes)."""
+
+    #: the kind's name (``kind:`` in a scenario, and its key in the summary)
+    KIND: ClassVar[str]
+    #: top-level scenario keys this kind reads -> their model (for ``testbed schema``);
+    #: a kind is chosen by ``kind:`` or by the first of these keys a scenario has
+    SECTIONS: ClassVar[dict[str, type[Section] | dict]] = {}
+
+    def __init__(self, data: dict, *, name: str, seed: int, seeds: tuple[int, ...],
+                 duration_s: float) -> None:
+        self.data = data
+        self.name = name
+        self.seed = seed
+        self.seeds = seeds
+        self.duration_s = duration_s
+
+    # -- validation (pure) -------------------------------------------------------------
+    @staticmethod
+    def section(model: type[Section], data: Any, where: str) -> Section:
+        """A section parsed with its model; ConfigError naming the field otherwise."""
+        try:
+            return parse(model, data, where)
+        except ParamError as exc:
+            raise ConfigError(exc.field, exc.reason) from None
+
+    @property
+    @abstractmethod
+    def variants(self) -> tuple[Any, ...]:
+        """The variants, each with a ``name``, in run order."""
+
+    def describe(self) -> str:
+        """One line for ``testbed validate``."""
+        names = ", ".join(v.name for v in self.variants)
+        return f"{len(self.variants)} variants ({names}), {self.KIND} experiment"
+
+    def check_host(self, caps: Capabilities) -> None:
+        """Refuse (ConfigError) what this host cannot run, before anything is created."""
+        return None
+
+    # -- running -----------------------------------------------------------------------
+    def start(self, ctx: RunContext) -> None:
+        """Before the first variant (shared state, a run folder on ``ctx.stack``)."""
+        return None
+
+    @abstractmethod
+    def run_variant(self, variant: Any, *, seed: int, out: Path, tag: str,
+                    ctx: RunContext) -> dict:
+        """Bring up, measure and tear down one variant into ``out``; its ``runs`` entry
+        (at least ``name``, ``fabric``, ``agents``, ``training``)."""
+
+    def finish(self, runs: list[dict], out: Path, ctx: RunContext) -> dict:
+        """Top-level summary keys of this kind (e.g. ``{"macsec": {...}}``), after every
+        variant ran. Files it names go into ``out``."""
+        return {}
+
+    # -- reporting (from summary.json alone, so a results folder can be re-rendered) ----
+    @staticmethod
+    def report_section(summary: dict, out: Path) -> list[str]:
+        """Markdown lines of this kind's own report section."""
+        return []
+
+    @staticmethod
+    def table(summary: dict) -> str | None:
+        """The terminal table of this kind, or None for the common one."""
+        return None

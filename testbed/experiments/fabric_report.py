@@ -1,0 +1,77 @@
+"""The fabric kind's report section: variants side by side, where the switches dropped
+packets, ECN marks, switch telemetry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed import comparison, telemetry_report
+from testbed.layout import run_dir
+
+
+def queue_lines(summary: dict) -> list[str]:
+    """Where the switches dropped packets, per variant: the evidence for the 'why'."""
+    lines = []
+    for run in summary["runs"]:
+        queues = run["fabric"].get("queues")
+        if not queues:
+            continue
+        parts = [f"{role.replace('_', ' ')} ports {q['drops']:,} "
+                 f"({q['bytes'] / 1e6:,.1f} MB sent)"
+                 for role, q in queues.items() if role != "most_drops"]
+        worst = queues.get("most_drops")
+        tail = f"; most at {worst['port']} ({worst['drops']:,})" if worst else ""
+        lines.append(f"- **{run['name']}**: dropped at {', '.join(parts)}{tail}.")
+    return lines
+
+
+def ecn_lines(summary: dict) -> list[str]:
+    """CE marks of the phantom-queue marker per variant: per class and where they fell."""
+    lines = []
+    for run in summary["runs"]:
+        ecn = run.get("ecn")
+        if not ecn or ecn.get("backend") != "phantom":
+            continue
+        marked = ecn["marked"]
+        roles = ", ".join(f"{role.replace('_', ' ')} {sum(m.values()):,}"
+                          for role, m in ecn.get("by_role", {}).items() if sum(m.values()))
+        seeds = " (median over seeds)" if len(run.get("seeds", [])) > 1 else ""
+        lines.append(f"- **{run['name']}**: phantom queues draining at {ecn['drain']:g} x the "
+                     f"link rate marked CE on {marked['collective']:,} collective and "
+                     f"{marked['agents']:,} agent packets{seeds}"
+                     + (f"; by port role: {roles}." if roles else "."))
+    return lines
+
+
+def telemetry_lines(summary: dict, out: Path) -> list[str]:
+    """One telemetry section per variant that recorded port samples."""
+    parts = [telemetry_report.section(run_dir(run, out),
+                                      run["name"], root=out)[0]
+             for run in summary["runs"] if run.get("telemetry", {}).get("samples")]
+    parts = [p for p in parts if p]
+    return ["## Switch telemetry", "", *parts] if parts else []
+
+
+def report_lines(summary: dict, out: Path) -> list[str]:
+    """Markdown lines of the fabric's section (seeds, medians, ratios, drops, marks)."""
+    lines = comparison.section(summary, out)
+    queues = queue_lines(summary)
+    if queues:
+        lines += ["## Where the switches dropped packets", "",
+                  "Egress drops per port role (switch buffers are "
+                  f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port):", "",
+                  *queues, ""]
+        send = [run["fabric"].get("ovs_send_buffer_bytes") for run in summary["runs"]]
+        small = [b for b in send if b is not None and b < 4 * 1024 * 1024]
+        if small:
+            lines += [f"Measured with ovs-vswitchd's shared send socket at {min(small) // 1024} "
+                      "KB: all switch queues together held at most that, and frames beyond it "
+                      "were dropped by ovs-vswitchd (EAGAIN, in its log), not by a queue.", ""]
+    marks = ecn_lines(summary)
+    if marks:
+        lines += ["## ECN marks in the switches", "",
+                  "Per-packet marking by phantom queues in the switch ports' egress path "
+                  "(nftables): a token bucket per port and threshold, draining slower than "
+                  "the link, marks ECN-capable packets before the real queue builds.", "",
+                  *marks, ""]
+    return lines + telemetry_lines(summary, out)

@@ -1,0 +1,151 @@
+"""The fabric kind's scenario sections as pydantic models (shape, types, ranges, defaults).
+
+Cross-field rules that need the built topology (node indices, the MTU, fault targets)
+are checked by :mod:`testbed.experiments.fabric` after these models have parsed a
+section. Every default here is the documented default of the scenario format.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from topologies.params import Section
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
+
+
+class EcnClass(Section):
+    """RED-style thresholds of one traffic class (KB of egress queue)."""
+
+    min_kb: float = Field(20, gt=0)
+    max_kb: float = Field(60, gt=0)
+    probability: float = Field(0.1, ge=0, le=1)
+
+
+class EcnClasses(Section):
+    collective: EcnClass = EcnClass()
+    agents: EcnClass = EcnClass()
+
+
+ECN_MODES = ("off", "controller", "switch", "phantom", "auto")
+
+
+class Ecn(Section):
+    """Who marks CE: ``switch`` (RED), ``phantom`` (nftables phantom queues),
+    ``controller``, ``auto`` (RED where present, else the controller) or ``off``."""
+
+    # YAML reads a bare `off` as false: accepted and kept as "off"
+    mode: Literal["off", "controller", "switch", "phantom", "auto"] | Literal[False] = "off"
+    drain: float = Field(0.95, ge=0.5, le=1.0,
+                         description="phantom queues drain at this fraction of the link rate")
+    classes: EcnClasses = EcnClasses()
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value
+
+
+class Adaptive(Section):
+    interval_ms: float = Field(100, ge=10, le=60000)
+    imbalance: float = Field(0.2, ge=0.01, le=10)
+    elephant_mbps: float = Field(1.0, gt=0)
+    place_tcp: bool = Field(True, description="place TCP connections too (learnt from SYN)")
+
+
+class Health(Section):
+    """The link-probe health monitor that drains lossy links."""
+
+    enabled: bool = False
+    loss_threshold: float = Field(0.05, gt=0, lt=1)
+    interval_ms: float = Field(250, ge=50, le=60000)
+    samples: int = Field(2, ge=1, le=100)
+    probes: int = Field(10, ge=1, le=100)
+    min_packets: int = Field(20, gt=0)
+
+
+class Controller(Section):
+    mode: Literal["ecmp", "adaptive", "spray"] = "ecmp"
+    telemetry_ms: int = Field(100, ge=10, le=5000)
+    prometheus_port: int = Field(0, ge=0, le=65535,
+                                 description="0 (off) or 1024..65535, on 127.0.0.1")
+    adaptive: Adaptive = Adaptive()
+    ecn: Ecn = Ecn()
+    fast_failover: bool = False
+    recompute: bool = False
+    health: Health = Health()
+
+    @field_validator("prometheus_port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if value and value < 1024:
+            raise ValueError("must be 0 (off) or 1024..65535")
+        return value
+
+
+SERVICES = ("retriever", "tool", "model", "agent")
+
+
+class Agents(Section):
+    enabled: bool = True
+    driver: int = Field(0, ge=0, description="node index that runs the chains")
+    services: dict[Literal["retriever", "tool", "model", "agent"], int] = Field(
+        default_factory=dict, description="node index of each service")
+    concurrency: int = Field(8, ge=1, le=256)
+    timeout_ms: float = Field(2000, gt=0)
+    service_us: int = Field(0, ge=0)
+    ecn: bool = Field(False, description="net.ipv4.tcp_ecn=1 in every host namespace")
+    multipath: bool = False
+    attempt_ms: float = Field(500, gt=0)
+
+
+class Dcqcn(Section):
+    enabled: bool = False
+    g: float = Field(1 / 16, gt=0, le=1)
+    rai_mbps: float = Field(0.5, gt=0)
+    rhai_mbps: float = Field(2.0, gt=0)
+    timer_us: float = Field(2000, ge=10, le=10**6)
+    alpha_timer_us: float = Field(2000, ge=10, le=10**6)
+    byte_counter_kb: float = Field(64, gt=0)
+    f: int = Field(5, ge=0, le=100)
+    min_rate_mbps: float = Field(0.5, gt=0)
+
+
+class Training(Section):
+    enabled: bool = False
+    ranks: list[int] = Field(default_factory=list, description="node indices, in ring order")
+    bytes: int = Field(2_000_000, ge=1000, le=10**9)
+    compute_ms: float = Field(50, ge=0)
+    rate_mbps: float = Field(80, gt=0)
+    payload: int = Field(4096, ge=64, le=8192)
+    step_timeout_ms: float = Field(500, gt=0)
+    pattern: Literal["ring", "stride", "random"] = "ring"
+    stride: int = Field(0, ge=0, description="0: half the ranks")
+    ecn: bool = False
+    cnp_interval_us: float = Field(50, ge=0)
+    spray: bool = False
+    dcqcn: Dcqcn = Dcqcn()
+    multipath: bool = False
+
+
+FAULT_ACTIONS = ("link_down", "link_up", "link_flap", "switch_fail", "switch_restore",
+                 "plane_fail", "plane_restore", "rail_fail", "rail_restore",
+                 "controller_kill", "controller_restart", "degrade", "restore")
+
+
+class FaultEntry(Section):
+    """One fault of a variant's schedule; its target is checked against the topology."""
+
+    at_s: float = Field(ge=0)
+    action: Literal[FAULT_ACTIONS]  # type: ignore[valid-type]
+    target: str | int | None = None
+    loss: float | None = Field(None, ge=0.001, le=1.0)
+    period_s: float | None = Field(None, ge=0.05, le=60)
+    count: int | None = Field(None, ge=1, le=100)
+
+
+#: the sections every variant has (the scenario's base, deep-merged with its overrides)
+SECTIONS: dict[str, type[Section]] = {"controller": Controller, "agents": Agents,
+                                      "training": Training}
