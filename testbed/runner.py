@@ -21,7 +21,7 @@ from testbed.layout import Layout
 from testbed.naming import new_run_id
 from testbed.procs import sigterm_as_interrupt
 from testbed.results import write_json
-from testbed.scenario import Scenario
+from testbed.scenario import Scenario, parse
 from testbed.seeds import combine
 
 
@@ -40,8 +40,10 @@ def _done_line(tag: str, entry: dict) -> str:
     return line
 
 
-def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
-    """Run every variant of ``scenario`` into ``out``; returns the summary."""
+def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
+        run_id: str | None = None) -> dict:
+    """Run every variant of ``scenario`` into ``out``; returns the summary. ``run_id``:
+    the id of what a kind creates for the whole run (else a fresh one)."""
     out.mkdir(parents=True, exist_ok=True)
     experiment = scenario.experiment
     seeds = scenario.run_seeds
@@ -64,7 +66,7 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
         }
         write_json(out / layout.MANIFEST, {**summary, "scenario_source": scenario.source})
         ctx = RunContext(caps=caps, root=out, duration_s=scenario.duration_s, progress=progress,
-                         stack=stack)
+                         stack=stack, run_id=run_id)
         experiment.start(ctx)
         total = len(scenario.variants) * len(seeds)
         per_seed: dict[str, list[dict]] = {}
@@ -95,6 +97,13 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr) -> dict:
     write_json(out / layout.SUMMARY, summary)
     report.write(summary, out)
     return summary
+
+
+def run_section(kind: str, section: dict, out: Path, *, duration_s: float, seed: int = 1,
+                progress: Progress = _stderr, run_id: str | None = None) -> dict:
+    """Run one kind's section as a scenario of its own (tests, scripts)."""
+    data = {"name": f"{kind}-section", "seed": seed, "duration_s": duration_s, kind: section}
+    return run(parse(data), out, progress, run_id=run_id)
 
 
 def default_out(results_root: Path, name: str) -> Path:

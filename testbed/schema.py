@@ -47,8 +47,11 @@ def scenario_schema() -> dict:
     root = _schema(Head, defs)
     properties = dict(root["properties"])
     kinds = experiments.all_kinds()
-    properties["kind"] = {"type": "string", "enum": sorted(kinds),
-                          "description": "experiment kind (default: from the sections)"}
+    dotted = experiments.DOTTED.pattern
+    properties["kind"] = {"type": "string",
+                          "anyOf": [{"enum": sorted(kinds)}, {"pattern": dotted}],
+                          "description": "experiment kind (default: from the sections), or "
+                                         "the dotted path of a plug-in kind's module"}
     for kind, cls in kinds.items():
         for key, section in cls.SECTIONS.items():
             schema = _schema(section, defs)
@@ -59,7 +62,10 @@ def scenario_schema() -> dict:
         "title": "AI fabric testbed scenario",
         "type": "object",
         "required": ["name"],
-        "additionalProperties": False,
         "properties": properties,
+        # a plug-in kind's sections are its own: allowed where kind is a dotted path
+        "if": {"required": ["kind"], "properties": {"kind": {"pattern": dotted}}},
+        "then": {"patternProperties": {"": {}}},
+        "unevaluatedProperties": False,
         "$defs": defs,
     }

@@ -2,13 +2,17 @@
 
 Adding a kind: one module with a subclass of :class:`~testbed.experiments.base.Experiment`
 bound to the module-level name ``EXPERIMENT``, and one entry ``"name": "package.module"``
-in :data:`KINDS` (or a call of :func:`register`). ``tests/unit/test_experiments.py``
-registers a tiny example kind that way.
+in :data:`KINDS` (or a call of :func:`register`). A scenario can also name a kind that
+lives outside the testbed by its module's dotted path (``kind: examples.kinds.pingmesh``,
+the tiny example kind that ``tests/integration/test_experiments.py`` runs).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import sys
 
 from testbed.errors import ConfigError
 
@@ -26,16 +30,29 @@ def register(kind: str, module: str) -> None:
     KINDS[kind] = module
 
 
+#: a kind named by the dotted path of its module (a plug-in outside the testbed)
+DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
 def get(kind: str):
-    """The Experiment subclass of ``kind``; ConfigError for an unknown kind."""
-    if kind not in KINDS:
-        raise ConfigError("kind", f"unknown experiment kind {kind!r} "
-                                  f"(known: {', '.join(sorted(KINDS))})")
+    """The Experiment subclass of ``kind`` (a registered name, or the dotted path of a
+    module that defines ``EXPERIMENT``); ConfigError otherwise."""
+    from testbed.experiments.base import Experiment
+
+    if kind not in KINDS and not DOTTED.match(kind):
+        raise ConfigError("kind", f"unknown experiment kind {kind!r} (known: "
+                                  f"{', '.join(sorted(KINDS))}, or a module's dotted path)")
+    if os.getcwd() not in sys.path:  # plug-ins are importable from where testbed runs
+        sys.path.append(os.getcwd())
     try:
-        module = importlib.import_module(KINDS[kind])
+        module = importlib.import_module(KINDS.get(kind, kind))
     except ImportError as exc:
         raise ConfigError("kind", f"experiment kind {kind!r} cannot be loaded: {exc}") from None
-    return module.EXPERIMENT
+    cls = getattr(module, "EXPERIMENT", None)
+    if not (isinstance(cls, type) and issubclass(cls, Experiment)):
+        raise ConfigError("kind", f"{kind!r} defines no EXPERIMENT (a subclass of "
+                                  "testbed.experiments.base.Experiment)")
+    return cls
 
 
 def all_kinds() -> dict[str, type]:

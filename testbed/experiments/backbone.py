@@ -645,7 +645,7 @@ class BackboneExperiment(base.Experiment):
             ctx.progress(f"backbone: links encrypted with MACsec ({cfg['macsec']['cipher']}, "
                          f"{macsec_backend(cfg['macsec'], caps)} backend, protected MTU "
                          f"{cfg['macsec']['mtu']})")
-        self.run_id = new_run_id()
+        self.run_id = ctx.run_id or new_run_id()
         root = run_dir(self.run_id)
         made_root = not root.exists()
         claim(self.run_id)

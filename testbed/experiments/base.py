@@ -35,6 +35,8 @@ class RunContext:
     progress: Progress
     #: the run-wide stack: undo steps that must outlive one variant (run folders)
     stack: ExitStack
+    #: a run id chosen by the caller (tests that look for leftovers by it), else None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

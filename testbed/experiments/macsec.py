@@ -397,7 +397,7 @@ class MacsecExperiment(base.Experiment):
         return self.VARIANTS
 
     def start(self, ctx: base.RunContext) -> None:
-        run_id = new_run_id()
+        run_id = ctx.run_id or new_run_id()
         self.lab = lab = Lab(self.cfg, out=ctx.root, duration_s=ctx.duration_s,
                              seed=self.seed, run_id=run_id, progress=ctx.progress)
         made_pid_dir = not lab.pid_dir.exists()

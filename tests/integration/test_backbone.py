@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.backbone import run
 from testbed.macsec.decrypt import decrypt_frame, receivers
 from testbed.naming import new_run_id, run_prefix
+from testbed.runner import run_section
 from topologies.backbone import small_backbone
 from traffic.pcapfile import read_frames
 
@@ -60,7 +60,7 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
                    {"at_s": 7, "action": "restore_link", "target": "p1-p2-1"}],
     }
     try:
-        result = run(section, out=tmp_path, duration_s=11, seed=1, run_id=run_id,
+        result = run_section("backbone", section, tmp_path, duration_s=11, seed=1, run_id=run_id,
                      progress=lambda line: None)
     finally:
         assert _leftovers(run_id) == []

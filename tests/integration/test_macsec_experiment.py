@@ -1,6 +1,6 @@
 """Root test: the MACsec scenario end to end, short, into a temporary folder.
 
-Runs :func:`testbed.macsec.experiment.run` for 5 s with small attack counts and
+Runs the macsec kind (:func:`testbed.runner.run_section`) for 5 s with small attack counts and
 checks the summary contract, the attack accounting, the capture (our SecY,
 Scapy and tshark) and that nothing named after the run is left behind.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.macsec import run
 from testbed.macsec.decrypt import decrypt_pcap
 from testbed.macsec.netns import leftovers
 from testbed.naming import new_run_id, run_dir, run_prefix
+from testbed.runner import run_section
 
 pytestmark = pytest.mark.root
 
@@ -31,7 +31,8 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, str]:
     out = tmp_path_factory.mktemp("macsec")
     run_id = new_run_id()
     lines: list[str] = []
-    res = run(SECTION, out=out, duration_s=5, seed=3, run_id=run_id, progress=lines.append)
+    res = run_section("macsec", SECTION, out, duration_s=5, seed=3, run_id=run_id,
+                      progress=lines.append)
     (out / "progress.log").write_text("\n".join(lines))
     return res, out, run_id
 
