@@ -1,31 +1,33 @@
-"""Small helpers around ``ip``: namespaces, commands inside them, process groups.
+"""Namespaces of the MACsec links, and commands and processes inside them.
 
-Everything created through these helpers is named with the caller's prefix so
-that :func:`leftovers` can prove a run cleaned up after itself.
+Commands enter a namespace through :mod:`testbed.hosts` (the one host-command
+abstraction) and process groups are stopped by :func:`testbed.procs.stop_group`;
+what is here is the MACsec library's vocabulary on top: errors as
+:class:`~testbed.macsec.errors.BackendError`, and :func:`leftovers` by prefix, so a run
+can prove it cleaned up after itself.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import BackendError
+from testbed import procs
+from testbed.hosts import NetnsHost, RootHost
 
-log = logging.getLogger(__name__)
+from .errors import BackendError
 
 
 def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run a command (inside ``netns`` when given); raise BackendError on failure."""
-    full = (["ip", "netns", "exec", netns] if netns else []) + list(cmd)
-    proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+    host = NetnsHost(netns) if netns else RootHost()
+    proc = host.run(cmd, timeout=timeout)
     if check and proc.returncode != 0:
-        raise BackendError(f"{' '.join(full)} failed ({proc.returncode}): {proc.stderr.strip()}")
+        raise BackendError(f"{' '.join(host.argv(cmd))} failed ({proc.returncode}): "
+                           f"{proc.stderr.strip()}")
     return proc
 
 
@@ -62,34 +64,24 @@ def spawn(cmd: Sequence[str], netns: str, log_path: Path,
     """Start a command in ``netns`` in a new session (its own process group)."""
     with open(log_path, "ab") as out:
         return subprocess.Popen(
-            ["ip", "netns", "exec", netns, *cmd],
+            NetnsHost(netns).argv(cmd),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, env=env,
         )
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | None:
-    """SIGTERM the process group, wait up to ``timeout``, then SIGKILL it."""
+    """SIGTERM the process group of ``proc``, wait up to ``timeout``, then SIGKILL it."""
     try:
         pgid = os.getpgid(proc.pid)
     except ProcessLookupError:
         pgid = None
-    if pgid is not None and proc.poll() is None:
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if proc.poll() is None and pgid is not None:
-        log.warning("process group %d ignored SIGTERM, killing it", pgid)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=timeout)
-    return proc.returncode
+    if pgid is not None:
+        procs.stop_group(pgid, timeout, lambda: proc.poll() is not None)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def link_stats(ifname: str, netns: str) -> dict[str, int]:
