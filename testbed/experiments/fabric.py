@@ -33,6 +33,8 @@ from testbed.experiments.fabric_schema import (
     FaultEntry,
     Name,
     Training,
+    Workload,
+    Workloads,
 )
 from testbed.fabric import OVS_SOCKET_BUFFER
 from testbed.fabric_faults import parse_faults
@@ -57,6 +59,8 @@ class VariantSection(Section):
     agents: dict[str, Any] | None = None
     training: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None
+    workloads: list[dict[str, Any]] | None = Field(
+        None, description="replaces the scenario's workloads list")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class Variant:
     training: dict[str, Any]
     reference: bool = False  # the non-blocking reference the report compares against
     faults: tuple[Fault, ...] = ()
+    #: ``workloads`` entries other than agents and training, host references resolved
+    workloads: tuple[dict, ...] = ()
 
     def fabric(self, prefix: str) -> FabricSpec:
         return build_topology(self.topology, prefix)
@@ -94,6 +100,7 @@ class FabricExperiment(base.Experiment):
     KIND = "fabric"
     SECTIONS = {"topology": TOPOLOGY_SCHEMA, "controller": Controller, "agents": Agents,
                 "training": Training, "faults": {"type": "array", "items": FaultEntry},
+                "workloads": list[Workload],
                 "variants": {"type": "array", "items": VariantSection}}
 
     def __init__(self, data: dict, **kw: Any) -> None:
@@ -102,7 +109,8 @@ class FabricExperiment(base.Experiment):
         for s, v in base_.items():
             if not isinstance(v, dict):
                 raise ConfigError(s, "must be a mapping")
-        self._check_variant(self.name, base_, "", data.get("faults"))  # base errors by path
+        self._check_variant(self.name, base_, "", data.get("faults"),  # base errors by path
+                            data.get("workloads"))
         raw_variants = data.get("variants") or [{"name": self.name}]
         if not isinstance(raw_variants, list):
             raise ConfigError("variants", "must be a list")
@@ -115,8 +123,9 @@ class FabricExperiment(base.Experiment):
             seen.add(entry.name)
             merged = {s: _merge(base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
+            loads = raw["workloads"] if "workloads" in raw else data.get("workloads")
             variants.append(dataclasses.replace(
-                self._check_variant(entry.name, merged, where, faults),
+                self._check_variant(entry.name, merged, where, faults, loads),
                 reference=entry.reference))
         if variants[0].reference:
             raise ConfigError("variants[0].reference", "the first variant is the baseline; "
@@ -132,8 +141,10 @@ class FabricExperiment(base.Experiment):
                 f"({', '.join(v.name for v in self.variants)})")
 
     # -- validation ------------------------------------------------------------------------
-    def _check_variant(self, name: str, sections: dict, where: str, faults: Any) -> Variant:
+    def _check_variant(self, name: str, sections: dict, where: str, faults: Any,
+                       loads: Any = None) -> Variant:
         prefix = f"{where}." if where else ""
+        sections, extra = self._fold_workloads(sections, loads, prefix)
         resolved = {s: self.section(model, sections.get(s), f"{prefix}{s}").model_dump()
                     for s, model in SECTIONS.items()}
         try:
@@ -163,8 +174,68 @@ class FabricExperiment(base.Experiment):
                 _check_node(f"{prefix}agents.services.{svc}", agents["services"][svc], nodes)
         if training["enabled"] or training["ranks"]:
             self._check_training(training, spec, prefix)
+        workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
         return Variant(name=name, topology=sections.get("topology") or {}, **resolved,
-                       faults=fault_list)
+                       faults=fault_list, workloads=workloads)
+
+    def _fold_workloads(self, sections: dict, loads: Any,
+                        prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
+        """Validate ``workloads``; its agents and training entries become those sections
+        (one list for everything that runs in the hosts); the rest, with their index."""
+        if loads is None:
+            return sections, []
+        parsed = self.section(Workloads, {"workloads": loads}, prefix.rstrip(".")).workloads
+        sections = dict(sections)
+        extra = []
+        for i, entry in enumerate(parsed):
+            values = entry.model_dump(exclude={"kind"})
+            if entry.kind in ("agents", "training"):
+                if any(e.kind == entry.kind for e in parsed[:i]):
+                    raise ConfigError(f"{prefix}workloads[{i}].kind",
+                                      f"a second {entry.kind} entry (one is the most)")
+                given = loads[i]
+                sections[entry.kind] = _merge(sections.get(entry.kind) or {},
+                                              {k: values[k] for k in given if k != "kind"}
+                                              | {"enabled": values["enabled"]})
+            else:
+                extra.append((i, {"kind": entry.kind, **values}))
+        return sections, extra
+
+    @staticmethod
+    def _resolve_workload(entry: dict, i: int, spec: FabricSpec, prefix: str) -> dict:
+        """Host references as node indices, planes and files checked against the fabric."""
+        names = {h.name[len(spec.prefix):]: n for n, h in enumerate(spec.hosts)}
+        out = dict(entry)
+        for key in ("host", "client", "server"):
+            if key not in entry:
+                continue
+            ref = entry[key]
+            node = ref if isinstance(ref, int) else names.get(ref)
+            if node is None or not 0 <= node < len(spec.hosts):
+                raise ConfigError(f"{prefix}workloads[{i}].{key}",
+                                  f"no host {ref!r} (hosts n0..n{len(spec.hosts) - 1})")
+            out[key] = node
+        if entry.get("plane", 0) >= spec.planes:
+            raise ConfigError(f"{prefix}workloads[{i}].plane",
+                              f"must be below {spec.planes} (the fabric's planes)")
+        if entry["kind"] == "iperf3" and out["client"] == out["server"]:
+            raise ConfigError(f"{prefix}workloads[{i}].server", "must differ from client")
+        if entry["kind"] == "replay":
+            if entry["rail"] >= spec.rails:
+                raise ConfigError(f"{prefix}workloads[{i}].rail",
+                                  f"must be below {spec.rails} (the fabric's rails)")
+            if not Path(entry["pcap"]).is_file():
+                raise ConfigError(f"{prefix}workloads[{i}].pcap", f"no such file {entry['pcap']!r}")
+            if entry["pps"] and entry["mbps"]:
+                raise ConfigError(f"{prefix}workloads[{i}].mbps", "give pps or mbps, not both")
+        if entry["kind"] == "command":
+            for j, arg in enumerate(entry["argv"]):
+                for m in workloads.PLACEHOLDER.finditer(arg):
+                    node, plane = int(m.group(1)), int(m.group(2) or 0)
+                    if node >= len(spec.hosts) or plane >= spec.planes:
+                        raise ConfigError(f"{prefix}workloads[{i}].argv[{j}]",
+                                          f"{m.group(0)} names no host address of this fabric")
+        return out
 
     @staticmethod
     def _check_training(training: dict, spec: FabricSpec, prefix: str) -> None:
@@ -235,6 +306,11 @@ class FabricExperiment(base.Experiment):
                          "at most that; more is dropped unseen by the queues")
             work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
+            extra = None
+            if variant.workloads:
+                extra = workloads.ExtraWorkloads(fabric, list(variant.workloads), out=out,
+                                                 pid_dir=live.pid_dir, stack=stack)
+                extra.start(work.start_at)
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
                                       duration_s=duration_s, stack=stack)
                       if variant.faults else None)
@@ -248,6 +324,9 @@ class FabricExperiment(base.Experiment):
                     progress(f"{tag}: {elapsed:4.0f} s  {running}")
 
             workloads.wait_done(work, duration_s, tick)
+            if extra:
+                extra.wait(until=work.start_at + duration_s)
+                entry["workloads"] = extra.stop()
             if faults:
                 faults.stop(end=time.time())
             roles = fabric.port_roles()

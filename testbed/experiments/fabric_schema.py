@@ -146,6 +146,72 @@ class FaultEntry(Section):
     count: int | None = Field(None, ge=1, le=100)
 
 
+HostRef = Annotated[str | int, Field(description="a host: short name (n0) or node index")]
+
+
+class CommandWorkload(Section):
+    """Any command in a host, from ``at_s``; ``{n5}`` in an argument is host n5's address
+    (plane 0, rail 0), ``{n5.p1}`` on plane 1. Its output and exit status are recorded."""
+
+    kind: Literal["command"]
+    host: HostRef
+    argv: list[str] = Field(min_length=1)
+    at_s: float = Field(0, ge=0)
+
+
+class Iperf3Workload(Section):
+    """An iperf3 client in ``client`` to a server in ``server`` (started at once)."""
+
+    kind: Literal["iperf3"]
+    client: HostRef
+    server: HostRef
+    at_s: float = Field(0, ge=0)
+    seconds: float = Field(10, gt=0, le=3600)
+    plane: int = Field(0, ge=0)
+    udp: bool = False
+    rate_mbps: float | None = Field(None, gt=0, description="-b: target rate (UDP default 1)")
+    parallel: int = Field(1, ge=1, le=16)
+
+
+class ReplayWorkload(Section):
+    """A capture replayed out of a host's NIC (``python -m traffic replay``)."""
+
+    kind: Literal["replay"]
+    host: HostRef
+    pcap: str = Field(description="pcap/pcapng file of Ethernet frames (relative: to cwd)")
+    at_s: float = Field(0, ge=0)
+    plane: int = Field(0, ge=0)
+    rail: int = Field(0, ge=0)
+    loop: int = Field(1, ge=1, le=100000)
+    pps: float | None = Field(None, gt=0)
+    mbps: float | None = Field(None, gt=0)
+
+
+class AgentsWorkload(Agents):
+    """The agent chains as an entry of ``workloads`` (the same as the ``agents`` section)."""
+
+    kind: Literal["agents"]
+    enabled: bool = True
+
+
+class TrainingWorkload(Training):
+    """The training collective as an entry of ``workloads`` (the ``training`` section)."""
+
+    kind: Literal["training"]
+    enabled: bool = True
+
+
+Workload = Annotated[CommandWorkload | Iperf3Workload | ReplayWorkload | AgentsWorkload
+                     | TrainingWorkload, Field(discriminator="kind")]
+WORKLOAD_KINDS = ("command", "iperf3", "replay", "agents", "training")
+
+
+class Workloads(Section):
+    """``workloads:``: one list of everything that runs in the hosts."""
+
+    workloads: list[Workload] = Field(default_factory=list)
+
+
 #: the sections every variant has (the scenario's base, deep-merged with its overrides)
 SECTIONS: dict[str, type[Section]] = {"controller": Controller, "agents": Agents,
                                       "training": Training}
