@@ -30,7 +30,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 from testbed import ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
-from testbed.naming import OVS_EXTERNAL_ID
+from testbed.naming import OVS_EXTERNAL_ID, register
 from testbed.procs import Helper
 from topologies.spec import FabricSpec, HostInterface
 
@@ -147,16 +147,26 @@ class Fabric:
             topo=None, build=False, controller=None, autoSetMacs=False,
             autoStaticArp=False, waitConnected=False,
         )
-        net.addController(remote(f"{self.spec.prefix}c", ip="127.0.0.1",
-                                 port=self.controller_port))
+        # Mininet starts a node's shell when the node is added, deletes an interface of
+        # the same name before it makes a link, and a bridge before it adds one: the
+        # names below are the run's from that moment on (the run id was chosen so that
+        # no name with its prefix existed), so they are registered before Mininet acts.
+        controller = f"{self.spec.prefix}c"
+        register(self.run_id, "mininet", controller)
+        net.addController(remote(controller, ip="127.0.0.1", port=self.controller_port))
         for sw in self.spec.switches:
+            register(self.run_id, "mininet", sw.name)
+            register(self.run_id, "bridge", sw.name)
             net.addSwitch(
                 sw.name, cls=ovs_switch, dpid=f"{sw.dpid:016x}", datapath=self.caps.ovs_datapath,
                 protocols="OpenFlow13", failMode="secure", batch=True,
             )
         for host in self.spec.hosts:
+            register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         for lk in self.spec.links:
+            register(self.run_id, "link", lk.a_intf)
+            register(self.run_id, "link", lk.b_intf)
             params = {}
             if lk.kind == "host":
                 params["addr1"] = self.spec.host(lk.a).interface_by_name(lk.a_intf).mac

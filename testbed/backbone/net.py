@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import BringUpError, HostError
+from testbed.naming import register_owned
 from testbed.nft import loss_rules, port_loss_rules
 from topologies.backbone import Backbone, Link
 
@@ -139,6 +140,7 @@ class BackboneNet:
         for node in self.bb.nodes:
             ns = self.ns(node)
             _ip(["netns", "add", ns])
+            register_owned("netns", ns)
             self.stack.callback(_ip, ["netns", "del", ns], None, False)
         for node in self.bb.nodes:
             _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",

@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from testbed.naming import forget, register, run_id_of
+
 from .errors import BackendError
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,14 @@ def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
 
 
 def add_netns(name: str) -> None:
-    """Create a namespace and bring its loopback up."""
+    """Create a namespace and bring its loopback up.
+
+    A name with a run prefix is registered to its run, for ``testbed clean``.
+    """
     run(["ip", "netns", "add", name])
+    run_id = run_id_of(name)
+    if run_id is not None:
+        register(run_id, "netns", name)
     run(["ip", "link", "set", "lo", "up"], netns=name)
 
 
@@ -39,6 +47,9 @@ def del_netns(name: str) -> None:
     """Delete a namespace if it exists (interfaces inside go with it)."""
     if name in list_netns():
         run(["ip", "netns", "del", name], check=False)
+    run_id = run_id_of(name)
+    if run_id is not None:
+        forget(run_id, "netns", name)
 
 
 def list_netns() -> list[str]:

@@ -113,27 +113,36 @@ def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
 
 
 def test_clean_removes_only_what_the_testbed_made(tmp_path):
-    from testbed.naming import new_run_id, run_dir, run_prefix
+    from testbed.naming import new_run_id, pid_record, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
     subprocess.run(["ip", "link", "add", f"{prefix}x0", "type", "veth", "peer", "name",
                     f"{prefix}x1"], check=True)
+    register(rid, "link", f"{prefix}x0")
     subprocess.run(["ip", "link", "add", "keepme7x", "type", "veth", "peer", "name", "keepme7y"],
                    check=True)
+    # named like the testbed's (tb + 4 hex digits) but made by somebody else
+    subprocess.run(["ip", "link", "add", "tbface0", "type", "dummy"], check=True)
     subprocess.run(["ip", "netns", "add", f"{prefix}ns"], check=True)
+    register(rid, "netns", f"{prefix}ns")
     subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge", f"{prefix}br",
                     "datapath_type=netdev"], check=True)
-    run_dir(rid).mkdir(parents=True)
+    register(rid, "bridge", f"{prefix}br")
     helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
                                "127.0.0.1:0", "--role", "tool"], cwd=REPO,
                               stdout=subprocess.DEVNULL, start_new_session=True)
     nested = run_dir(rid) / "backbone" / "fast" / "pids"  # experiments nest their pid files
     nested.mkdir(parents=True)
-    (nested / "svc.pid").write_text(str(helper.pid))
-    # a stale pid file whose pid now belongs to somebody else's process
+    (nested / "svc.pid").write_text(pid_record(helper.pid))
+    # stale pid files whose pids now belong to somebody else's processes: a plain one, and
+    # one whose command line holds the words of the testbed's helpers
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    (run_dir(rid) / "stale.pid").write_text(str(stranger.pid))
+    lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                                  "testbed", "traffic"], start_new_session=True)
+    for name, proc in (("stale", stranger), ("lookalike", lookalike)):
+        pid, started = pid_record(proc.pid).split()
+        (run_dir(rid) / f"{name}.pid").write_text(f"{pid} {int(started) - 1}")
     try:
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
@@ -141,11 +150,12 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
         assert wait_for(lambda: helper.poll() is not None, 5)
         assert leftovers(prefix) == []
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert "keepme7x" in links
-        assert stranger.poll() is None
+        assert "keepme7x" in links and "tbface0" in links
+        assert stranger.poll() is None and lookalike.poll() is None
     finally:
         subprocess.run(["ip", "link", "del", "keepme7x"])
-        for proc in (helper, stranger):
+        subprocess.run(["ip", "link", "del", "tbface0"])
+        for proc in (helper, stranger, lookalike):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
