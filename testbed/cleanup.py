@@ -6,7 +6,9 @@ file's start time matches the running process (a reused pid is somebody else's),
 interface, namespace, nftables table or Mininet shell only when the run registered its
 name (:func:`testbed.naming.register`), an OVS bridge when registered or tagged with the
 ``testbed_run`` external id. A name that merely looks like the testbed's (``tbface0``) is
-not touched, nor anything of a run whose owner is alive (unlike ``mn -c``).
+not touched, nor anything of a run whose owner is alive (unlike ``mn -c``). Host
+sysctls that a killed run left raised go back to the saved originals
+(:mod:`testbed.host_settings`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
+from testbed import host_settings
 from testbed.naming import OVS_EXTERNAL_ID, RUN_ROOT, live_runs, recorded_pid, registered
 from testbed.procs import stop_group, wait_for
 
@@ -162,6 +165,8 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
             removed.append(f"namespace {ns}")
             if not dry_run:
                 netns.remove(ns)
+    restored = host_settings.restore_saved(dry_run=dry_run, force=force)
+    removed += [f"raised host setting {name} (back to {value})" for name, value in restored]
     for run_id in runs:
         folder = RUN_ROOT / run_id
         removed.append(f"run folder {folder}")

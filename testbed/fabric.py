@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
-from testbed import ovs_socket
+from testbed import host_settings, ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.naming import OVS_EXTERNAL_ID, register
@@ -46,7 +46,6 @@ HTB_MINOR = 0x10
 TC_H_ROOT = 0xFFFFFFFF
 #: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
 OVS_SOCKET_BUFFER = 8 * 1024 * 1024
-SYSCTL_CORE = Path("/proc/sys/net/core")
 
 
 def _mininet():
@@ -72,8 +71,7 @@ def burst_bytes(mbps: float, mtu: int) -> int:
     return max(2 * (mtu + 14), int(mbps * 1e6 / 8 / 1000))
 
 
-@contextmanager
-def socket_buffer_defaults(size: int):
+def socket_buffer_defaults(size: int) -> AbstractContextManager[None]:
     """Raise ``net.core.{r,w}mem_default`` to ``size`` for a moment, then restore them.
 
     The userspace datapath reads and writes every port through AF_PACKET sockets that
@@ -82,18 +80,12 @@ def socket_buffer_defaults(size: int):
     ovs-vswitchd is not scheduled overflow them and drop packets that no emulated queue
     dropped; and all egress queues of all switches share one 208 KB send budget. Sockets
     keep the size they were created with, so the host's defaults go back at once.
+
+    They are the whole host's: :mod:`testbed.host_settings` changes them under a lock,
+    keeps the originals under /run/testbed while any run holds them raised, and lets
+    ``testbed clean`` put them back after a run that was killed meanwhile.
     """
-    saved = {}
-    try:
-        for name in ("rmem_default", "wmem_default"):
-            path = SYSCTL_CORE / name
-            saved[path] = path.read_text()
-            if int(saved[path]) < size:
-                path.write_text(str(size))
-        yield
-    finally:
-        for path, value in saved.items():
-            path.write_text(value)
+    return host_settings.raised({"net.core.rmem_default": size, "net.core.wmem_default": size})
 
 
 @dataclass
