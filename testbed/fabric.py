@@ -219,8 +219,11 @@ class Fabric:
                     index = ipr.link_lookup(ifname=ifname)
                     if not index:
                         raise BringUpError(f"switch port {ifname} was not created")
-                    ipr.link("set", index=index[0], mtu=self.spec.mtu)
-                    self._shape(ipr, index[0], mbps)
+                    try:
+                        ipr.link("set", index=index[0], mtu=self.spec.mtu)
+                        self._shape(ipr, index[0], mbps)
+                    except NetlinkError as exc:
+                        raise BringUpError(f"switch port {ifname}: {exc}") from None
                     if ethtool:
                         features = ethtool.get_features(ifname)
                         for name, feature in features.features.items():

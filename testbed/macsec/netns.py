@@ -25,7 +25,12 @@ def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run a command (inside ``netns`` when given); raise BackendError on failure."""
     full = (["ip", "netns", "exec", netns] if netns else []) + list(cmd)
-    proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BackendError(f"{' '.join(full)} did not finish in {timeout:g} s") from None
+    except OSError as exc:  # the program is missing
+        raise BackendError(f"{' '.join(full)}: {exc}") from None
     if check and proc.returncode != 0:
         raise BackendError(f"{' '.join(full)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc
