@@ -6,15 +6,14 @@ import subprocess
 
 import pytest
 
-from testbed import cli
-from testbed.errors import HostError, TestbedError
+from testbed import cli, errors
 from testbed.macsec import errors as macsec_errors
 
 
 @pytest.mark.parametrize("name", ["MacsecError", "ConfigError", "FrameError", "TransmitError",
                                   "BackendError"])
 def test_macsec_errors_are_testbed_errors(name):
-    assert issubclass(getattr(macsec_errors, name), TestbedError)
+    assert issubclass(getattr(macsec_errors, name), errors.TestbedError)
 
 
 def test_a_backend_failure_ends_in_one_line(monkeypatch, capsys):
@@ -48,7 +47,7 @@ def test_backbone_commands_that_hang_are_host_errors(monkeypatch):
         raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"))
 
     monkeypatch.setattr(net.subprocess, "run", hang)
-    with pytest.raises(HostError, match="no answer"):
+    with pytest.raises(errors.HostError, match="no answer"):
         net._ip(["link"])
-    with pytest.raises(HostError, match="no answer"):
+    with pytest.raises(errors.HostError, match="no answer"):
         net._in_ns("tb1a2bnyc", ["true"])
