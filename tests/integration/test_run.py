@@ -117,33 +117,38 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
 
     rid = new_run_id()
     prefix = run_prefix(rid)
-    subprocess.run(["ip", "link", "add", f"{prefix}x0", "type", "veth", "peer", "name",
-                    f"{prefix}x1"], check=True)
-    register(rid, "link", f"{prefix}x0")
-    subprocess.run(["ip", "link", "add", "keepme7x", "type", "veth", "peer", "name", "keepme7y"],
-                   check=True)
-    # named like the testbed's (tb + 4 hex digits) but made by somebody else
-    subprocess.run(["ip", "link", "add", "tbface0", "type", "dummy"], check=True)
-    subprocess.run(["ip", "netns", "add", f"{prefix}ns"], check=True)
-    register(rid, "netns", f"{prefix}ns")
-    subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge", f"{prefix}br",
-                    "datapath_type=netdev"], check=True)
-    register(rid, "bridge", f"{prefix}br")
-    helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
-                               "127.0.0.1:0", "--role", "tool"], cwd=REPO,
-                              stdout=subprocess.DEVNULL, start_new_session=True)
-    nested = run_dir(rid) / "backbone" / "fast" / "pids"  # experiments nest their pid files
-    nested.mkdir(parents=True)
-    (nested / "svc.pid").write_text(pid_record(helper.pid))
-    # stale pid files whose pids now belong to somebody else's processes: a plain one, and
-    # one whose command line holds the words of the testbed's helpers
-    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
-                                  "testbed", "traffic"], start_new_session=True)
-    for name, proc in (("stale", stranger), ("lookalike", lookalike)):
-        pid, started = pid_record(proc.pid).split()
-        (run_dir(rid) / f"{name}.pid").write_text(f"{pid} {int(started) - 1}")
+    procs: list[subprocess.Popen] = []
     try:
+        subprocess.run(["ip", "link", "add", f"{prefix}x0", "type", "veth", "peer", "name",
+                        f"{prefix}x1"], check=True)
+        register(rid, "link", f"{prefix}x0")
+        subprocess.run(["ip", "link", "add", "keepme7x", "type", "veth", "peer", "name",
+                        "keepme7y"], check=True)
+        # named like the testbed's (tb + 4 hex digits) but made by somebody else
+        subprocess.run(["ip", "link", "add", "tbface0", "type", "veth", "peer", "name",
+                        "tbface1"], check=True)
+        subprocess.run(["ip", "netns", "add", f"{prefix}ns"], check=True)
+        register(rid, "netns", f"{prefix}ns")
+        subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge",
+                        f"{prefix}br", "datapath_type=netdev"], check=True)
+        register(rid, "bridge", f"{prefix}br")
+        helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
+                                   "127.0.0.1:0", "--role", "tool"], cwd=REPO,
+                                  stdout=subprocess.DEVNULL, start_new_session=True)
+        procs.append(helper)
+        nested = run_dir(rid) / "backbone" / "fast" / "pids"  # experiments nest pid files
+        nested.mkdir(parents=True)
+        (nested / "svc.pid").write_text(pid_record(helper.pid))
+        # stale pid files whose pids now belong to somebody else's processes: a plain one,
+        # and one whose command line holds the words of the testbed's helpers
+        stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                                      "testbed", "traffic"], start_new_session=True)
+        procs += [stranger, lookalike]
+        for name, proc in (("stale", stranger), ("lookalike", lookalike)):
+            pid, started = pid_record(proc.pid).split()
+            (run_dir(rid) / f"{name}.pid").write_text(f"{pid} {int(started) - 1}")
+
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
@@ -153,9 +158,12 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
         assert "keepme7x" in links and "tbface0" in links
         assert stranger.poll() is None and lookalike.poll() is None
     finally:
-        subprocess.run(["ip", "link", "del", "keepme7x"])
-        subprocess.run(["ip", "link", "del", "tbface0"])
-        for proc in (helper, stranger, lookalike):
+        for name in ("keepme7x", "tbface0", f"{prefix}x0"):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+        subprocess.run(["ip", "netns", "del", f"{prefix}ns"], capture_output=True)
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", f"{prefix}br"], capture_output=True)
+        subprocess.run(["rm", "-rf", str(run_dir(rid))])
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
