@@ -28,16 +28,24 @@ Per fault, precisely:
     chains in flight during the window (started before its end, ended after its start)
     that failed (error or time-out) / completed slower than the pre-fault p99.
 ``added_p99_ms``
-    p99 of those chains' latency minus the pre-fault p99.
+    p99 of those chains' latency minus the pre-fault p99 (of ``baseline_chains`` chains
+    that completed before the first fault; at least ``MIN_BASELINE``); over
+    ``window_chains`` completed chains.
 ``p99_recovery_ms``
-    start of the first 1 s bin (of chain start times, from the fault on) whose p99 is
-    within 10 % of the pre-fault p99, minus the fault start.
+    start of the first 1 s bin (of chain start times, from the fault on) of at least
+    ``MIN_BIN`` chains whose p99 (a failed chain counts as infinitely slow) is within 10 %
+    of the pre-fault p99, minus the fault start; ``p99_recovery_bin_chains`` chains were
+    in that bin. With few chains a bin's p99 is nearly its maximum.
+
+Every p99 here is the one of :func:`traffic.stats.percentiles` (linear interpolation
+between closest ranks), like every latency summary of the testbed.
 ``training_recovery_ms``
-    per rank, the end of its first iteration that ended after the fault with no lost
-    packet and no step time-out (goodput flowing again, at whatever rate the remaining
-    channels allow), minus the fault start, if an iteration of that rank that ended
-    earlier after the fault was hurt (else 0); the maximum over ranks; None if some rank
-    had no clean iteration within the window.
+    from the fault to the end of the last *hurt* iteration (one with a lost packet or a
+    step time-out) in flight during the window, over all ranks, provided each rank had a
+    clean iteration after its last hurt one; 0 only when no iteration in the window was
+    hurt; None when some rank's last iteration in the window was still hurt (training
+    not back within the window). A clean iteration between hurt ones does not end the
+    recovery: the training is back when it stops being hurt.
 """
 
 from __future__ import annotations
@@ -46,12 +54,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from traffic.stats import summary
+from traffic.stats import percentiles, summary
 
 DETECT_EVENTS = ("port_status", "recomputed", "drain")
 CLEAN_LOSS = 0.01
 BURST = 3  # consecutive lost probes (30 ms at 100/s): an outage, never just congestion
 BIN_S = 1.0
+MIN_BIN = 5  # chains in a bin for its p99 to count (with 5, the p99 is almost the max)
 P99_TOLERANCE = 1.10
 MIN_BASELINE = 20
 LATE_S = 0.6
@@ -157,9 +166,10 @@ def _after_last_burst(missing: list[int]) -> int:
 
 
 def baseline(chains: list[dict], before: float) -> dict | None:
-    """Latency summary of the chains that completed before ``before`` (the first fault)."""
+    """Latency summary of the chains that completed before ``before`` (the first fault),
+    with ``chains``: how many."""
     lat = [c["latency_ms"] for c in chains if c["ok"] and c["end"] < before]
-    return summary(lat) if len(lat) >= MIN_BASELINE else None
+    return {**summary(lat), "chains": len(lat)} if len(lat) >= MIN_BASELINE else None
 
 
 def chain_outcome(chains: list[dict], start: float, end: float, base: dict | None) -> dict:
@@ -177,7 +187,8 @@ def chain_outcome(chains: list[dict], start: float, end: float, base: dict | Non
     failed = [c for c in inflight if not c["ok"]]
     done = [c for c in inflight if c["ok"]]
     out = {"chains_inflight": len(inflight), "chains_failed": len(failed),
-           "chains_delayed": None, "added_p99_ms": None, "p99_recovery_ms": None,
+           "chains_delayed": None, "added_p99_ms": None, "window_chains": len(done),
+           "p99_recovery_ms": None, "p99_recovery_bin_chains": None,
            "errors": sorted({str(c.get("error")) for c in failed})}
     if base is None:
         return out
@@ -189,16 +200,21 @@ def chain_outcome(chains: list[dict], start: float, end: float, base: dict | Non
     while t < end:
         in_bin = [c for c in chains if t <= c["start"] < t + BIN_S]
         bin_lat = [c["latency_ms"] if c["ok"] else math.inf for c in in_bin]
-        if len(bin_lat) >= 5 and _p99(bin_lat) <= base["p99"] * P99_TOLERANCE:
+        if len(bin_lat) >= MIN_BIN and p99(bin_lat) <= base["p99"] * P99_TOLERANCE:
             out["p99_recovery_ms"] = round((t - start) * 1000, 1)
+            out["p99_recovery_bin_chains"] = len(bin_lat)
             break
         t += BIN_S
     return out
 
 
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+def p99(values: list[float]) -> float:
+    """The p99 of :func:`traffic.stats.percentiles` (the testbed's one definition).
+
+    >>> p99([10.0] * 99 + [1000.0]), p99([1.0, 2.0, 3.0, 4.0, 5.0])
+    (19.9, 4.96)
+    """
+    return round(percentiles(values, [99])[0], 6)
 
 
 def training_outcome(iterations: list[dict], start: float, end: float) -> dict | None:
@@ -209,14 +225,13 @@ def training_outcome(iterations: list[dict], start: float, end: float) -> dict |
     recovery: float | None = 0.0
     for rank in sorted({r.get("rank", 0) for r in hit}):
         mine = [r for r in hit if r.get("rank", 0) == rank]
-        clean = sorted(r["end"] for r in mine
-                       if not r["packets_lost"] and not r["timeouts"])
-        if not clean:
+        hurt = [r["end"] for r in mine if r["packets_lost"] or r["timeouts"]]
+        if not hurt:
+            continue
+        if not any(r["end"] > max(hurt) for r in mine):  # still hurt at the window's end
             recovery = None
             break
-        hurt = any(r["end"] < clean[0] and (r["packets_lost"] or r["timeouts"]) for r in mine)
-        if hurt:
-            recovery = max(recovery, round((clean[0] - start) * 1000, 1))
+        recovery = max(recovery, round((max(hurt) - start) * 1000, 1))
     return {
         "training_lost_packets": sum(r["packets_lost"] for r in hit),
         "training_timeouts": sum(r["timeouts"] for r in hit),
@@ -259,6 +274,7 @@ def fault_entries(records: list[dict], *, end: float, chains: list[dict], hops: 
                  "window_s": round(stop - start, 3), "lateness_ms": rec.get("lateness_ms"),
                  "detect_ms": detect_ms, "detected_by": detected_by}
         entry.update(probe_outcome(streams, start, stop))
+        entry["baseline_chains"] = base["chains"] if base else 0
         entry.update(chain_outcome(chains, start, stop, base))
         entry.update(training_outcome(iterations, start, stop) or {})
         out.append(entry)
