@@ -189,13 +189,14 @@ def test_macsec_scenario_through_the_cli(tmp_path):
 
 
 def test_clean_leaves_a_live_run_alone_unless_forced():
-    from testbed.naming import claim, new_run_id, run_dir, run_prefix
+    from testbed.naming import claim, new_run_id, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
     claim(rid)  # this test process owns the run: it is alive
     subprocess.run(["ip", "link", "add", f"{prefix}y0", "type", "veth", "peer", "name",
                     f"{prefix}y1"], check=True)
+    register(rid, "link", f"{prefix}y0")
     try:
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
