@@ -11,7 +11,8 @@ Per fault, precisely:
     host that moved traffic (a chain hop that skipped or retried a plane; a training
     iteration that ran on fewer channels). None when nothing noticed.
 ``repair_ms``
-    from the constant-rate probes (sequence numbers, known send times): a stream is
+    from the constant-rate probes (sequence numbers, send times stamped when sent; a
+    lost probe's from the schedule): a stream is
     *repaired* at the earliest moment T (the fault start, or the send time of the probe
     after a lost one; never before the end of its last outage of ``BURST`` or more
     consecutive lost probes) from which to the end of the window it loses at most
@@ -21,7 +22,10 @@ Per fault, precisely:
     than ``CLEAN_LOSS`` in the window. Streams never repaired within the window are
     counted in ``unrepaired_streams``, and then repair_ms is None: the fabric did not
     repair it (the probes of a failed plane stay broken however well the hosts move
-    their own traffic; see the chain and training keys for that).
+    their own traffic; see the chain and training keys for that). Probes only sample
+    the path: the repair happened between the last lost probe and the first delivered
+    one, so repair_ms (the latter, an upper bound) is known to one probe interval,
+    ``repair_resolution_ms`` (10 ms at 100 probes/s), and is given in whole ms.
 ``lost_packets``
     probes sent in the window that never arrived (all streams).
 ``chains_failed`` / ``chains_delayed``
@@ -68,15 +72,23 @@ LATE_S = 0.6
 
 @dataclass
 class ProbeStream:
-    """One probe stream (sender -> receiver): send schedule and arrived sequence numbers."""
+    """One probe stream (sender -> receiver): send schedule, arrived sequence numbers and
+    the send times stamped in the arrived probes."""
 
     t0: float
     rate: float
     sent: int
     received: set[int] = field(default_factory=set)
+    sent_at: dict[int, float] = field(default_factory=dict)
 
     def send_time(self, seq: int) -> float:
-        return self.t0 + seq / self.rate
+        """When the probe left: its stamp if it arrived, else its scheduled time."""
+        stamp = self.sent_at.get(seq)
+        return self.t0 + seq / self.rate if stamp is None else stamp
+
+    @property
+    def interval_ms(self) -> float:
+        return 1000.0 / self.rate
 
     def seqs_between(self, start: float, end: float) -> range:
         first = max(0, math.ceil((start - self.t0) * self.rate))
@@ -102,6 +114,8 @@ def probe_streams(lines: Iterable[dict]) -> dict[tuple[str, str], ProbeStream]:
         stream = streams.get((a["s"], a["d"]))
         if stream is not None:
             stream.received.add(a["q"])
+            if "t" in a:
+                stream.sent_at[a["q"]] = a["t"]
     return streams
 
 
@@ -112,7 +126,8 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
     >>> s = ProbeStream(t0=0.0, rate=100, sent=1000,
     ...                 received=set(range(1000)) - {210, 211, 212, 700})
     >>> probe_outcome({("a", "b"): s}, 2.0, 10.0)
-    {'lost_packets': 4, 'repair_ms': 130.0, 'unrepaired_streams': 0, 'streams': 1}
+    {'lost_packets': 4, 'repair_ms': 130.0, 'repair_resolution_ms': 10.0, \
+'unrepaired_streams': 0, 'streams': 1}
     >>> lossy = ProbeStream(t0=0.0, rate=10, sent=100, received=set(range(0, 100, 2)))
     >>> probe_outcome({("a", "b"): lossy}, 2.0, 10.0)["unrepaired_streams"]
     1
@@ -133,9 +148,11 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
     if unrepaired:
         repair = None
     else:
-        repair = round(max(repairs), 1) if repairs else 0.0
-    return {"lost_packets": lost, "repair_ms": repair, "unrepaired_streams": unrepaired,
-            "streams": len(streams)}
+        repair = float(round(max(repairs))) if repairs else 0.0
+    resolution = max((s.interval_ms for s in streams.values()), default=None)
+    return {"lost_packets": lost, "repair_ms": repair,
+            "repair_resolution_ms": round(resolution, 3) if resolution else None,
+            "unrepaired_streams": unrepaired, "streams": len(streams)}
 
 
 def _repaired_at(stream: ProbeStream, seqs: range, missing: list[int],

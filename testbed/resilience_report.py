@@ -19,10 +19,14 @@ DEFINITIONS = [
     "- **detect_ms**: from the fault to the first sign that a layer noticed it "
     "(controller port_status / recomputed / drain, a chain hop that skipped or retried a "
     "plane, a training iteration on fewer channels; `connected` after a restart).",
-    "- **repair_ms**: from the fault to the send time of the first probe delivered after "
-    "the last lost one, the maximum over probe streams that lost probes (100 probes/s per "
-    "stream, host pairs on different leaves, every plane), once loss has stopped (at most "
-    "1 % lost from then on); 0 when no probe was lost; `-` when some stream was never "
+    "- **repair_ms**: from the fault to the send time (stamped when sent) of the first "
+    "probe delivered after the last lost one, the maximum over probe streams that lost "
+    "probes (100 probes/s per stream, host pairs on different leaves, every plane), once "
+    "loss has stopped (at most 1 % lost from then on). The repair happened somewhere "
+    "between the last lost probe and that first delivered one, so the figure is an upper "
+    "bound known to one probe interval, its resolution (res.; 10 ms at 100/s): 8 (res. "
+    "10) means between 0 and 8 ms, and cannot tell 8.2 from 8.9 ms. 0 when no probe was "
+    "lost; `-` when some stream was never "
     "repaired within the window (`unrepaired`: e.g. the probes pinned to a failed plane, "
     "which no layer can move; hosts' own traffic is judged by the chain and training "
     "columns).",
@@ -50,6 +54,14 @@ def _fmt(v, digits: int = 0) -> str:
     return str(v)
 
 
+def _repair(f: dict) -> str:
+    """repair_ms in whole ms with the probes' resolution: ``8 (res. 10)``."""
+    v, res = f["repair_ms"], f.get("repair_resolution_ms")
+    if v is None or not v or res is None:
+        return _fmt(v)
+    return f"{_fmt(v)} (res. {res:g})"
+
+
 def _with_n(v, n, digits: int = 0) -> str:
     """A figure with the number of samples it rests on: ``12.3 (n=40)``."""
     return _fmt(v, digits) if v is None or n is None else f"{_fmt(v, digits)} (n={n})"
@@ -62,7 +74,7 @@ def fault_table(summary: dict) -> list[str]:
     for f in summary.get("faults", []):
         rows.append("| " + " | ".join([
             f["variant"], f"{f['fault']} {f['target']}", _fmt(f["at_s"], 1),
-            _fmt(f["detect_ms"], 1), _fmt(f["detected_by"]), _fmt(f["repair_ms"], 1),
+            _fmt(f["detect_ms"], 1), _fmt(f["detected_by"]), _repair(f),
             _fmt(f["unrepaired_streams"]), _fmt(f["lost_packets"]), _fmt(f["chains_failed"]),
             _fmt(f["chains_delayed"]), _with_n(f["added_p99_ms"], f.get("window_chains"), 1),
             _with_n(f["p99_recovery_ms"], f.get("p99_recovery_bin_chains")),
