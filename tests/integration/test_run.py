@@ -99,7 +99,7 @@ def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
         pid_files = list(Path("/run/testbed").glob("*/controller.pid"))
         assert pid_files
         for f in pid_files:  # only this run is alive while the test suite runs
-            os.killpg(int(f.read_text()), signal.SIGKILL)
+            os.killpg(int(f.read_text().split()[0]), signal.SIGKILL)  # "PID START_TIME"
         killed_at = time.time()
         _, stderr = proc.communicate(timeout=120)
     finally:
