@@ -87,8 +87,9 @@ def bridge_tags(ovs_json: str) -> dict[str, str | None]:
     return tags
 
 
-def _owned_bridges(skip: set[str], names: set[str]) -> list[str]:
-    """Bridges registered by a dead run, or tagged with the id of a run that is not alive."""
+def _owned_bridges(skip: set[str], names: set[str], only: set[str] | None = None) -> list[str]:
+    """Bridges registered by a dead run, or tagged with the id of a run that is not alive
+    (and, given ``only``, one of those runs)."""
     if shutil.which("ovs-vsctl") is None:
         return []
     done = subprocess.run(
@@ -97,7 +98,8 @@ def _owned_bridges(skip: set[str], names: set[str]) -> list[str]:
     if done.returncode:
         return []
     return [name for name, tag in bridge_tags(done.stdout).items()
-            if (tag is not None and tag not in skip) or (tag is None and name in names)]
+            if (tag is not None and tag not in skip and (only is None or tag in only))
+            or (tag is None and name in names)]
 
 
 def _owned_tables(names: set[str]) -> list[tuple[str, str]]:
@@ -115,15 +117,17 @@ def _owned_tables(names: set[str]) -> list[tuple[str, str]]:
     return tables
 
 
-def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[str, int]]:
+def clean(dry_run: bool = False, force: bool = False,
+          only: set[str] | None = None) -> tuple[list[str], dict[str, int]]:
     """Remove testbed leftovers on this host.
 
     Returns what was (or would be) removed, and the live runs that were left alone: a
     run whose owner process is alive is not a leftover (``force`` removes it too).
+    ``only``: consider these run ids alone (the host's sysctls are then left as they are).
     """
     live = {} if force else live_runs()
     skip = set(live)
-    runs = _dead_runs(skip)
+    runs = [r for r in _dead_runs(skip) if only is None or r in only]
     names: dict[str, set[str]] = {}
     for run_id in runs:
         for kind, found in registered(run_id).items():
@@ -137,7 +141,7 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
         removed.append(f"Mininet host shell {pid}")
         if not dry_run:
             _stop(pid)
-    bridges = _owned_bridges(skip, names.get("bridge", set()))
+    bridges = _owned_bridges(skip, names.get("bridge", set()), only)
     removed += [f"OVS bridge {b}" for b in bridges]
     if bridges and not dry_run:
         argv = ["ovs-vsctl", "-t", "10"]
@@ -165,7 +169,8 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
             removed.append(f"namespace {ns}")
             if not dry_run:
                 netns.remove(ns)
-    restored = host_settings.restore_saved(dry_run=dry_run, force=force)
+    restored = ([] if only is not None
+                else host_settings.restore_saved(dry_run=dry_run, force=force))
     removed += [f"raised host setting {name} (back to {value})" for name, value in restored]
     for run_id in runs:
         folder = RUN_ROOT / run_id

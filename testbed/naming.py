@@ -24,6 +24,8 @@ RUN_ROOT = Path("/run/testbed")
 OVS_EXTERNAL_ID = "testbed_run"
 OWNER = "owner"  # file in a run folder: the pid (and start time) of the process that runs it
 NAMES = "names"  # file in a run folder: one "KIND NAME" line per name the run created
+#: file in a run folder without an owner: the process that registered its first name
+REGISTRAR = "registrar"
 #: kinds of registered names; an ``nft`` name is "FAMILY TABLE"
 KINDS = ("link", "netns", "bridge", "nft", "mininet")
 #: names the testbed gives to interfaces, namespaces and bridges: tb + 4 hex digits
@@ -122,16 +124,34 @@ def claim(run_id: str) -> Path:
     return folder
 
 
+def _alive(record: Path) -> int | None:
+    """The pid in an owner or registrar file if that process still runs, else None.
+
+    A bare pid (no start time: written by an older testbed) counts as alive while some
+    process has that pid: leaving a run alone is the safe side.
+    """
+    try:
+        text = record.read_text()
+    except OSError:
+        return None
+    pid = recorded_pid(text)
+    if pid is None and text.strip().isdigit() and Path(f"/proc/{text.strip()}").exists():
+        pid = int(text.strip())
+    return pid
+
+
 def live_runs() -> dict[str, int]:
-    """Run ids whose owner process is still alive, with the owner's pid."""
+    """Run ids whose owner (or, before a claim, registrar) process is still alive, with
+    its pid."""
     live = {}
-    for owner in RUN_ROOT.glob(f"*/{OWNER}"):
-        try:
-            pid = recorded_pid(owner.read_text())
-        except OSError:
-            continue
-        if pid is not None:
-            live[owner.parent.name] = pid
+    if not RUN_ROOT.is_dir():
+        return live
+    for folder in RUN_ROOT.iterdir():
+        for record in (OWNER, REGISTRAR):
+            pid = _alive(folder / record)
+            if pid is not None:
+                live[folder.name] = pid
+                break
     return live
 
 
@@ -154,8 +174,12 @@ def register(run_id: str, kind: str, name: str) -> None:
         raise ValueError(f"unknown kind of name {kind!r}")
     if not name or "\n" in name:
         raise ValueError(f"bad name {name!r}")
+    folder = run_dir(run_id)
     with _locked_names(run_id, "a") as f:
         f.write(f"{kind} {name}\n")
+        if not (folder / OWNER).exists() and not (folder / REGISTRAR).exists():
+            # not claimed (a probe, a test): alive while this process is
+            (folder / REGISTRAR).write_text(pid_record(os.getpid()))
 
 
 def register_owned(kind: str, name: str) -> None:
@@ -178,6 +202,9 @@ def forget(run_id: str, kind: str, name: str) -> None:
         f.write("".join(line + "\n" for line in lines))
     if not lines:
         path.unlink(missing_ok=True)
+        registrar = path.parent / REGISTRAR
+        if registrar.exists() and recorded_pid(registrar.read_text()) == os.getpid():
+            registrar.unlink()
         try:
             path.parent.rmdir()  # a folder that held nothing else (no owner, no pid file)
         except OSError:

@@ -93,3 +93,20 @@ def test_new_run_id_avoids_prefixes_in_use(monkeypatch):
     monkeypatch.setattr(naming.secrets, "token_hex", lambda n: next(ids))
     monkeypatch.setattr(naming, "_prefix_in_use", lambda prefix: prefix == "tbface")
     assert naming.new_run_id() == "1a2b"
+
+
+def test_live_runs_counts_owners_registrars_and_bare_pids(run_root):
+    me = naming.pid_record(__import__("os").getpid())
+    for rid, record, text in (("aaaa", naming.OWNER, me), ("bbbb", naming.REGISTRAR, me),
+                              ("cccc", naming.OWNER, me.split()[0]),  # older testbed: bare pid
+                              ("dddd", naming.OWNER, f"{me.split()[0]} 1")):  # reused pid
+        (run_root / rid).mkdir()
+        (run_root / rid / record).write_text(text)
+    assert set(naming.live_runs()) == {"aaaa", "bbbb", "cccc"}
+
+
+def test_an_unclaimed_registration_is_alive_with_its_process(run_root):
+    naming.register("eeee", "netns", "tbeeeens")
+    assert "eeee" in naming.live_runs()  # a concurrent clean leaves it alone
+    naming.forget("eeee", "netns", "tbeeeens")
+    assert not (run_root / "eeee").exists()
