@@ -113,7 +113,7 @@ def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
 
 
 def test_clean_removes_only_what_the_testbed_made(tmp_path):
-    from testbed.naming import new_run_id, pid_record, register, run_dir, run_prefix
+    from testbed.naming import REGISTRAR, new_run_id, pid_record, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
@@ -148,6 +148,8 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
         for name, proc in (("stale", stranger), ("lookalike", lookalike)):
             pid, started = pid_record(proc.pid).split()
             (run_dir(rid) / f"{name}.pid").write_text(f"{pid} {int(started) - 1}")
+        # the names were registered by this (live) test process: make the run a dead one
+        (run_dir(rid) / REGISTRAR).unlink()
 
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
