@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +27,11 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
-from testbed import ovs_socket
+from testbed import host_settings, ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.hosts import MininetHost
-from testbed.naming import OVS_EXTERNAL_ID
+from testbed.naming import OVS_EXTERNAL_ID, register
 from testbed.procs import Helper
 from topologies.spec import FabricSpec, HostInterface
 
@@ -47,7 +47,6 @@ HTB_MINOR = 0x10
 TC_H_ROOT = 0xFFFFFFFF
 #: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
 OVS_SOCKET_BUFFER = 8 * 1024 * 1024
-SYSCTL_CORE = Path("/proc/sys/net/core")
 
 
 def _mininet():
@@ -73,8 +72,7 @@ def burst_bytes(mbps: float, mtu: int) -> int:
     return max(2 * (mtu + 14), int(mbps * 1e6 / 8 / 1000))
 
 
-@contextmanager
-def socket_buffer_defaults(size: int):
+def socket_buffer_defaults(size: int) -> AbstractContextManager[None]:
     """Raise ``net.core.{r,w}mem_default`` to ``size`` for a moment, then restore them.
 
     The userspace datapath reads and writes every port through AF_PACKET sockets that
@@ -83,18 +81,12 @@ def socket_buffer_defaults(size: int):
     ovs-vswitchd is not scheduled overflow them and drop packets that no emulated queue
     dropped; and all egress queues of all switches share one 208 KB send budget. Sockets
     keep the size they were created with, so the host's defaults go back at once.
+
+    They are the whole host's: :mod:`testbed.host_settings` changes them under a lock,
+    keeps the originals under /run/testbed while any run holds them raised, and lets
+    ``testbed clean`` put them back after a run that was killed meanwhile.
     """
-    saved = {}
-    try:
-        for name in ("rmem_default", "wmem_default"):
-            path = SYSCTL_CORE / name
-            saved[path] = path.read_text()
-            if int(saved[path]) < size:
-                path.write_text(str(size))
-        yield
-    finally:
-        for path, value in saved.items():
-            path.write_text(value)
+    return host_settings.raised({"net.core.rmem_default": size, "net.core.wmem_default": size})
 
 
 @dataclass
@@ -148,16 +140,26 @@ class Fabric:
             topo=None, build=False, controller=None, autoSetMacs=False,
             autoStaticArp=False, waitConnected=False,
         )
-        net.addController(remote(f"{self.spec.prefix}c", ip="127.0.0.1",
-                                 port=self.controller_port))
+        # Mininet starts a node's shell when the node is added, deletes an interface of
+        # the same name before it makes a link, and a bridge before it adds one: the
+        # names below are the run's from that moment on (the run id was chosen so that
+        # no name with its prefix existed), so they are registered before Mininet acts.
+        controller = f"{self.spec.prefix}c"
+        register(self.run_id, "mininet", controller)
+        net.addController(remote(controller, ip="127.0.0.1", port=self.controller_port))
         for sw in self.spec.switches:
+            register(self.run_id, "mininet", sw.name)
+            register(self.run_id, "bridge", sw.name)
             net.addSwitch(
                 sw.name, cls=ovs_switch, dpid=f"{sw.dpid:016x}", datapath=self.caps.ovs_datapath,
                 protocols="OpenFlow13", failMode="secure", batch=True,
             )
         for host in self.spec.hosts:
+            register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         for lk in self.spec.links:
+            register(self.run_id, "link", lk.a_intf)
+            register(self.run_id, "link", lk.b_intf)
             params = {}
             if lk.kind == "host":
                 params["addr1"] = self.spec.host(lk.a).interface_by_name(lk.a_intf).mac
@@ -218,8 +220,11 @@ class Fabric:
                     index = ipr.link_lookup(ifname=ifname)
                     if not index:
                         raise BringUpError(f"switch port {ifname} was not created")
-                    ipr.link("set", index=index[0], mtu=self.spec.mtu)
-                    self._shape(ipr, index[0], mbps)
+                    try:
+                        ipr.link("set", index=index[0], mtu=self.spec.mtu)
+                        self._shape(ipr, index[0], mbps)
+                    except NetlinkError as exc:
+                        raise BringUpError(f"switch port {ifname}: {exc}") from None
                     if ethtool:
                         features = ethtool.get_features(ifname)
                         for name, feature in features.features.items():

@@ -45,6 +45,7 @@ from pyroute2 import IPRoute
 
 from testbed.errors import ConfigError, HostError
 from testbed.faults import Fault
+from testbed.naming import forget, register, run_id_of
 from testbed.nft import port_loss_rules
 from testbed.procs import Helper
 from topologies.spec import FabricSpec, Link
@@ -272,6 +273,8 @@ class FabricFaults:
         for i, (host, ifname) in enumerate(ends):
             table = self._table(target, i)
             self._nft(host, ["-f", "-"], port_loss_rules(table, ifname, loss))
+            if host is None:  # in the root namespace (a host's table goes with its namespace)
+                register(run_id_of(table), "nft", f"netdev {table}")
             self.stack.callback(self._nft, host, ["delete", "table", "netdev", table], None,
                                 False)
             applied.append((host, table))
@@ -282,6 +285,8 @@ class FabricFaults:
         applied = self._degraded.pop(target, [])
         for host, table in applied:
             self._nft(host, ["delete", "table", "netdev", table], None)
+            if host is None:
+                forget(run_id_of(table), "nft", f"netdev {table}")
         return len(applied)
 
     def _nft(self, host: str | None, args: list[str], stdin: str | None,

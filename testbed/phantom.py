@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from controllers.config import CLASSES, EcnClass
 from testbed.errors import BringUpError
+from testbed.naming import forget, register, run_id_of
 from topologies.spec import FabricSpec
 
 #: bytes per token of a phantom queue
@@ -239,8 +240,11 @@ def _nft(args: list[str], stdin: str | None = None) -> subprocess.CompletedProce
 
 
 def remove(table: str) -> None:
-    """Delete the table (a table already gone is fine)."""
+    """Delete the table (a table already gone is fine) and its registration."""
     _nft(["delete", "table", "netdev", table])
+    run_id = run_id_of(table)
+    if run_id is not None:
+        forget(run_id, "nft", f"netdev {table}")
 
 
 def install(spec: FabricSpec, classes: Mapping[str, EcnClass], drain: float,
@@ -256,6 +260,7 @@ def install(spec: FabricSpec, classes: Mapping[str, EcnClass], drain: float,
         remove(table)
         raise BringUpError(f"nftables phantom queues ({table}): "
                            f"{done.stderr.strip().splitlines()[0][:300]}")
+    register(run_id_of(spec.prefix), "nft", f"netdev {table}")
     stack.callback(remove, table)
     return table
 

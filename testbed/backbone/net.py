@@ -26,6 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import BringUpError, HostError
+from testbed.naming import register_owned
 from testbed.nft import loss_rules, port_loss_rules
 from topologies.backbone import Backbone, Link
 
@@ -47,9 +48,19 @@ FAIL_TABLE = "tbfail"
 PROBE_NET = "172.16.{r}.0/24"
 
 
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` whose time-out or missing program is a :class:`HostError`."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, input=stdin, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise HostError(f"{' '.join(argv)}: no answer in 30 s") from None
+    except OSError as exc:
+        raise HostError(f"{' '.join(argv)}: {exc}") from None
+
+
 def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
     argv = ["ip"] + (["-n", netns] if netns else []) + args
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    done = _run(argv)
     if check and done.returncode:
         raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
     return done.stdout
@@ -74,7 +85,13 @@ def _batch(lines: list[str], tool: str = "ip") -> None:
         procs.append((proc, "\n".join(cmds) + "\n"))
     errors = []
     for proc, text in procs:
-        _, err = proc.communicate(text, timeout=60)
+        try:
+            _, err = proc.communicate(text, timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            errors.append(f"{' '.join(proc.args)}: no answer in 60 s")
+            continue
         if proc.returncode:
             errors.append(err.strip())
     if errors:
@@ -83,8 +100,7 @@ def _batch(lines: list[str], tool: str = "ip") -> None:
 
 def _in_ns(netns: str, argv: list[str], check: bool = True,
            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True,
-                          input=stdin, timeout=30)
+    done = _run(["ip", "netns", "exec", netns, *argv], stdin)
     if check and done.returncode:
         raise HostError(f"{netns}: {' '.join(argv)}: {done.stderr.strip()}")
     return done
@@ -151,6 +167,7 @@ class BackboneNet:
         for node in self.bb.nodes:
             ns = self.ns(node)
             _ip(["netns", "add", ns])
+            register_owned("netns", ns)
             self.stack.callback(_ip, ["netns", "del", ns], None, False)
         for node in self.bb.nodes:
             _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",

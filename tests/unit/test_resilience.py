@@ -182,14 +182,30 @@ def test_fault_entries_account_window_by_window():
     assert entry["p99_recovery_ms"] == 1000.0
 
 
-def test_training_recovery_is_the_first_clean_iteration_after_the_fault():
+def test_training_recovery_ends_with_the_last_hurt_iteration():
     it = [{"start": 0.5, "end": 1, "packets_lost": 0, "timeouts": 0},
           {"start": 1, "end": 2, "packets_lost": 5, "timeouts": 1},
           {"start": 2, "end": 2.8, "packets_lost": 0, "timeouts": 0}]
     out = resilience.training_outcome(it, 1.5, 5)
-    assert out["training_recovery_ms"] == pytest.approx(1300)
+    assert out["training_recovery_ms"] == pytest.approx(500)
     assert out["training_lost_packets"] == 5
     assert resilience.training_outcome([], 0, 1) is None
+
+
+def test_a_clean_first_iteration_does_not_hide_later_hurt_ones():
+    """As in plane-failure on main: the first iteration after the fault was clean, later
+    ones lost packets and timed out; the recovery is not 0."""
+    it = [{"start": 0.0, "end": 0.5, "packets_lost": 0, "timeouts": 0},
+          {"start": 1.0, "end": 1.6, "packets_lost": 0, "timeouts": 0},
+          {"start": 1.6, "end": 2.9, "packets_lost": 32, "timeouts": 4},
+          {"start": 2.9, "end": 3.5, "packets_lost": 0, "timeouts": 0}]
+    out = resilience.training_outcome(it, 1.0, 6)
+    assert out["training_recovery_ms"] == pytest.approx(1900)
+    assert out["training_lost_packets"] == 32 and out["training_timeouts"] == 4
+    clean = [dict(r, packets_lost=0, timeouts=0) for r in it]
+    assert resilience.training_outcome(clean, 1.0, 6)["training_recovery_ms"] == 0
+    still_hurt = it[:3]  # the window ends while training is hurt: not back
+    assert resilience.training_outcome(still_hurt, 1.0, 6)["training_recovery_ms"] is None
 
 
 def test_health_guards_last_uplink_and_fabric_wide_loss(spec):
@@ -207,4 +223,21 @@ def test_training_recovery_waits_for_the_slowest_rank():
           {"rank": 0, "start": 1.2, "end": 1.7, "packets_lost": 0, "timeouts": 0},
           {"rank": 1, "start": 0.0, "end": 1.05, "packets_lost": 0, "timeouts": 0}]
     assert resilience.training_outcome(it, 1.0, 5)["training_recovery_ms"] == \
-        pytest.approx(700)
+        pytest.approx(200)
+    it.append({"rank": 1, "start": 1.05, "end": 1.9, "packets_lost": 1, "timeouts": 0})
+    it.append({"rank": 1, "start": 1.9, "end": 2.4, "packets_lost": 0, "timeouts": 0})
+    assert resilience.training_outcome(it, 1.0, 5)["training_recovery_ms"] == \
+        pytest.approx(900)
+
+
+def test_bin_p99_is_the_interpolated_one_with_its_sample_count():
+    """One definition of p99 (traffic.stats): in a bin of 50 chains with one at 30 ms the
+    interpolated p99 is 20.2 ms, within 10 % of a 20 ms baseline (nearest rank: 30 ms)."""
+    base = {"p50": 10.0, "p95": 12.0, "p99": 20.0, "max": 25.0, "chains": 100}
+    chains = [{"start": 5.0 + i / 50, "end": 5.01 + i / 50, "ok": True, "latency_ms": 10.0}
+              for i in range(50)]
+    chains[7]["latency_ms"] = 30.0
+    out = resilience.chain_outcome(chains, 5.0, 9.0, base)
+    assert out["p99_recovery_ms"] == 0.0
+    assert out["p99_recovery_bin_chains"] == 50 and out["window_chains"] == 50
+    assert out["added_p99_ms"] == pytest.approx(0.2)
