@@ -37,7 +37,7 @@ from testbed.experiments.fabric_schema import (
     Workloads,
 )
 from testbed.fabric import OVS_SOCKET_BUFFER
-from testbed.fabric_faults import parse_faults
+from testbed.fabric_faults import needs, parse_faults
 from testbed.faults import Fault
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, training_entry
@@ -156,7 +156,9 @@ class FabricExperiment(base.Experiment):
             if not isinstance(faults, list):
                 raise ConfigError(f"{prefix}faults", "must be a list of faults")
             for i, fault in enumerate(faults):
-                self.section(FaultEntry, fault, f"{prefix}faults[{i}]")
+                entry = self.section(FaultEntry, fault, f"{prefix}faults[{i}]")
+                faults[i] = {k: v for k, v in fault.items()
+                             if getattr(entry, k, None) is not None or k == "target"}
         fault_list = parse_faults(faults, spec, f"{prefix}faults")
         for cls, c in resolved["controller"]["ecn"]["classes"].items():
             if c["min_kb"] >= c["max_kb"]:
@@ -260,10 +262,14 @@ class FabricExperiment(base.Experiment):
                               f"over the MTU of {spec.mtu}")
 
     def check_host(self, caps: Capabilities) -> None:
-        """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables; without
-        them the run stops before anything is created (``auto`` falls back to controller
-        marking instead)."""
+        """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables, a
+        fault kind may need netem or HTB; without them the run stops before anything is
+        created (``auto`` falls back to controller marking instead)."""
         for i, variant in enumerate(self.variants):
+            for feature, action in needs(variant.faults).items():
+                if not getattr(caps, feature):
+                    raise ConfigError(f"variants[{i}].faults",
+                                      f"{action!r} needs {feature}, which this kernel lacks")
             mode = variant.controller["ecn"]["mode"]
             if mode == "switch" and not caps.red:
                 raise ConfigError(f"variants[{i}].controller.ecn.mode",

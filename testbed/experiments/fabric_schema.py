@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, WithJsonSchema, field_validator
 
+from testbed import fault_kinds
 from topologies.params import Section
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
@@ -130,20 +131,26 @@ class Training(Section):
     multipath: bool = False
 
 
-FAULT_ACTIONS = ("link_down", "link_up", "link_flap", "switch_fail", "switch_restore",
-                 "plane_fail", "plane_restore", "rail_fail", "rail_restore",
-                 "controller_kill", "controller_restart", "degrade", "restore")
+FaultAction = Annotated[str, WithJsonSchema({
+    "anyOf": [{"enum": list(fault_kinds.KINDS)},
+              {"type": "string", "pattern": fault_kinds.DOTTED.pattern}],
+    "description": "a fault kind (testbed.fault_kinds), or package.module:Class"})]
 
 
 class FaultEntry(Section):
-    """One fault of a variant's schedule; its target is checked against the topology."""
+    """One fault of a variant's schedule; its target is checked against the topology,
+    its parameters against its kind."""
 
     at_s: float = Field(ge=0)
-    action: Literal[FAULT_ACTIONS]  # type: ignore[valid-type]
+    action: FaultAction
     target: str | int | None = None
-    loss: float | None = Field(None, ge=0.001, le=1.0)
-    period_s: float | None = Field(None, ge=0.05, le=60)
-    count: int | None = Field(None, ge=1, le=100)
+    loss: float | None = Field(None, ge=0.001, le=1.0, description="degrade")
+    period_s: float | None = Field(None, ge=0.05, le=60, description="link_flap")
+    count: int | None = Field(None, ge=1, le=100, description="link_flap")
+    delay_ms: float | None = Field(None, ge=0, le=10000, description="delay")
+    jitter_ms: float | None = Field(None, ge=0, le=10000, description="delay")
+    rate_mbps: float | None = Field(None, gt=0, le=100000, description="rate")
+    params: dict[str, Any] | None = Field(None, description="a plug-in kind's parameters")
 
 
 HostRef = Annotated[str | int, Field(description="a host: short name (n0) or node index")]
