@@ -212,13 +212,13 @@ def path_downlinks(spec) -> dict[tuple[int, int, str], tuple[int, int]]:
     """
     out = {}
     for lk in spec.links:
-        if lk.kind != "uplink":
+        if lk.kind != "fabric":
             continue
         leaf, spine = spec.switch(lk.a), spec.switch(lk.b)
         for intf in spec.interfaces(plane=leaf.plane):
-            if intf.leaf != lk.a:
+            if intf.switch != lk.a:
                 out[(leaf.dpid, lk.a_port, intf.ip)] = (
-                    spine.dpid, spec.spine_port_to(lk.b, intf.leaf))
+                    spine.dpid, spec.port_to(lk.b, intf.switch))
     return out
 
 

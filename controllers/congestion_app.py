@@ -65,7 +65,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.mode = os.environ.get("TESTBED_MODE") or self.cfg.mode
         self.status = StatusLog(os.environ.get("TESTBED_STATUS"))
         self.telemetry_path = os.environ.get("TESTBED_TELEMETRY")
-        self.link_mbps = self.cfg.link_mbps or self.spec.uplink_mbps
+        self.link_mbps = self.cfg.link_mbps or self.spec.link_mbps
         self.ports = port_table(self.spec)
         self.plans = {sw.dpid: plan_switch(self.spec, sw.dpid) for sw in self.spec.switches}
         self.datapaths: dict[int, object] = {}

@@ -91,7 +91,7 @@ def uplink_edges(spec: FabricSpec) -> dict[tuple[str, int], Edge]:
     """Every switch port that belongs to a leaf-spine link -> that link's (leaf, spine)."""
     out: dict[tuple[str, int], Edge] = {}
     for lk in spec.links:
-        if lk.kind == "uplink":
+        if lk.kind == "fabric":
             out[(lk.a, lk.a_port)] = (lk.a, lk.b)
             out[(lk.b, lk.b_port)] = (lk.a, lk.b)
     return out
@@ -103,7 +103,7 @@ def _leaves(spec: FabricSpec, plane: int) -> list[str]:
 
 def _uplinks(spec: FabricSpec, leaf: str) -> list[tuple[str, int]]:
     """(spine, leaf port) of every uplink of ``leaf``, in spine order."""
-    return [(lk.b, lk.a_port) for lk in spec.links if lk.kind == "uplink" and lk.a == leaf]
+    return [(lk.b, lk.a_port) for lk in spec.links if lk.kind == "fabric" and lk.a == leaf]
 
 
 def plan_failover(spec: FabricSpec, dpid: int, *, down: Iterable[Edge] = (),
@@ -118,7 +118,7 @@ def plan_failover(spec: FabricSpec, dpid: int, *, down: Iterable[Edge] = (),
     plan = FailoverPlan(dpid=base.dpid, name=base.name, role=base.role,
                         groups=dict(base.groups), routes=list(base.routes))
     switch = spec.switch_by_dpid(dpid)
-    leaf_of = {i.ip: i.leaf for i in spec.interfaces(plane=switch.plane)}
+    leaf_of = {i.ip: i.switch for i in spec.interfaces(plane=switch.plane)}
     if switch.role == "leaf":
         _plan_leaf(spec, plan, leaf_of, down, fast_failover)
     elif fast_failover:
@@ -167,7 +167,7 @@ def _plan_leaf(spec: FabricSpec, plan: FailoverPlan, leaf_of: dict[str, str],
 def _plan_spine(spec: FabricSpec, plan: FailoverPlan, leaf_of: dict[str, str]) -> None:
     me = plan.name
     leaves = _leaves(spec, spec.switch(me).plane)
-    ports = {leaf: spec.spine_port_to(me, leaf) for leaf in leaves}
+    ports = {leaf: spec.port_to(me, leaf) for leaf in leaves}
     n = len(leaves)
     # one group per (from leaf, to leaf): primary the downlink, backup back to the leaf
     # the packet came from (watching that port: OpenFlow wants a watch in every bucket)

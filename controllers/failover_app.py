@@ -254,7 +254,7 @@ class ResilientRouting(FabricRouting):
         index = {edge: i for i, edge in enumerate(links)}
         ports = {}
         for lk in self.spec.links:
-            if lk.kind == "uplink":
+            if lk.kind == "fabric":
                 ports[(lk.a, lk.b)] = ((self.dpids[lk.a], lk.a_port), (self.dpids[lk.b], lk.b_port))
         round_no = 0
         while True:

@@ -92,7 +92,7 @@ class HealthMonitor:
 
     def links(self) -> list[Edge]:
         """Every leaf-spine link, in spec order (the probe's link index)."""
-        return [(lk.a, lk.b) for lk in self.spec.links if lk.kind == "uplink"]
+        return [(lk.a, lk.b) for lk in self.spec.links if lk.kind == "fabric"]
 
     def sample(self, t: float, counts: dict[Direction, tuple[int, int]]) -> list[Drain]:
         """Take one interval's (sent, received) per link direction; return new drains."""

@@ -60,11 +60,11 @@ def plan_switch(spec: FabricSpec, dpid: int) -> SwitchPlan:
         if uplinks:
             plan.groups[ECMP_GROUP] = uplinks
         for intf in interfaces:
-            if intf.leaf == switch.name:
-                plan.routes.append(Route(ip=intf.ip, port=intf.leaf_port))
+            if intf.switch == switch.name:
+                plan.routes.append(Route(ip=intf.ip, port=intf.switch_port))
             elif uplinks:
                 plan.routes.append(Route(ip=intf.ip, group=ECMP_GROUP))
     else:
         for intf in interfaces:
-            plan.routes.append(Route(ip=intf.ip, port=spec.spine_port_to(switch.name, intf.leaf)))
+            plan.routes.append(Route(ip=intf.ip, port=spec.port_to(switch.name, intf.switch)))
     return plan

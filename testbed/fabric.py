@@ -204,9 +204,7 @@ class Fabric:
             raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
 
     def _switch_ports(self) -> list[tuple[str, float]]:
-        ports = [(lk.b_intf, lk.mbps) for lk in self.spec.links]
-        ports += [(lk.a_intf, lk.mbps) for lk in self.spec.links if lk.kind == "uplink"]
-        return ports
+        return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
 
     def _configure_switch_ports(self) -> None:
         """Shape every switch port (root namespace) with HTB + FIFO; offloads off."""
@@ -330,15 +328,9 @@ class Fabric:
         return done.returncode == 0
 
     def port_roles(self) -> dict[str, str]:
-        """Each switch port's role: ``leaf_uplink``, ``spine_downlink`` or ``leaf_downlink``."""
-        roles = {}
-        for lk in self.spec.links:
-            if lk.kind == "uplink":
-                roles[lk.a_intf] = "leaf_uplink"
-                roles[lk.b_intf] = "spine_downlink"
-            else:
-                roles[lk.b_intf] = "leaf_downlink"
-        return roles
+        """Each switch port's role from the spec's graph (``leaf_uplink``,
+        ``spine_downlink``, ``leaf_downlink`` on a leaf-spine)."""
+        return self.spec.port_roles()
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
         """Egress counters of every switch port's root qdisc: bytes, packets, drops."""

@@ -215,7 +215,7 @@ class FabricFaults:
     def _switch_ends(self, links: list[Link], state: str) -> None:
         with IPRoute() as ipr:
             for lk in links:
-                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "uplink" else [])
+                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "fabric" else [])
                 for name in ends:
                     index = ipr.link_lookup(ifname=name)
                     if not index:

@@ -129,8 +129,8 @@ def test_controller_recomputes_paths_on_port_status(fab):
     # p0l1 hashes traffic for p0l0's hosts over its uplink to p0s0 alone, not to p0s1
     p = live.spec.prefix
     to_s0 = next(lk.a_port for lk in live.spec.links
-                 if lk.kind == "uplink" and (lk.a, lk.b) == (p + "p0l1", p + "p0s0"))
-    for ip in [i.ip for i in live.spec.interfaces(plane=0) if i.leaf == p + "p0l0"]:
+                 if lk.kind == "fabric" and (lk.a, lk.b) == (p + "p0l1", p + "p0s0"))
+    for ip in [i.ip for i in live.spec.interfaces(plane=0) if i.switch == p + "p0l0"]:
         rule = next(line for line in flows.splitlines() if f"nw_dst={ip} " in line)
         assert f"members:{to_s0})" in rule, rule
 

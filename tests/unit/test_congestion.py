@@ -135,7 +135,7 @@ def test_ect_steering_covers_every_remote_destination_and_class(spec):
 # -- telemetry -----------------------------------------------------------------------
 def test_port_table_covers_every_switch_port_once(spec):
     table = port_table(spec)
-    assert len(table) == sum(2 if lk.kind == "uplink" else 1 for lk in spec.links)
+    assert len(table) == sum(2 if lk.kind == "fabric" else 1 for lk in spec.links)
     assert {p.role for p in table.values()} == {"leaf_uplink", "spine_downlink",
                                                  "leaf_downlink"}
     assert all(p.ifname == f"{p.switch}e{p.port}" for p in table.values())

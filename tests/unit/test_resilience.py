@@ -47,7 +47,7 @@ def test_dead_downlink_is_avoided_by_the_other_leaf_only_for_its_hosts(spec):
     s0_port = spec.uplink_ports(P + "p0l1")[0]
     assert l1.groups[ECMP_GROUP] == spec.uplink_ports(P + "p0l1")  # own uplinks all fine
     assert l1.groups[DEST_GROUP_BASE + 0] == [s0_port]
-    behind_l0 = {i.ip for i in spec.interfaces(plane=0) if i.leaf == P + "p0l0"}
+    behind_l0 = {i.ip for i in spec.interfaces(plane=0) if i.switch == P + "p0l0"}
     for r in l1.routes:
         if r.ip in behind_l0:
             assert r.group == DEST_GROUP_BASE + 0
@@ -63,15 +63,15 @@ def test_dead_downlink_is_avoided_by_the_other_leaf_only_for_its_hosts(spec):
 
 def test_fast_failover_groups_bounce_back_and_leaves_go_up_elsewhere(spec):
     s1 = plan_failover(spec, dpid(spec, "p0s1"), fast_failover=True)
-    to_l0 = spec.spine_port_to(P + "p0s1", P + "p0l0")
-    from_l1 = spec.spine_port_to(P + "p0s1", P + "p0l1")
+    to_l0 = spec.port_to(P + "p0s1", P + "p0l0")
+    from_l1 = spec.port_to(P + "p0s1", P + "p0l1")
     group = FF_GROUP_BASE + 1 * 2 + 0  # from leaf 1 to leaf 0
     assert s1.ff_groups[group] == [(to_l0, to_l0), (IN_PORT, from_l1)]
     assert all(g != group or port == from_l1 for port, _, g in s1.ff_routes)
     l1 = plan_failover(spec, dpid(spec, "p0l1"), fast_failover=True)
     up = spec.uplink_ports(P + "p0l1")
     assert l1.groups[BOUNCE_GROUP_BASE + 1] == [up[0]]  # came from s1: go up via s0
-    local = {i.ip for i in spec.interfaces(plane=0) if i.leaf == P + "p0l1"}
+    local = {i.ip for i in spec.interfaces(plane=0) if i.switch == P + "p0l1"}
     assert {b.ip for b in l1.bounces}.isdisjoint(local)  # own hosts are never bounced
     assert {(b.in_port, b.arp) for b in l1.bounces} == {(p, a) for p in up for a in (0, 1)}
 
