@@ -272,6 +272,11 @@ class Fabric:
         if done.returncode:
             raise BringUpError(f"RED queue on {ifname} failed: {done.stderr.strip()}")
 
+    @property
+    def host_link_mbps(self) -> dict[str, float]:
+        """Each host interface's link rate (explicit graphs may give links their own)."""
+        return {lk.a_intf: lk.mbps for lk in self.spec.links if lk.kind == "host"}
+
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
         """Shell lines that configure a host namespace: MTU, address, offloads, shaping."""
         cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
@@ -283,8 +288,9 @@ class Fabric:
             if self.caps.ovs_datapath == "user":
                 cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
             if self.caps.htb:
-                rate = f"{self.spec.link_mbps:g}mbit"
-                burst = burst_bytes(self.spec.link_mbps, self.spec.mtu)
+                mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
+                rate = f"{mbps:g}mbit"
+                burst = burst_bytes(mbps, self.spec.mtu)
                 leaf = (f"netem delay {self.spec.delay_ms:g}ms limit {self.queue_packets()}"
                         if self.delay_applied else f"bfifo limit {self.spec.queue_kb * 1000}")
                 cmds += [

@@ -21,8 +21,9 @@ import yaml
 from testbed.errors import ConfigError
 from testbed.fabric_faults import parse_faults
 from testbed.faults import Fault
-from topologies.leafspine import build_fabric
-from topologies.spec import FabricSpec, TopologyError
+from topologies.build import build_topology, builder_of, resolve
+from topologies.params import ParamError
+from topologies.spec import FabricSpec
 from traffic.roce import OVERHEAD as ROCE_OVERHEAD
 
 ETHERNET_HEADER = 14
@@ -81,18 +82,8 @@ def _ecn_class() -> Nested:
 ECN_MODES = ("off", "controller", "switch", "phantom", "auto")
 
 SCHEMA: dict[str, dict[str, tuple]] = {
-    "topology": {
-        "planes": (int, _pos, 2),
-        "rails": (int, _pos, 1),
-        "nodes": (int, _pos, 8),
-        "leaves_per_plane": (int, _pos, 2),
-        "spines_per_plane": (int, _pos, 2),
-        "oversubscription": (NUM, _pos, 1),
-        "link_mbps": (NUM, lambda v: None if 1 <= v <= 10000 else "must be 1..10000", 100),
-        "mtu": (int, lambda v: None if 1280 <= v <= 9000 else "must be 1280..9000", 9000),
-        "queue_kb": (int, _pos, 64),
-        "delay_ms": (NUM, _nonneg, 0),
-    },
+    # the builder's own parameters model validates it (topologies.build)
+    "topology": {},
     "controller": {
         "mode": (str, _one_of("ecmp", "adaptive", "spray"), "ecmp"),
         "telemetry_ms": (int, _range(10, 5000), 100),
@@ -177,7 +168,7 @@ class Variant:
     faults: tuple[Fault, ...] = ()
 
     def fabric(self, prefix: str) -> FabricSpec:
-        return build_fabric(prefix=prefix, **self.topology)
+        return build_topology(self.topology, prefix)
 
 
 @dataclass(frozen=True)
@@ -224,7 +215,21 @@ def _type_name(types) -> str:
 
 
 def _check_section(section: str, data: Any, where: str) -> dict[str, Any]:
+    if section == "topology":  # validated by its builder's parameters (topologies.build)
+        try:
+            return resolve(data)
+        except ParamError as exc:
+            raise ConfigError(f"{where}.{exc.field}", exc.reason) from exc
     return _check_fields(SCHEMA[section], data, where)
+
+
+def _merge_topology(base: dict, override: dict) -> dict:
+    """A variant's topology: merged onto the base's, unless it names another builder
+    (then the base's parameters, made for that other builder, do not apply)."""
+    names_one = "builder" in override or isinstance(override.get("nodes"), dict)
+    if names_one and builder_of(override) != builder_of(base):
+        return copy.deepcopy(override)
+    return _merge(base, override)
 
 
 def _check_fields(schema: dict, data: Any, where: str) -> dict[str, Any]:
@@ -289,10 +294,9 @@ def _check_variant(name: str, sections: dict, where: str, faults: Any = None) ->
     resolved = {s: _check_section(s, sections.get(s), f"{where}.{s}" if where else s)
                 for s in SCHEMA}
     prefix = f"{where}." if where else ""
-    topo = resolved["topology"]
     try:
-        spec = build_fabric(prefix="tb0000", **topo)
-    except TopologyError as exc:
+        spec = build_topology(resolved["topology"], "tb0000")
+    except ParamError as exc:
         raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from exc
     nodes = spec.nodes
     resolved["controller"]["health"] = _check_health(resolved["controller"]["health"],
@@ -381,7 +385,8 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
         reference = raw.get("reference", False)
         if not isinstance(reference, bool):
             raise ConfigError(f"{where}.reference", f"must be true or false, got {reference!r}")
-        merged = {s: _merge(base[s], raw.get(s) or {}) for s in SCHEMA}
+        merged = {s: (_merge_topology if s == "topology" else _merge)(base[s], raw.get(s) or {})
+                  for s in SCHEMA}
         for s in SCHEMA:
             if raw.get(s) is not None and not isinstance(raw.get(s), dict):
                 raise ConfigError(f"{where}.{s}", "must be a mapping")

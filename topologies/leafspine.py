@@ -87,7 +87,8 @@ def _check_positive(name: str, value: object) -> float:
     return float(value)
 
 
-def _mac(plane: int, rail: int, node: int) -> str:
+def mac(plane: int, rail: int, node: int) -> str:
+    """A host interface's MAC (locally administered), from where it is cabled."""
     return f"02:7b:{plane:02x}:{rail:02x}:{node >> 8:02x}:{node & 0xFF:02x}"
 
 
@@ -199,7 +200,7 @@ def build_fabric(
                     rail=rail,
                     ip=f"10.{plane}.{rail}.{node + 1}",
                     prefixlen=24,
-                    mac=_mac(plane, rail, node),
+                    mac=mac(plane, rail, node),
                     switch=leaf,
                     switch_port=port,
                 )
