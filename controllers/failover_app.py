@@ -40,14 +40,19 @@ from controllers.failover import (
     BOUNCED_MAC,
     PRIORITY_BOUNCE,
     FailoverPlan,
+    link_edges,
     plan_failover,
-    uplink_edges,
 )
 from controllers.health import PROBE_ETHERTYPE, HealthMonitor, decode_probe, encode_probe
 from controllers.paths import PRIORITY_HOST
 
 PRIORITY_PROBE = PRIORITY_BOUNCE + 10
 PROBES_PER_ROUND = 1000  # probe sequence numbers: round * PROBES_PER_ROUND + i
+
+
+def _rule(plan: FailoverPlan, route) -> tuple:
+    """What a route's rule does: output to a port, or hash over a set of ports."""
+    return ("output", route.port) if route.group is None else ("hash", *plan.members(route))
 
 
 class ResilientRouting(FabricRouting):
@@ -59,7 +64,7 @@ class ResilientRouting(FabricRouting):
         self.fast_failover = bool(opts.get("fast_failover"))
         self.recompute = bool(opts.get("recompute"))
         health = opts.get("health") or {}
-        self.edges = uplink_edges(self.spec)
+        self.edges = link_edges(self.spec)
         self.names = {sw.dpid: sw.name for sw in self.spec.switches}
         self.dpids = {sw.name: sw.dpid for sw in self.spec.switches}
         self.down_ports: set[tuple[str, int]] = set()
@@ -209,17 +214,17 @@ class ResilientRouting(FabricRouting):
                 old, new = self.plans.get(dpid), self.plan_for(dpid)
                 if old is None:
                     continue
-                # ECMP sets live in the rules that use them: a set whose members changed
-                # means sending those rules again (fast-failover groups never change)
-                changed_sets = {g for g, ports in new.groups.items()
-                                if old.groups.get(g) != ports}
-                routes = [r for r in new.routes
-                          if r not in old.routes or r.group in changed_sets]
+                # ECMP sets live in the rules that use them (ids may be renumbered):
+                # send again every rule whose ports changed
+                was = {r.ip: _rule(old, r) for r in old.routes}
+                routes = [r for r in new.routes if was.get(r.ip) != _rule(new, r)]
+                bounced = {(b.in_port, b.ip, b.arp): old.bounce_members(b) for b in old.bounces}
+                bounces = [b for b in new.bounces
+                           if bounced.get((b.in_port, b.ip, b.arp)) != new.bounce_members(b)]
                 self._send_routes(dp, new, routes)
-                self._send_bounce_rules(dp, new, [b for b in new.bounces
-                                                  if b.group in changed_sets])
+                self._send_bounce_rules(dp, new, bounces)
                 self.plans[dpid] = new
-                if changed_sets or routes:
+                if routes or bounces:
                     dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
                     changed.append(self.names[dpid])
         self.status.emit("recomputed", cause=cause, since=t0, switches=changed,
