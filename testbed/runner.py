@@ -46,8 +46,7 @@ def run_variant(variant: Variant, *, index: int, total: int, scenario: Scenario,
                  f"{len(spec.hosts)} hosts, {len(spec.links)} links)")
         entry["controller_mode"] = variant.controller["mode"]
         live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
-                        stack=stack,
-                        controller_args=fault_run.controller_args(variant.controller))
+                        stack=stack, seed=seed)
         fabric, times = live.fabric, live.times
         progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                  f"traffic for {scenario.duration_s:g} s")

@@ -100,3 +100,45 @@ def test_same_plans_as_before(name):
                 want = narrowed(normalized(old[f"ff={ff},down={i}"]))
                 assert normalized(json.loads(json.dumps(as_recorded(new)))) == want, \
                     (sw.name, ff, down)
+
+
+@pytest.mark.parametrize("name", sorted(MAIN))
+def test_adaptive_paths_are_uplink_then_spine_downlink_as_before(name):
+    """Adaptive placement's path (links and load) on a leaf-spine: the uplink and the
+    spine's downlink towards the destination's leaf, the busier of the two."""
+    from controllers.adaptive import PathTable
+    from controllers.paths import plan_switch
+
+    spec = spec_of(name)
+    plans = {sw.dpid: plan_switch(spec, sw.dpid) for sw in spec.switches}
+    table = PathTable(spec, plans)
+    recorded = MAIN[name]["path_downlinks"]
+    for n, (leaf, uplink, ip, spine, down) in enumerate(recorded):
+        assert table.links(leaf, uplink, ip) == [(leaf, uplink), (spine, down)]
+        util = {(leaf, uplink): (n % 7) / 7, (spine, down): (n % 5) / 5}
+        assert table.load(util, leaf, uplink, ip) == max(util.values())
+    # and every choice a leaf has is one of the recorded ones
+    choices = {(d, p, ip) for d, plan in plans.items() for ip, ports in plan.multipath().items()
+               for p in ports}
+    assert choices == {(leaf, uplink, ip) for leaf, uplink, ip, _, _ in recorded}
+
+
+@pytest.mark.parametrize("name", sorted(MAIN))
+def test_spray_and_ecn_rules_as_before(name):
+    from controllers import ecn, spray
+    from controllers.paths import plan_switch
+
+    spec = spec_of(name)
+    for sw in spec.switches:
+        old, plan = MAIN[name]["plans"][sw.name], plan_switch(spec, sw.dpid)
+        if "spray" in old and plan.multipath():
+            assert [[r.ip, r.value, r.mask, r.port, r.ip_ecn]
+                    for r in spray.spray_rules(plan)] == old["spray"]
+            assert [[r.ip, r.value, r.mask, r.port, r.ip_ecn]
+                    for r in spray.spray_rules(plan, ect=True)] == old["spray_ect"]
+            assert [m for m, _ in ecn.ect_rules(plan)] == old["ect_rules"]
+        else:  # nothing to spray or mark by hash (a spine, or the one-switch reference)
+            assert not spray.spray_rules(plan) and not ecn.ect_rules(plan)
+            assert not old.get("spray") and not old.get("ect_rules")
+        for port in range(1, 12):
+            assert ecn.mark_rules(plan, port, "agents") == old["mark_rules"][str(port)]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from controllers.config import ControllerConfig
 from controllers.failover import IN_PORT, link_edges, plan_failover
 from controllers.health import HealthMonitor, decode_probe, encode_probe
 from controllers.paths import ECMP_GROUP, plan_switch
 from testbed import resilience
 from testbed.errors import ConfigError
 from testbed.fabric_faults import find_link, parse_faults
-from testbed.fault_run import controller_args
 from testbed.scenario import parse
 from topologies.leafspine import build_fabric
 
@@ -139,7 +139,34 @@ def test_scenario_faults_per_variant_and_health_fields():
         parse({**base, "controller": {"health": {"enabled": True, "loss_threshold": 2}}})
     assert err.value.field == "controller.health.loss_threshold"
     ok = parse({**base, "controller": {"fast_failover": True, "health": {"enabled": True}}})
-    assert controller_args(ok.variants[0].controller)[:2] == ["--fast-failover", "--health"]
+    cfg = ControllerConfig.from_dict(ok.variants[0].controller)
+    assert (cfg.fast_failover, cfg.recompute, cfg.health.enabled, cfg.failover) == (
+        True, False, True, True)
+
+
+def test_one_controller_config_file_carries_everything(spec, tmp_path):
+    """bring_up writes one file; the controller reads everything from it (no
+    environment variables, no other flags)."""
+    from testbed.bringup import controller_config
+    from testbed.capabilities import Capabilities
+
+    caps = Capabilities(kernel="test", ovs_kernel_datapath=False, netem=False, htb=True,
+                        red=False, fq_codel=False, macsec=False, nftables=True)
+    section = parse({"name": "x", "agents": {"enabled": False},
+                     "controller": {"mode": "adaptive", "recompute": True,
+                                    "health": {"enabled": True, "interval_ms": 200}}}
+                    ).variants[0].controller
+    data = controller_config(section, spec, caps, out=tmp_path, seed=7)
+    cfg = ControllerConfig.from_dict(data)
+    assert (cfg.spec, cfg.status, cfg.telemetry) == (
+        str(tmp_path / "spec.json"), str(tmp_path / "controller-events.jsonl"),
+        str(tmp_path / "telemetry.jsonl"))
+    assert (cfg.seed, cfg.mode, cfg.recompute, cfg.fast_failover) == (7, "adaptive", True,
+                                                                       False)
+    assert (cfg.health.enabled, cfg.health.interval_ms, cfg.ecn_backend) == (True, 200, "off")
+    assert cfg.link_mbps == spec.link_mbps
+    assert controller_config(section, spec, caps, out=tmp_path,
+                             telemetry=False)["telemetry"] is None
 
 
 # -- outcome accounting ----------------------------------------------------------------------
