@@ -77,18 +77,20 @@ def events(live, name: str) -> list[dict]:
     return [e for e in read_jsonl(live.status) if e.get("event") == name]
 
 
-def flows_delivered(live, src_node: int, dst_node: int, plane: int = 0) -> dict[int, int]:
-    """Send FLOWS x PACKETS datagrams; return {source port: received}."""
+def flows_delivered(live, src_node: int, dst_node: int, plane: int = 0,
+                    port: int = 9999) -> dict[int, int]:
+    """Send FLOWS x PACKETS datagrams (to UDP ``port``); return {source port: received}."""
     spec, fabric = live.spec, live.fabric
     src, dst = spec.hosts[src_node], spec.hosts[dst_node]
     out = live.status.parent / f"flows-{time.monotonic_ns()}.json"
     recv = fabric.spawn(dst.name, "flows-recv",
-                        [sys.executable, FLOWS_SCRIPT, "recv", dst.interface(plane, 0).ip, "2.5"],
-                        pid_dir=live.pid_dir, stdout_file=out)
+                        [sys.executable, FLOWS_SCRIPT, "recv", dst.interface(plane, 0).ip, "2.5",
+                         str(port)], pid_dir=live.pid_dir, stdout_file=out)
     try:
         assert wait_for(lambda: out.exists() and b"ready" in out.read_bytes(), 10)
         fabric.run(src.name, [sys.executable, FLOWS_SCRIPT, "send", src.interface(plane, 0).ip,
-                              dst.interface(plane, 0).ip, str(FLOWS), str(PACKETS)], timeout=20)
+                              dst.interface(plane, 0).ip, str(FLOWS), str(PACKETS), str(port)],
+                   timeout=20)
         recv.wait(10)
     finally:
         recv.stop()
