@@ -45,6 +45,23 @@ BUILDERS: dict[str, tuple[type[Section], Callable[[Any, str], FabricSpec]]] = {
     explicit.NAME: (explicit.Params, explicit.build),
 }
 DEFAULT = leafspine.NAME
+#: the ``topology:`` section as one JSON Schema: which builder, the rest is the builder's
+#: (see :func:`builder_schemas`; a variant may override a few keys of its base's section,
+#: so the parameters are checked by the builder's model once merged, not here)
+TOPOLOGY_SCHEMA: dict = {
+    "type": "object",
+    "description": "the fabric's graph: builder (leaf-spine, fat-tree, explicit, or "
+                   "package.module:function; explicit when nodes is a mapping) and its "
+                   "parameters",
+    "properties": {"builder": {"type": "string", "default": DEFAULT,
+                               "description": "leaf-spine, fat-tree, explicit, or "
+                                              "package.module:function"}},
+}
+
+
+def builder_schemas() -> dict[str, dict]:
+    """The JSON Schema of each shipped builder's parameters, by builder name."""
+    return {name: model.model_json_schema() for name, (model, _) in BUILDERS.items()}
 
 
 def builder_of(section: dict | None) -> str:
