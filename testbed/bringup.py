@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import socket
 import sys
-from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,10 +50,16 @@ class LiveFabric:
         return self.fabric.spec
 
 
-def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) -> dict:
-    """The controller section as the controller reads it: plus the link rate and who marks
-    CE (``ecn.mode: auto`` resolved from the host's RED); BringUpError if impossible."""
-    config = {**controller, "link_mbps": spec.link_mbps}
+def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
+                      out: Path, seed: int = 1, telemetry: bool = True) -> dict:
+    """The controller's one configuration file (:mod:`controllers.config`): the variant's
+    controller section plus the spec, status and telemetry files in ``out``, the seed,
+    the link rate and who marks CE (``ecn.mode: auto`` resolved from the host's RED);
+    BringUpError if impossible."""
+    config = {**controller, "spec": str(out / "spec.json"),
+              "status": str(out / "controller-events.jsonl"),
+              "telemetry": str(out / "telemetry.jsonl") if telemetry else None,
+              "seed": seed, "link_mbps": spec.link_mbps}
     ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
     if ecn_mode == "switch" and not caps.red:
         raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "
@@ -69,30 +74,28 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) ->
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
-             controller_args: Sequence[str] = (), seed: int = 1) -> LiveFabric:
+             seed: int = 1) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
-    older form). Returns once the controller has installed the paths on every switch and
-    the first and last host reach each other on every plane.
+    older form); ``seed`` seeds the controller's random draws. Returns once the
+    controller has installed the paths on every switch and the first and last host
+    reach each other on every plane.
     """
     out.mkdir(parents=True, exist_ok=True)
-    spec_file = out / "spec.json"
-    spec.to_json(spec_file)
-    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps)
+    spec.to_json(out / "spec.json")
+    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps, out=out,
+                               seed=seed, telemetry=telemetry)
     config_file = out / "controller.json"
     write_json(config_file, config)
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
     port = free_port()
-    status = out / "controller-events.jsonl"
+    status = Path(config["status"])
     controller_proc = Helper(
         "controller",
-        [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
-         "--status", str(status), "--config", str(config_file),
-         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else []),
-         *controller_args],
+        [sys.executable, "-m", "controllers", "--config", str(config_file), "--port", str(port)],
         pid_dir=pids, log=out / "controller.log",
     )
     stack.callback(controller_proc.stop)

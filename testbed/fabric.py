@@ -207,9 +207,7 @@ class Fabric:
             raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
 
     def _switch_ports(self) -> list[tuple[str, float]]:
-        ports = [(lk.b_intf, lk.mbps) for lk in self.spec.links]
-        ports += [(lk.a_intf, lk.mbps) for lk in self.spec.links if lk.kind == "uplink"]
-        return ports
+        return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
 
     def _configure_switch_ports(self) -> None:
         """Shape every switch port (root namespace) with HTB + FIFO; offloads off."""
@@ -280,6 +278,11 @@ class Fabric:
         if done.returncode:
             raise BringUpError(f"RED queue on {ifname} failed: {done.stderr.strip()}")
 
+    @property
+    def host_link_mbps(self) -> dict[str, float]:
+        """Each host interface's link rate (explicit graphs may give links their own)."""
+        return {lk.a_intf: lk.mbps for lk in self.spec.links if lk.kind == "host"}
+
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
         """Shell lines that configure a host namespace: MTU, address, offloads, shaping."""
         cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
@@ -291,8 +294,9 @@ class Fabric:
             if self.caps.ovs_datapath == "user":
                 cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
             if self.caps.htb:
-                rate = f"{self.spec.link_mbps:g}mbit"
-                burst = burst_bytes(self.spec.link_mbps, self.spec.mtu)
+                mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
+                rate = f"{mbps:g}mbit"
+                burst = burst_bytes(mbps, self.spec.mtu)
                 leaf = (f"netem delay {self.spec.delay_ms:g}ms limit {self.queue_packets()}"
                         if self.delay_applied else f"bfifo limit {self.spec.queue_kb * 1000}")
                 cmds += [
@@ -334,15 +338,9 @@ class Fabric:
         return self.host(host).ping(ip, count=count, wait_s=wait_s)
 
     def port_roles(self) -> dict[str, str]:
-        """Each switch port's role: ``leaf_uplink``, ``spine_downlink`` or ``leaf_downlink``."""
-        roles = {}
-        for lk in self.spec.links:
-            if lk.kind == "uplink":
-                roles[lk.a_intf] = "leaf_uplink"
-                roles[lk.b_intf] = "spine_downlink"
-            else:
-                roles[lk.b_intf] = "leaf_downlink"
-        return roles
+        """Each switch port's role from the spec's graph (``leaf_uplink``,
+        ``spine_downlink``, ``leaf_downlink`` on a leaf-spine)."""
+        return self.spec.port_roles()
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
         """Egress counters of every switch port's root qdisc: bytes, packets, drops."""

@@ -5,11 +5,12 @@ variant's spec and named in the canonical short form (the name without the run
 prefix). The actions (:class:`FabricFaults`) act on real interfaces and processes:
 
 * ``link_down`` / ``link_up``: both veth ends of a link go down (both ends lose
-  carrier) or up. Targets: ``p0l0-p0s1`` (either order), ``n0-p0l0``, a switch port
-  ``p0l0e3``, or a host interface ``n0p0r0``.
+  carrier) or up. Targets: any link of the spec by its ends' short names in either
+  order (``p0l0-p0s1``, ``p0e0-p0a1`` in a fat-tree, ``l1-s1`` in an explicit graph,
+  ``n0-p0l0``), a switch port (``p0l0e3``), or a host interface (``n0p0r0``).
 * ``link_flap``: ``count`` down/up cycles of ``period_s``; expanded at validation into
   link_down/link_up faults, so each transition has its own record.
-* ``switch_fail`` / ``switch_restore``: every link of a leaf or spine down/up (the
+* ``switch_fail`` / ``switch_restore``: every link of any switch down/up (the
   neighbours see what they would see of a dead switch: carrier gone on every port).
 * ``plane_fail`` / ``plane_restore``: every switch of a plane (``p1`` or ``1``).
 * ``rail_fail`` / ``rail_restore``: one NIC of a node: ``n2p0r0`` (node 2, plane 0,
@@ -58,7 +59,8 @@ def short(spec: FabricSpec, name: str) -> str:
 
 
 def link_name(spec: FabricSpec, lk: Link) -> str:
-    """Canonical name of a link: ``p0l0-p0s1`` (uplink) or ``n0-p0l0`` (host link)."""
+    """Canonical name of a link: its ends' short names, the lower tier first:
+    ``p0l0-p0s1`` (a fabric link) or ``n0-p0l0`` (a host link)."""
     return f"{short(spec, lk.a)}-{short(spec, lk.b)}"
 
 
@@ -188,7 +190,7 @@ class FabricFaults:
     def _switch_ends(self, links: list[Link], state: str) -> None:
         with IPRoute() as ipr:
             for lk in links:
-                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "uplink" else [])
+                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "fabric" else [])
                 for name in ends:
                     index = ipr.link_lookup(ifname=name)
                     if not index:

@@ -70,8 +70,8 @@ class Port:
 
 
 def switch_ports(spec: FabricSpec) -> list[Port]:
-    """Every switch port of ``spec`` (each has an egress queue): leaf downlinks, and both
-    ends of every uplink, each at its link's rate.
+    """Every switch port of ``spec`` (each has an egress queue): the switch end of every
+    host link, and both ends of every fabric link, each at its link's rate.
 
     >>> from topologies.leafspine import build_fabric
     >>> spec = build_fabric(prefix="tbdoc0", planes=1, nodes=2, leaves_per_plane=1,
@@ -80,9 +80,7 @@ def switch_ports(spec: FabricSpec) -> list[Port]:
     [('tbdoc0p0l0e1', 20.0), ('tbdoc0p0l0e2', 20.0), ('tbdoc0p0s0e1', 20.0),
      ('tbdoc0p0l0e3', 20.0)]
     """
-    ports = [Port(lk.b_intf, float(lk.mbps)) for lk in spec.links]
-    ports += [Port(lk.a_intf, float(lk.mbps)) for lk in spec.links if lk.kind == "uplink"]
-    return ports
+    return [Port(p.ifname, p.mbps) for p in spec.switch_ports()]
 
 
 def quanta(kb: float) -> int:

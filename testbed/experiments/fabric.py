@@ -15,9 +15,9 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from testbed import fault_run, layout, ovs_socket, phantom, telemetry_report, workloads
 from testbed.bringup import bring_up, queue_summary
@@ -41,8 +41,8 @@ from testbed.fabric_faults import needs, parse_faults
 from testbed.faults import Fault
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, training_entry
-from topologies.build import TOPOLOGY_SCHEMA, build_topology
-from topologies.params import ParamError, Section, join
+from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
+from topologies.params import ParamError, Section
 from topologies.spec import FabricSpec
 from traffic.roce import OVERHEAD as ROCE_OVERHEAD
 
@@ -91,6 +91,32 @@ def _merge(base_: dict, override: dict) -> dict:
     return out
 
 
+def _merge_topology(base_: dict, override: dict) -> dict:
+    """A variant's topology: merged onto the base's, unless it names another builder
+    (then the base's parameters, made for that other builder, do not apply)."""
+    names_one = "builder" in override or isinstance(override.get("nodes"), dict)
+    if names_one and builder_of(override) != builder_of(base_):
+        return copy.deepcopy(override)
+    return _merge(base_, override)
+
+
+def topology_section() -> dict:
+    """The JSON Schema of ``topology``: one of the shipped builders' parameter models
+    (each with its ``builder`` name), or a builder named by dotted path."""
+    options: list[Any] = []
+    for name, (model, _) in BUILDERS.items():
+        default = name if name in (DEFAULT, "explicit") else ...
+        options.append(create_model(f"{model.__module__.rsplit('.', 1)[-1]}_topology",
+                                    __base__=model,
+                                    builder=(Literal[name], default)))  # type: ignore
+    options.append({"type": "object", "required": ["builder"],
+                    "properties": {"builder": {"type": "string",
+                                               "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"}},
+                    "description": "a builder of your own: package.module:function"})
+    return {"anyOf": options, "description": "the fabric's graph: a builder and its "
+                                             "parameters (leaf-spine by default)"}
+
+
 def _check_node(where: str, value: int, nodes: int) -> None:
     if not 0 <= value < nodes:
         raise ConfigError(where, f"must be a node index 0..{nodes - 1}, got {value!r}")
@@ -98,7 +124,7 @@ def _check_node(where: str, value: int, nodes: int) -> None:
 
 class FabricExperiment(base.Experiment):
     KIND = "fabric"
-    SECTIONS = {"topology": TOPOLOGY_SCHEMA, "controller": Controller, "agents": Agents,
+    SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "faults": {"type": "array", "items": FaultEntry},
                 "workloads": list[Workload],
                 "variants": {"type": "array", "items": VariantSection}}
@@ -121,7 +147,8 @@ class FabricExperiment(base.Experiment):
             if entry.name in seen:
                 raise ConfigError(f"{where}.name", f"repeats {entry.name!r}")
             seen.add(entry.name)
-            merged = {s: _merge(base_[s], getattr(entry, s) or {}) for s in base_}
+            merged = {s: (_merge_topology if s == "topology" else _merge)(
+                base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
             loads = raw["workloads"] if "workloads" in raw else data.get("workloads")
             variants.append(dataclasses.replace(
@@ -148,10 +175,10 @@ class FabricExperiment(base.Experiment):
         resolved = {s: self.section(model, sections.get(s), f"{prefix}{s}").model_dump()
                     for s, model in SECTIONS.items()}
         try:
-            spec = build_topology(sections.get("topology") or {}, "tb0000")
+            topology = resolve(sections.get("topology") or {})
+            spec = build_topology(topology, "tb0000")
         except ParamError as exc:
-            raise ConfigError(join(f"{prefix}topology", tuple(exc.field.split("."))),
-                              exc.reason) from None
+            raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from None
         if faults is not None:
             if not isinstance(faults, list):
                 raise ConfigError(f"{prefix}faults", "must be a list of faults")
@@ -177,8 +204,8 @@ class FabricExperiment(base.Experiment):
         if training["enabled"] or training["ranks"]:
             self._check_training(training, spec, prefix)
         workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
-        return Variant(name=name, topology=sections.get("topology") or {}, **resolved,
-                       faults=fault_list, workloads=workloads)
+        return Variant(name=name, topology=topology, **resolved, faults=fault_list,
+                       workloads=workloads)
 
     def _fold_workloads(self, sections: dict, loads: Any,
                         prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
@@ -299,8 +326,7 @@ class FabricExperiment(base.Experiment):
                      f"switches, {len(spec.hosts)} hosts, {len(spec.links)} links)")
             entry["controller_mode"] = variant.controller["mode"]
             live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
-                            stack=stack, seed=seed,
-                            controller_args=fault_run.controller_args(variant.controller))
+                            stack=stack, seed=seed)
             fabric, times = live.fabric, live.times
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")

@@ -43,7 +43,7 @@ def chains(text: str) -> dict[str, str]:
 
 def test_every_switch_port_gets_a_hook_buckets_at_its_link_rate_and_counters(spec):
     ports = phantom.switch_ports(spec)
-    uplinks = [lk for lk in spec.links if lk.kind == "uplink"]
+    uplinks = [lk for lk in spec.links if lk.kind == "fabric"]
     assert len(ports) == len(spec.links) + len(uplinks)  # downlinks + both uplink ends
     assert len({p.ifname for p in ports}) == len(ports)
     text = phantom.ruleset("tbu1ecn", ports, TUNED, drain=0.9, mtu=spec.mtu)

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.failover import (
-    BOUNCE_GROUP_BASE,
-    DEST_GROUP_BASE,
-    FF_GROUP_BASE,
-    IN_PORT,
-    plan_failover,
-    uplink_edges,
-)
+from controllers.config import ControllerConfig
+from controllers.failover import IN_PORT, link_edges, plan_failover
 from controllers.health import HealthMonitor, decode_probe, encode_probe
 from controllers.paths import ECMP_GROUP, plan_switch
 from testbed import resilience
 from testbed.errors import ConfigError
 from testbed.fabric_faults import find_link, parse_faults
-from testbed.fault_run import controller_args
 from testbed.scenario import parse
 from topologies.leafspine import build_fabric
 
@@ -46,11 +39,10 @@ def test_dead_downlink_is_avoided_by_the_other_leaf_only_for_its_hosts(spec):
     l1 = plan_failover(spec, dpid(spec, "p0l1"), down=down)
     s0_port = spec.uplink_ports(P + "p0l1")[0]
     assert l1.groups[ECMP_GROUP] == spec.uplink_ports(P + "p0l1")  # own uplinks all fine
-    assert l1.groups[DEST_GROUP_BASE + 0] == [s0_port]
-    behind_l0 = {i.ip for i in spec.interfaces(plane=0) if i.leaf == P + "p0l0"}
+    behind_l0 = {i.ip for i in spec.interfaces(plane=0) if i.switch == P + "p0l0"}
     for r in l1.routes:
-        if r.ip in behind_l0:
-            assert r.group == DEST_GROUP_BASE + 0
+        if r.ip in behind_l0:  # a set of its own: only the spine that still reaches l0
+            assert r.group != ECMP_GROUP and l1.groups[r.group] == [s0_port]
         elif r.group is not None:
             assert r.group == ECMP_GROUP
     # the leaf next to the dead link drops that spine from its own group
@@ -63,21 +55,22 @@ def test_dead_downlink_is_avoided_by_the_other_leaf_only_for_its_hosts(spec):
 
 def test_fast_failover_groups_bounce_back_and_leaves_go_up_elsewhere(spec):
     s1 = plan_failover(spec, dpid(spec, "p0s1"), fast_failover=True)
-    to_l0 = spec.spine_port_to(P + "p0s1", P + "p0l0")
-    from_l1 = spec.spine_port_to(P + "p0s1", P + "p0l1")
-    group = FF_GROUP_BASE + 1 * 2 + 0  # from leaf 1 to leaf 0
-    assert s1.ff_groups[group] == [(to_l0, to_l0), (IN_PORT, from_l1)]
-    assert all(g != group or port == from_l1 for port, _, g in s1.ff_routes)
+    to_l0 = spec.port_to(P + "p0s1", P + "p0l0")
+    from_l1 = spec.port_to(P + "p0s1", P + "p0l1")
+    group = next(g for g, buckets in s1.ff_groups.items()  # from leaf 1 to leaf 0
+                 if buckets == [(to_l0, to_l0), (IN_PORT, from_l1)])
+    assert {port for port, _, g in s1.ff_routes if g == group} == {from_l1}
     l1 = plan_failover(spec, dpid(spec, "p0l1"), fast_failover=True)
     up = spec.uplink_ports(P + "p0l1")
-    assert l1.groups[BOUNCE_GROUP_BASE + 1] == [up[0]]  # came from s1: go up via s0
-    local = {i.ip for i in spec.interfaces(plane=0) if i.leaf == P + "p0l1"}
+    from_s1 = {l1.groups[b.group][0] for b in l1.bounces if b.in_port == up[1]}
+    assert from_s1 == {up[0]}  # came from s1: go up via s0
+    local = {i.ip for i in spec.interfaces(plane=0) if i.switch == P + "p0l1"}
     assert {b.ip for b in l1.bounces}.isdisjoint(local)  # own hosts are never bounced
     assert {(b.in_port, b.arp) for b in l1.bounces} == {(p, a) for p in up for a in (0, 1)}
 
 
-def test_uplink_edges_name_both_ends(spec):
-    edges = uplink_edges(spec)
+def test_link_edges_name_both_ends(spec):
+    edges = link_edges(spec)
     lk = find_link(spec, "p0l0-p0s1")
     assert edges[(lk.a, lk.a_port)] == edges[(lk.b, lk.b_port)] == (lk.a, lk.b)
 
@@ -146,7 +139,34 @@ def test_scenario_faults_per_variant_and_health_fields():
         parse({**base, "controller": {"health": {"enabled": True, "loss_threshold": 2}}})
     assert err.value.field == "controller.health.loss_threshold"
     ok = parse({**base, "controller": {"fast_failover": True, "health": {"enabled": True}}})
-    assert controller_args(ok.variants[0].controller)[:2] == ["--fast-failover", "--health"]
+    cfg = ControllerConfig.from_dict(ok.variants[0].controller)
+    assert (cfg.fast_failover, cfg.recompute, cfg.health.enabled, cfg.failover) == (
+        True, False, True, True)
+
+
+def test_one_controller_config_file_carries_everything(spec, tmp_path):
+    """bring_up writes one file; the controller reads everything from it (no
+    environment variables, no other flags)."""
+    from testbed.bringup import controller_config
+    from testbed.capabilities import Capabilities
+
+    caps = Capabilities(kernel="test", ovs_kernel_datapath=False, netem=False, htb=True,
+                        red=False, fq_codel=False, macsec=False, nftables=True)
+    section = parse({"name": "x", "agents": {"enabled": False},
+                     "controller": {"mode": "adaptive", "recompute": True,
+                                    "health": {"enabled": True, "interval_ms": 200}}}
+                    ).variants[0].controller
+    data = controller_config(section, spec, caps, out=tmp_path, seed=7)
+    cfg = ControllerConfig.from_dict(data)
+    assert (cfg.spec, cfg.status, cfg.telemetry) == (
+        str(tmp_path / "spec.json"), str(tmp_path / "controller-events.jsonl"),
+        str(tmp_path / "telemetry.jsonl"))
+    assert (cfg.seed, cfg.mode, cfg.recompute, cfg.fast_failover) == (7, "adaptive", True,
+                                                                       False)
+    assert (cfg.health.enabled, cfg.health.interval_ms, cfg.ecn_backend) == (True, 200, "off")
+    assert cfg.link_mbps == spec.link_mbps
+    assert controller_config(section, spec, caps, out=tmp_path,
+                             telemetry=False)["telemetry"] is None
 
 
 # -- outcome accounting ----------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_default_scenario_has_the_three_variants():
     # same hosts and link rates in every variant: only the uplinks change
     specs = [v.fabric("tb0000") for v in sc.variants]
     assert len({(s.nodes, s.link_mbps, s.planes) for s in specs}) == 1
-    assert specs[2].uplink_mbps * 4 == specs[1].uplink_mbps
+    assert specs[2].params["uplink_mbps"] * 4 == specs[1].params["uplink_mbps"]
 
 
 def mutate(path: str, value):
