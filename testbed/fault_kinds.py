@@ -82,7 +82,9 @@ def kind(name: str, where: str = "action") -> type[FaultKind]:
         raise ConfigError(where, f"cannot import {module_name!r}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, FaultKind)):
         raise ConfigError(where, f"{name} is not a testbed.fault_kinds.FaultKind")
-    return cls
+    if KINDS.get(cls.NAME, cls) is not cls:
+        raise ConfigError(where, f"{name} is named {cls.NAME!r}, which another kind has")
+    return register(cls)  # from now on known by its NAME (the records use that)
 
 
 def parameters(cls: type[FaultKind], entry: dict, where: str) -> dict:
