@@ -37,6 +37,7 @@ from testbed.experiments.fabric_schema import (
 from testbed.fabric import OVS_SOCKET_BUFFER
 from testbed.fabric_faults import parse_faults
 from testbed.faults import Fault
+from testbed.lab import capture
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, training_entry
 from topologies.build import TOPOLOGY_SCHEMA, build_topology
@@ -57,6 +58,7 @@ class VariantSection(Section):
     agents: dict[str, Any] | None = None
     training: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None
+    capture: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class Variant:
     training: dict[str, Any]
     reference: bool = False  # the non-blocking reference the report compares against
     faults: tuple[Fault, ...] = ()
+    #: ports captured for the whole variant (short names: ``p0l0e3``, ``n0p0r0``)
+    capture: tuple[str, ...] = ()
 
     def fabric(self, prefix: str) -> FabricSpec:
         return build_topology(self.topology, prefix)
@@ -94,7 +98,10 @@ class FabricExperiment(base.Experiment):
     KIND = "fabric"
     SECTIONS = {"topology": TOPOLOGY_SCHEMA, "controller": Controller, "agents": Agents,
                 "training": Training, "faults": {"type": "array", "items": FaultEntry},
-                "variants": {"type": "array", "items": VariantSection}}
+                "variants": {"type": "array", "items": VariantSection},
+                "capture": {"type": "array", "items": {"type": "string"},
+                            "description": "ports to capture (pcap per port), e.g. "
+                                           "[p0l0e3, n0p0r0]"}}
 
     def __init__(self, data: dict, **kw: Any) -> None:
         super().__init__(data, **kw)
@@ -115,9 +122,13 @@ class FabricExperiment(base.Experiment):
             seen.add(entry.name)
             merged = {s: _merge(base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
+            variant = self._check_variant(entry.name, merged, where, faults)
+            ports = raw["capture"] if "capture" in raw else data.get("capture")
             variants.append(dataclasses.replace(
-                self._check_variant(entry.name, merged, where, faults),
-                reference=entry.reference))
+                variant, reference=entry.reference,
+                capture=capture.parse_ports(ports, variant.fabric("tb0000"),
+                                            f"{where}.capture" if "capture" in raw
+                                            else "capture")))
         if variants[0].reference:
             raise ConfigError("variants[0].reference", "the first variant is the baseline; "
                                                         "put the reference after it")
@@ -233,6 +244,8 @@ class FabricExperiment(base.Experiment):
                          f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB "
                          f"({fabric.send_socket_problem}): all switch queues together hold "
                          "at most that; more is dropped unseen by the queues")
+            capture.start_all(fabric, variant.capture, out=out, pid_dir=live.pid_dir,
+                              stack=stack)
             work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
