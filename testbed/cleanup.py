@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from pyroute2 import IPRoute, netns
@@ -24,6 +25,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from testbed.naming import OVS_EXTERNAL_ID, PREFIX, RUN_ROOT, is_owned, live_runs, run_id_of
 from testbed.procs import stop_group, wait_for
 
+#: whether what a run id names is left alone
+Skip = Callable[[str | None], bool]
 MININET_SHELL = re.compile(rf"mininet:{PREFIX}[0-9a-f]{{4}}")
 
 
@@ -32,11 +35,11 @@ HELPER_WORDS = (b"controllers", b"traffic", b"testbed", b"mnexec", b"iperf3", b"
                 b"/usr/lib/frr/")
 
 
-def _helpers(skip: set[str]) -> list[int]:
+def _helpers(skip: Skip) -> list[int]:
     """Pids named by pid files (at any depth of a run folder) that still run a helper."""
     pids = set()
     for pid_file in RUN_ROOT.rglob("*.pid"):
-        if pid_file.relative_to(RUN_ROOT).parts[0] in skip:
+        if skip(pid_file.relative_to(RUN_ROOT).parts[0]):
             continue
         try:
             pid = int(pid_file.read_text().strip())
@@ -48,7 +51,7 @@ def _helpers(skip: set[str]) -> list[int]:
     return sorted(pids)
 
 
-def _mininet_shells(skip: set[str]) -> list[int]:
+def _mininet_shells(skip: Skip) -> list[int]:
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -56,12 +59,12 @@ def _mininet_shells(skip: set[str]) -> list[int]:
         except OSError:
             continue
         match = MININET_SHELL.search(cmdline)
-        if match and match.group(0)[len("mininet:tb"):] not in skip:
+        if match and not skip(match.group(0)[len("mininet:tb"):]):
             pids.append(int(proc.name))
     return pids
 
 
-def _owned_bridges(skip: set[str]) -> list[str]:
+def _owned_bridges(skip: Skip) -> list[str]:
     if shutil.which("ovs-vsctl") is None:
         return []
     done = subprocess.run(
@@ -74,12 +77,12 @@ def _owned_bridges(skip: set[str]) -> list[str]:
         name = line.split(",", 1)[0].strip('"')
         tag = re.search(rf"{OVS_EXTERNAL_ID}=\W*([0-9a-f]{{4}})", line)
         run_id = run_id_of(name) or (tag.group(1) if tag else None)
-        if (is_owned(name) or tag) and run_id not in skip:
+        if (is_owned(name) or tag) and not skip(run_id):
             bridges.append(name)
     return bridges
 
 
-def _owned_tables(skip: set[str]) -> list[tuple[str, str]]:
+def _owned_tables(skip: Skip) -> list[tuple[str, str]]:
     """(family, name) of the host's nftables tables named by a run that is not alive."""
     if shutil.which("nft") is None:
         return []
@@ -89,19 +92,25 @@ def _owned_tables(skip: set[str]) -> list[tuple[str, str]]:
     tables = []
     for item in json.loads(done.stdout or "{}").get("nftables", []):
         table = item.get("table")
-        if table and is_owned(table["name"]) and run_id_of(table["name"]) not in skip:
+        if table and is_owned(table["name"]) and not skip(run_id_of(table["name"])):
             tables.append((table["family"], table["name"]))
     return tables
 
 
-def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[str, int]]:
-    """Remove testbed leftovers on this host.
+def clean(dry_run: bool = False, force: bool = False,
+          runs: set[str] | None = None) -> tuple[list[str], dict[str, int]]:
+    """Remove testbed leftovers on this host (with ``runs``: only those of these run ids).
 
     Returns what was (or would be) removed, and the live runs that were left alone: a
     run whose owner process is alive is not a leftover (``force`` removes it too).
     """
     live = {} if force else live_runs()
-    skip = set(live)
+    if runs is not None:
+        live = {r: pid for r, pid in live.items() if r in runs}
+
+    def skip(run_id: str | None) -> bool:
+        return run_id in live or (runs is not None and run_id not in runs)
+
     removed: list[str] = []
     for pid in _helpers(skip):
         removed.append(f"process {pid}")
@@ -125,7 +134,7 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
-            if name and is_owned(name) and run_id_of(name) not in skip:
+            if name and is_owned(name) and not skip(run_id_of(name)):
                 removed.append(f"interface {name}")
                 if not dry_run:
                     try:
@@ -134,13 +143,13 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
                         if exc.code != errno.ENODEV:
                             raise
     for ns in netns.listnetns():
-        if is_owned(ns) and run_id_of(ns) not in skip:
+        if is_owned(ns) and not skip(run_id_of(ns)):
             removed.append(f"namespace {ns}")
             if not dry_run:
                 netns.remove(ns)
     if RUN_ROOT.exists():
         for folder in RUN_ROOT.iterdir():
-            if folder.name in skip:
+            if skip(folder.name):
                 continue
             removed.append(f"run folder {folder}")
             if not dry_run:

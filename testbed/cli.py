@@ -1,4 +1,5 @@
-"""``testbed`` command line: run, validate, schema, doctor, calc, clean.
+"""``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
+(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt.
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
 that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
@@ -158,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="also remove runs whose process is still alive")
     p.set_defaults(func=cmd_clean)
+
+    from testbed.lab.commands import add_parsers as add_lab_parsers
+    from testbed.tools import add_parsers as add_tool_parsers
+
+    add_lab_parsers(sub)
+    add_tool_parsers(sub)
     return parser
 
 

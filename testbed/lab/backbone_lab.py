@@ -15,6 +15,7 @@ from testbed.backbone.net import BackboneNet
 from testbed.capabilities import probe
 from testbed.errors import ConfigError
 from testbed.experiments.backbone import ACTIONS, LOSS_ACTIONS, _targets, macsec_backend
+from testbed.macsec.wireshark import UAT_FILE, write_uat
 from testbed.naming import claim, run_dir, run_prefix
 from testbed.results import write_json
 
@@ -52,6 +53,7 @@ class BackboneLab:
             progress=self.progress, name=self.name)
         if self.net.secure:  # so that a capture of a wire can be decrypted
             write_json(self.out / KEYS_FILE, self.net.secure.keys())
+            write_uat(self.net.secure.keys(), self.out / UAT_FILE)
 
     def hosts(self) -> dict[str, dict]:
         net, pops = self.net, {p.name for p in self.bb.pops}
