@@ -235,7 +235,11 @@ def cmd_cli(args) -> int:
 
 
 def attach_cli(record: dict, command: str | None = None) -> int:
-    """Relay this terminal to the supervisor's Mininet CLI (or run one ``command``)."""
+    """Relay this terminal to the supervisor's Mininet CLI; without a terminal (a pipe, or
+    ``command``) run the lines one after the other, each once the prompt is back (a line
+    typed ahead would otherwise reach the running command as its input, as in ``mn``)."""
+    prompt = f"mininet:{record['name']}> "
+    interactive = command is None and sys.stdin.isatty()
     banner = (f"Mininet CLI of lab {record['name']} (nodes also answer to short names: "
               f"{', '.join(list(record['hosts'])[:4])}, ...); 'help', 'exit' or Ctrl-D "
               "to leave (the lab stays up)\n")
@@ -245,27 +249,55 @@ def attach_cli(record: dict, command: str | None = None) -> int:
     except OSError as exc:
         raise HostError(f"lab {record['name']}: its supervisor does not answer "
                         f"({exc.strerror})") from None
-    sock.sendall((json.dumps({"op": "cli", "banner": "" if command else banner}) + "\n")
+    sock.sendall((json.dumps({"op": "cli", "banner": banner if interactive else ""}) + "\n")
                  .encode())
-    if command is not None:
-        sock.sendall(f"{command}\nexit\n".encode())
-        sock.shutdown(socket.SHUT_WR)
-    else:
-        threading.Thread(target=_pump_stdin, args=(sock,), daemon=True).start()
+    try:
+        if interactive:
+            return _relay(sock)
+        lines = [command] if command is not None else sys.stdin.read().splitlines()
+        return _script(sock, [ln for ln in lines if ln.strip()] + ["exit"], prompt)
+    finally:
+        sock.close()
+
+
+def _relay(sock: socket.socket) -> int:
+    threading.Thread(target=_pump_stdin, args=(sock,), daemon=True).start()
     old = signal.signal(signal.SIGINT, lambda *_: _send(sock, b"\x03"))
     try:
         while True:
             data = sock.recv(65536)
             if not data:
-                break
-            text = data.decode(errors="replace")
-            if command is not None:  # one command: no prompts
-                text = text.replace(f"mininet:{record['name']}> ", "")
-            sys.stdout.write(text)
+                return 0
+            sys.stdout.write(data.decode(errors="replace"))
             sys.stdout.flush()
     finally:
         signal.signal(signal.SIGINT, old)
-        sock.close()
+
+
+def _script(sock: socket.socket, lines: list[str], prompt: str) -> int:
+    buffer = ""
+
+    def until_prompt() -> bool:
+        nonlocal buffer
+        while not buffer.endswith(prompt):
+            data = sock.recv(65536)
+            if not data:
+                return False
+            buffer += data.decode(errors="replace")
+        return True
+
+    if not until_prompt():
+        sys.stdout.write(buffer)
+        return 1
+    buffer = ""
+    for line in lines:
+        sock.sendall((line + "\n").encode())
+        done = until_prompt() if line != "exit" else False
+        sys.stdout.write(buffer.removesuffix(prompt))
+        sys.stdout.flush()
+        buffer = ""
+        if not done:
+            break
     return 0
 
 

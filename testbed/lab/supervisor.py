@@ -202,7 +202,15 @@ def main(argv: list[str] | None = None) -> int:
             ready.close()
             return 1
         while not stop.wait(1.0):
-            pass
+            if not state.lab_file(run_id).exists() or not server.path.exists():
+                # something removed the run folder's files under a live lab (a clean that
+                # did not see it alive): record the lab again, so that it stays reachable
+                progress(f"{name}: run folder files were removed; writing them again")
+                claim(run_id)
+                (run_dir(run_id) / state.SUPERVISOR_PID).write_text(str(os.getpid()))
+                state.write(record)
+                server.close()
+                server = Server(state.socket_path(run_id), lab, record, stop)
         progress(f"{name}: stopping")
         record["state"] = "stopping"
         state.write(record)
