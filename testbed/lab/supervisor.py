@@ -191,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                 "state": "up",
             }
             state.write(record)
-            server = Server(state.socket_path(run_id), lab, record, stop)
-            stack.callback(server.close)  # first to go: no request meets a half-removed lab
+            servers = [Server(state.socket_path(run_id), lab, record, stop)]
+            # first to go: no request meets a half-removed lab
+            stack.callback(lambda: servers[-1].close())
             starting[0] = False
             report({"ready": record})
             ready.close()
@@ -202,15 +203,15 @@ def main(argv: list[str] | None = None) -> int:
             ready.close()
             return 1
         while not stop.wait(1.0):
-            if not state.lab_file(run_id).exists() or not server.path.exists():
+            if not state.lab_file(run_id).exists() or not servers[-1].path.exists():
                 # something removed the run folder's files under a live lab (a clean that
                 # did not see it alive): record the lab again, so that it stays reachable
                 progress(f"{name}: run folder files were removed; writing them again")
                 claim(run_id)
                 (run_dir(run_id) / state.SUPERVISOR_PID).write_text(str(os.getpid()))
                 state.write(record)
-                server.close()
-                server = Server(state.socket_path(run_id), lab, record, stop)
+                servers[-1].close()
+                servers.append(Server(state.socket_path(run_id), lab, record, stop))
         progress(f"{name}: stopping")
         record["state"] = "stopping"
         state.write(record)
