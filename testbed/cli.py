@@ -99,13 +99,16 @@ def cmd_calc(args) -> int:
 
 def cmd_clean(args) -> int:
     from testbed.cleanup import clean
+    from testbed.lab.state import all_labs
 
     removed, live = clean(dry_run=args.dry_run, force=args.force)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{verb} {item}")
+    labs = {r["run_id"]: r["name"] for r in all_labs()}
     for run_id, pid in sorted(live.items()):
-        print(f"left alone: run {run_id}, still running (process {pid}); --force removes it")
+        what = f"lab {labs[run_id]} (run {run_id})" if run_id in labs else f"run {run_id}"
+        print(f"left alone: {what}, still running (process {pid}); --force removes it")
     print(f"{len(removed)} testbed leftovers {verb}" if removed else "nothing to clean")
     return 0
 
