@@ -122,7 +122,7 @@ def to_dot(g: nx.MultiGraph, name: str) -> str:
         if g.graph.get("kind") == "backbone":
             lines += [f"  {n}" for n in tiers[tier]]
         else:
-            lines.append("  { rank=same; " + " ".join(tiers[tier]) + " }")
+            lines += ["  { rank=same;", *(f"    {n}" for n in tiers[tier]), "  }"]
     for a, b, data in g.edges(data=True):
         style = ", style=dashed" if data.get("kind") == "access" else ""
         lines.append(f'  "{a}" -- "{b}" [label="{data["label"]}", '
