@@ -25,8 +25,15 @@ from pyroute2.netlink.exceptions import NetlinkError
 from testbed.naming import OVS_EXTERNAL_ID, PREFIX, RUN_ROOT, is_owned, live_runs, run_id_of
 from testbed.procs import stop_group, wait_for
 
-#: whether what a run id names is left alone
-Skip = Callable[[str | None], bool]
+#: the run ids left alone: a set, or a test of a run id
+Skip = Callable[[str | None], bool] | set[str]
+
+
+def _skipper(skip: Skip) -> Callable[[str | None], bool]:
+    if callable(skip):
+        return skip
+    ids = set(skip)
+    return lambda run_id: run_id in ids
 MININET_SHELL = re.compile(rf"mininet:{PREFIX}[0-9a-f]{{4}}")
 
 
@@ -37,6 +44,7 @@ HELPER_WORDS = (b"controllers", b"traffic", b"testbed", b"mnexec", b"iperf3", b"
 
 def _helpers(skip: Skip) -> list[int]:
     """Pids named by pid files (at any depth of a run folder) that still run a helper."""
+    skip = _skipper(skip)
     pids = set()
     for pid_file in RUN_ROOT.rglob("*.pid"):
         if skip(pid_file.relative_to(RUN_ROOT).parts[0]):
@@ -52,6 +60,7 @@ def _helpers(skip: Skip) -> list[int]:
 
 
 def _mininet_shells(skip: Skip) -> list[int]:
+    skip = _skipper(skip)
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -65,6 +74,7 @@ def _mininet_shells(skip: Skip) -> list[int]:
 
 
 def _owned_bridges(skip: Skip) -> list[str]:
+    skip = _skipper(skip)
     if shutil.which("ovs-vsctl") is None:
         return []
     done = subprocess.run(
@@ -84,6 +94,7 @@ def _owned_bridges(skip: Skip) -> list[str]:
 
 def _owned_tables(skip: Skip) -> list[tuple[str, str]]:
     """(family, name) of the host's nftables tables named by a run that is not alive."""
+    skip = _skipper(skip)
     if shutil.which("nft") is None:
         return []
     done = subprocess.run(["nft", "-j", "list", "tables"], capture_output=True, text=True)
