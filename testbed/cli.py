@@ -1,4 +1,5 @@
-"""``testbed`` command line: run, validate, schema, doctor, calc, clean.
+"""``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
+(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt.
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
 that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
@@ -98,14 +99,17 @@ def cmd_calc(args) -> int:
 
 def cmd_clean(args) -> int:
     from testbed.cleanup import clean
+    from testbed.lab.state import all_labs
 
     only = set(args.run) if args.run else None
     removed, live = clean(dry_run=args.dry_run, force=args.force, only=only)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{verb} {item}")
+    labs = {r["run_id"]: r["name"] for r in all_labs()}
     for run_id, pid in sorted(live.items()):
-        print(f"left alone: run {run_id}, still running (process {pid}); --force removes it")
+        what = f"lab {labs[run_id]} (run {run_id})" if run_id in labs else f"run {run_id}"
+        print(f"left alone: {what}, still running (process {pid}); --force removes it")
     print(f"{len(removed)} testbed leftovers {verb}" if removed else "nothing to clean")
     return 0
 
@@ -162,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", action="append", metavar="ID",
                    help="only this run (its 4-hex-digit id; may repeat)")
     p.set_defaults(func=cmd_clean)
+
+    from testbed.lab.commands import add_parsers as add_lab_parsers
+    from testbed.tools import add_parsers as add_tool_parsers
+
+    add_lab_parsers(sub)
+    add_tool_parsers(sub)
     return parser
 
 

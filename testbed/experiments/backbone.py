@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from testbed.backbone import analysis, secure
+from testbed.backbone.bringup import bring_up as backbone_bring_up
 from testbed.backbone.frr import ALL_DAEMONS, PROTOCOLS, Timers, daemon_classes
 from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
@@ -307,24 +308,6 @@ def check_timing(cfg: dict, duration_s: float, where: str = "backbone") -> None:
 
 
 # running -------------------------------------------------------------------
-def _settled(net: BackboneNet, quiet_s: float, timeout_s: float) -> bool:
-    """Wait until no router's FIB has changed for ``quiet_s`` (SPF and FIB installs done).
-
-    "Every region has a route" is reached while adjacencies still come up, over paths
-    that are not yet the best ones; the path before a fault must be the settled one.
-    """
-    deadline = time.monotonic() + timeout_s
-    last, since = net.fib(), time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.25)
-        now = net.fib()
-        if now != last:
-            last, since = now, time.monotonic()
-    return True
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -390,29 +373,11 @@ class Variant:
         regions = [r.name for r in self.bb.regions]
         with ExitStack() as stack:
             stack.callback(shutil.rmtree, self.folder, True)
-            net = BackboneNet(self.bb, self.prefix, self.folder, stack, macsec=self.cfg["macsec"],
-                              macsec_backend=self.macsec_backend)
-            net.build(shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem)
-            net.start_routing(self.timers, daemons=daemon_classes(self.cfg["daemons"]))
-            if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
-                raise BringUpError(f"backbone did not converge in "
-                                   f"{self.cfg['converge_timeout_s']:g} s")
-            if not wait_for(lambda: not net.adjacency_gaps(), self.cfg["converge_timeout_s"],
-                            0.25):
-                raise BringUpError("adjacencies (OSPF Full / BGP Established) missing on "
-                                   "links: "
-                                   + ", ".join(net.adjacency_gaps()))
-            # every adjacency must have its BFD session up, or a hung neighbour is only
-            # noticed after the OSPF dead interval
-            if not wait_for(lambda: not net.bfd_gaps(), self.cfg["converge_timeout_s"], 0.25):
-                raise BringUpError("adjacencies without a BFD session up: "
-                                   + ", ".join(net.bfd_gaps()))
-            start_s = round(time.monotonic() - t_start, 3)
-            self.progress(f"  {self.name}: {len(self.bb.nodes)} routers converged "
-                          f"in {start_s:g} s")
-            if not _settled(net, self.cfg["settle_s"], self.cfg["converge_timeout_s"]):
-                raise BringUpError(f"routing did not settle for {self.cfg['settle_s']:g} s "
-                                   f"within {self.cfg['converge_timeout_s']:g} s")
+            net, start_s = backbone_bring_up(
+                self.bb, prefix=self.prefix, folder=self.folder, stack=stack, cfg=self.cfg,
+                timers=self.timers, macsec_backend=self.macsec_backend,
+                shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem,
+                progress=self.progress, name=self.name, t_start=t_start)
             for node in self.bb.nodes:
                 self._helper(stack, f"mon-{node}", ["ip", "-n", net.ns(node), "-ts", "monitor",
                                                     "route"],

@@ -39,6 +39,7 @@ from testbed.experiments.fabric_schema import (
 from testbed.fabric import OVS_SOCKET_BUFFER
 from testbed.fabric_faults import needs, parse_faults
 from testbed.faults import Fault
+from testbed.lab import capture
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, training_entry
 from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
@@ -61,6 +62,7 @@ class VariantSection(Section):
     faults: list[dict[str, Any]] | None = None
     workloads: list[dict[str, Any]] | None = Field(
         None, description="replaces the scenario's workloads list")
+    capture: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class Variant:
     faults: tuple[Fault, ...] = ()
     #: ``workloads`` entries other than agents and training, host references resolved
     workloads: tuple[dict, ...] = ()
+    #: ports captured for the whole variant (short names: ``p0l0e3``, ``n0p0r0``)
+    capture: tuple[str, ...] = ()
 
     def fabric(self, prefix: str) -> FabricSpec:
         return build_topology(self.topology, prefix)
@@ -127,7 +131,10 @@ class FabricExperiment(base.Experiment):
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "faults": {"type": "array", "items": FaultEntry},
                 "workloads": list[Workload],
-                "variants": {"type": "array", "items": VariantSection}}
+                "variants": {"type": "array", "items": VariantSection},
+                "capture": {"type": "array", "items": {"type": "string"},
+                            "description": "ports to capture (pcap per port), e.g. "
+                                           "[p0l0e3, n0p0r0]"}}
 
     def __init__(self, data: dict, **kw: Any) -> None:
         super().__init__(data, **kw)
@@ -151,9 +158,13 @@ class FabricExperiment(base.Experiment):
                 base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
             loads = raw["workloads"] if "workloads" in raw else data.get("workloads")
+            variant = self._check_variant(entry.name, merged, where, faults, loads)
+            ports = raw["capture"] if "capture" in raw else data.get("capture")
             variants.append(dataclasses.replace(
-                self._check_variant(entry.name, merged, where, faults, loads),
-                reference=entry.reference))
+                variant, reference=entry.reference,
+                capture=capture.parse_ports(ports, variant.fabric("tb0000"),
+                                            f"{where}.capture" if "capture" in raw
+                                            else "capture")))
         if variants[0].reference:
             raise ConfigError("variants[0].reference", "the first variant is the baseline; "
                                                         "put the reference after it")
@@ -182,10 +193,12 @@ class FabricExperiment(base.Experiment):
         if faults is not None:
             if not isinstance(faults, list):
                 raise ConfigError(f"{prefix}faults", "must be a list of faults")
+            checked = []
             for i, fault in enumerate(faults):
                 entry = self.section(FaultEntry, fault, f"{prefix}faults[{i}]")
-                faults[i] = {k: v for k, v in fault.items()
-                             if getattr(entry, k, None) is not None or k == "target"}
+                checked.append({k: v for k, v in fault.items()
+                                if getattr(entry, k, None) is not None or k == "target"})
+            faults = checked
         fault_list = parse_faults(faults, spec, f"{prefix}faults")
         for cls, c in resolved["controller"]["ecn"]["classes"].items():
             if c["min_kb"] >= c["max_kb"]:
@@ -336,6 +349,8 @@ class FabricExperiment(base.Experiment):
                          f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB "
                          f"({fabric.send_socket_problem}): all switch queues together hold "
                          "at most that; more is dropped unseen by the queues")
+            capture.start_all(fabric, variant.capture, out=out, pid_dir=live.pid_dir,
+                              stack=stack)
             work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
             extra = None
