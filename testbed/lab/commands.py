@@ -327,7 +327,9 @@ def _pump_stdin(sock: socket.socket) -> None:
 def cmd_fault(args) -> int:
     record = state.find(args.lab)
     reply = _request(record, {"op": "fault", "kind": args.kind, "target": args.target,
-                              "loss": args.loss, "period_s": args.period, "count": args.count})
+                              "loss": args.loss, "period_s": args.period, "count": args.count,
+                              "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
+                              "rate_mbps": args.rate_mbps})
     if not reply.get("ok"):
         if reply.get("code") == 2:
             field, _, reason = reply["error"].partition(": ")
@@ -448,12 +450,16 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("fault", help="apply a fault to a lab now")
     p.add_argument("lab")
     p.add_argument("kind", help="link_down, link_up, link_flap, switch_fail, plane_fail, "
-                                "rail_fail, degrade, restore, controller_kill, ... ; "
+                                "rail_fail, degrade, restore, delay, rate, controller_kill, "
+                                "... (testbed.fault_kinds); "
                                 "backbone: cut_link, restore_link, fail_pop, ...")
     p.add_argument("target", nargs="?", help="p0l0-p0s1, n0p0r0, p0s1, p1; nyc-lon-1, ...")
     p.add_argument("--loss", type=float, help="degrade, degrade_link: fraction lost")
     p.add_argument("--period", type=float, help="link_flap: seconds per down/up cycle")
     p.add_argument("--count", type=int, help="link_flap: cycles")
+    p.add_argument("--delay-ms", type=float, help="delay: one-way delay added (netem)")
+    p.add_argument("--jitter-ms", type=float, help="delay: jitter (netem)")
+    p.add_argument("--rate-mbps", type=float, help="rate: the link's new rate (HTB)")
     p.set_defaults(func=cmd_fault)
 
     p = sub.add_parser("capture", help="write a pcap of a port of a lab")

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import fault_run, workloads
+from testbed import fault_kinds, fault_run, workloads
 from testbed.bringup import LiveFabric, bring_up
 from testbed.capabilities import probe
 from testbed.errors import ConfigError
-from testbed.fabric_faults import FabricFaults, parse_faults
+from testbed.fabric_faults import FabricFaults, needs, parse_faults
 from testbed.lab import capture, mncli
 from testbed.naming import run_prefix
 
@@ -40,7 +40,7 @@ class FabricLab:
         return self.live.spec
 
     def start(self, *, traffic: bool, duration_s: float) -> None:
-        caps = probe(self.run_id)
+        caps = self.caps = probe(self.run_id)
         spec = self.variant.fabric(run_prefix(self.run_id))
         self.progress(f"{self.name}: starting fabric ({spec.planes} planes, "
                       f"{len(spec.switches)} switches, {len(spec.hosts)} hosts, "
@@ -116,32 +116,27 @@ class FabricLab:
                 f"testbed down {lab}"]
 
     # -- faults by hand ----------------------------------------------------------------
-    def fault(self, kind: str, target: str | None, *, loss: float | None = None,
-              period_s: float | None = None, count: int | None = None) -> str:
-        """Apply a fault now (a link_flap: its down/up steps, ``period_s`` apart)."""
-        entry: dict = {"at_s": 0, "action": kind}
+    def fault(self, kind: str, target: str | None, **params: float) -> str:
+        """Apply a fault of any registered kind now, with its parameters (a link_flap:
+        its down/up steps, ``period_s`` apart)."""
+        entry: dict = {"at_s": 0, "action": kind, **params}
         if target is not None:
             entry["target"] = target
-        for key, value in (("loss", loss), ("period_s", period_s), ("count", count)):
-            if value is not None:
-                entry[key] = value
         steps = parse_faults([entry], self.spec, "fault")
-        actions = self.faults.actions()
+        for feature, action in needs(steps).items():
+            if not getattr(self.caps, feature, True):
+                raise ConfigError("KIND", f"{action!r} needs {feature}, which this kernel lacks")
+        actions = self.faults.actions(names=[kind])
         t0 = time.monotonic()
         done = []
         for step in steps:
             delay = t0 + step.at_s - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            args = (step.target, step.loss) if step.action == "degrade" else (step.target,)
-            result = actions[step.action](*args)
+            result = actions[step.action](step.target, **step.params)
             done.append(f"{step.action} {step.target}" + (
                 f" (pid {result})" if step.action.startswith("controller") else ""))
         return "; ".join(done)
 
     def check_fault_kind(self, kind: str) -> None:
-        from testbed.fabric_faults import ACTIONS
-
-        if kind not in ACTIONS:
-            raise ConfigError("KIND", f"unknown fault kind {kind!r} for a fabric "
-                                      f"(known: {', '.join(ACTIONS)})")
+        fault_kinds.kind(kind, "KIND")

@@ -112,10 +112,9 @@ class Server:
         with self.fault_lock:
             try:
                 self.lab.check_fault_kind(kind)
-                result = self.lab.fault(kind, request.get("target"),
-                                        loss=request.get("loss"),
-                                        period_s=request.get("period_s"),
-                                        count=request.get("count"))
+                params = {k: v for k, v in request.items()
+                          if k not in ("op", "kind", "target") and v is not None}
+                result = self.lab.fault(kind, request.get("target"), **params)
             except ConfigError as exc:
                 return {"ok": False, "code": 2, "error": str(exc)}
             except Exception as exc:  # noqa: BLE001 -- reported to the caller, lab stays up
