@@ -48,8 +48,40 @@ def main(argv: list[str] | None = None) -> int:
         args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
         project="os_ken",
     )
-    AppManager.run_apps([FAILOVER_APP if cfg.failover else BASE_APP, CONGESTION_APP])
+    try:
+        extra = [app_module(name) for name in cfg.apps]
+    except ValueError as exc:
+        parser.error(f"--config: apps: {exc}")
+    AppManager.run_apps([FAILOVER_APP if cfg.failover else BASE_APP, CONGESTION_APP, *extra])
     return 0
+
+
+def app_module(name: str) -> str:
+    """The module os-ken loads for ``package.module[:AppClass]`` (the class, when named,
+    must be an OSKenApp defined there: os-ken runs the first one a module defines).
+
+    >>> app_module("controllers.fabric_app:FabricRouting")
+    'controllers.fabric_app'
+    """
+    import importlib
+    import inspect
+
+    from os_ken.base.app_manager import OSKenApp
+
+    module_name, _, cls_name = name.partition(":")
+    if os.getcwd() not in sys.path:  # plug-ins are importable from where the lab runs
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    apps = [c for _, c in inspect.getmembers(module, inspect.isclass)
+            if issubclass(c, OSKenApp) and c.__module__ == module.__name__]
+    if not apps:
+        raise ValueError(f"{module_name!r} defines no os-ken app (an OSKenApp subclass)")
+    if cls_name and cls_name not in {c.__name__ for c in apps}:
+        raise ValueError(f"{module_name!r} defines no os-ken app {cls_name!r}")
+    return module_name
 
 
 if __name__ == "__main__":

@@ -116,6 +116,8 @@ class ControllerConfig:
     #: recompute and reinstall paths on port-status changes
     recompute: bool = False
     health: HealthConfig = field(default_factory=HealthConfig)
+    #: extra os-ken apps run beside the base ones (``package.module[:AppClass]``)
+    apps: tuple[str, ...] = ()
 
     @property
     def controller_marks(self) -> bool:
@@ -155,6 +157,7 @@ class ControllerConfig:
             recompute=bool(data.get("recompute", False)),
             health=HealthConfig(**{k: health[k] for k in HealthConfig.__dataclass_fields__
                                    if k in health}),
+            apps=tuple(data.get("apps") or ()),
         )
 
     @classmethod

@@ -5,8 +5,10 @@ Every undo step goes on the caller's ExitStack right after the resource exists.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
+import subprocess
 import sys
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
@@ -38,7 +40,8 @@ class LiveFabric:
     """A fabric with its controller, up and checked; torn down by the stack it was given."""
 
     fabric: Fabric
-    controller: Helper
+    #: the lab's controller process; None with a remote controller (the user's)
+    controller: Helper | None
     status: Path
     pid_dir: Path
     times: FabricTimes
@@ -91,6 +94,9 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
+    if config.get("remote"):
+        return _bring_up_remote(spec, caps, run_id=run_id, remote=config["remote"],
+                                status=Path(config["status"]), pids=pids, stack=stack)
     port = free_port()
     status = Path(config["status"])
     controller_proc = Helper(
@@ -123,6 +129,40 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         table = phantom.install(spec, ecn.classes, ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
                       times=times, phantom_table=table)
+
+
+def _bring_up_remote(spec: FabricSpec, caps: Capabilities, *, run_id: str, remote: str,
+                     status: Path, pids: Path, stack: ExitStack) -> LiveFabric:
+    """The fabric with its switches connected to the user's controller (``127.0.0.1:P``):
+    nothing of ours is installed; up once every switch is connected."""
+    port = int(remote.rsplit(":", 1)[1])
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port)
+    stack.callback(fabric.stop)
+    names = {sw.name for sw in spec.switches}
+
+    def connected() -> int:
+        done = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,controller",
+                               "list", "Bridge"] + sorted(names), capture_output=True,
+                              text=True)
+        rows = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,is_connected",
+                               "list", "Controller"], capture_output=True, text=True)
+        if done.returncode or rows.returncode:
+            return 0
+        up = {r[0][1] for r in json.loads(rows.stdout)["data"] if r[1] is True}
+        count = 0
+        for _, ctl in json.loads(done.stdout)["data"]:
+            uuids = [ctl[1]] if ctl[0] == "uuid" else [u[1] for u in ctl[1]]
+            count += any(u in up for u in uuids)
+        return count
+
+    def await_connected() -> None:
+        if not wait_for(lambda: connected() >= len(names), 30, interval=0.25):
+            raise BringUpError(f"{connected()} of {len(names)} switches connected to the "
+                               f"remote controller at {remote} in 30 s")
+
+    times = fabric.start(await_connected, check=False)
+    return LiveFabric(fabric=fabric, controller=None, status=status, pid_dir=pids,
+                      times=times)
 
 
 def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> dict:

@@ -211,7 +211,9 @@ class FabricFaults:
     # -- controller --------------------------------------------------------------------
     def kill_controller(self) -> int:
         """SIGKILL the controller's process group (a crash: no goodbye to the switches)."""
-        helper: Helper = self.live.controller
+        helper: Helper | None = self.live.controller
+        if helper is None:
+            raise HostError("the fabric runs with a remote controller, not ours")
         if not helper.alive():
             raise HostError("controller is not running")
         os.killpg(helper.pid, signal.SIGKILL)
@@ -220,7 +222,9 @@ class FabricFaults:
 
     def restart_controller(self) -> int:
         """Start the controller again with the same argv (same OpenFlow port)."""
-        old: Helper = self.live.controller
+        old: Helper | None = self.live.controller
+        if old is None:
+            raise HostError("the fabric runs with a remote controller, not ours")
         if old.alive():
             raise HostError("controller is still running")
         log = self.live.status.parent / "controller.log"

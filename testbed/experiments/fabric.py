@@ -200,6 +200,7 @@ class FabricExperiment(base.Experiment):
                                 if getattr(entry, k, None) is not None or k == "target"})
             faults = checked
         fault_list = parse_faults(faults, spec, f"{prefix}faults")
+        self._check_controller(resolved["controller"], fault_list, prefix)
         for cls, c in resolved["controller"]["ecn"]["classes"].items():
             if c["min_kb"] >= c["max_kb"]:
                 raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
@@ -278,6 +279,35 @@ class FabricExperiment(base.Experiment):
                         raise ConfigError(f"{prefix}workloads[{i}].argv[{j}]",
                                           f"{m.group(0)} names no host address of this fabric")
         return out
+
+    @staticmethod
+    def _check_controller(controller: dict, faults: tuple[Fault, ...], prefix: str) -> None:
+        """A remote controller is the user's: nothing of ours applies to it."""
+        where = f"{prefix}controller"
+        for i, app in enumerate(controller["apps"]):
+            from controllers.__main__ import app_module
+
+            try:
+                app_module(app)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.apps[{i}]", str(exc)) from None
+        if controller["remote"]:
+            port = int(controller["remote"].rsplit(":", 1)[1])
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{where}.remote", f"port must be 1..65535, got {port}")
+            ours = {"mode": controller["mode"] != "ecmp", "apps": bool(controller["apps"]),
+                    "fast_failover": controller["fast_failover"],
+                    "recompute": controller["recompute"],
+                    "health": controller["health"]["enabled"],
+                    "ecn.mode": controller["ecn"]["mode"] in ("controller", "auto")}
+            for key, used in ours.items():
+                if used:
+                    raise ConfigError(f"{where}.{key}", "has no effect with controller.remote "
+                                      "(the switches connect to your controller)")
+            for f in faults:
+                if f.action.startswith("controller_"):
+                    raise ConfigError(f"{prefix}faults", f"{f.action} needs the lab's own "
+                                      "controller, not controller.remote")
 
     @staticmethod
     def _check_training(training: dict, spec: FabricSpec, prefix: str) -> None:

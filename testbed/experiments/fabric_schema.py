@@ -77,6 +77,12 @@ class Controller(Section):
     fast_failover: bool = False
     recompute: bool = False
     health: Health = Health()
+    apps: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")]] = Field(
+        default_factory=list,
+        description="extra os-ken apps beside the base ones: package.module[:AppClass]")
+    remote: Annotated[str, Field(pattern=r"^(127\.0\.0\.1|localhost):\d{1,5}$")] | None = Field(
+        None, description="an external controller on this host (127.0.0.1:PORT): the "
+                          "switches connect there and the lab starts no controller")
 
     @field_validator("prometheus_port")
     @classmethod

@@ -93,8 +93,10 @@ class FabricLab:
         return {"size": spec.counts(), "prefix": spec.prefix,
                 "spec": str(self.out / "spec.json"),
                 "switches": [s.name[len(spec.prefix):] for s in spec.switches],
-                "controller": {"pid": live.controller.pid,
-                               "log": str(self.out / "controller.log")},
+                "controller": ({"pid": live.controller.pid,
+                                "log": str(self.out / "controller.log")}
+                               if live.controller else
+                               {"remote": self.variant.controller["remote"]}),
                 "captures": [str(p) for p in self.pcaps], "traffic": self.traffic}
 
     def examples(self, lab: str) -> list[str]:
