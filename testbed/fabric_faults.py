@@ -154,7 +154,7 @@ class FabricFaults:
     def actions(self, names: Iterable[str] = ()) -> dict[str, Callable[..., object]]:
         """Every registered kind (and the plug-in kinds ``names``) bound to this fabric."""
         kinds = {**fault_kinds.KINDS, **{n: fault_kinds.kind(n) for n in names}}
-        return {name: (lambda t, c=cls, **p: c().apply(self, t, **p))
+        return {name: (lambda t, *args, c=cls, **p: c().apply(self, t, *args, **p))
                 for name, cls in kinds.items()}
 
     def link(self, target: str) -> Link:

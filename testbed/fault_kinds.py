@@ -50,8 +50,15 @@ class FaultKind:
         """The scheduled actions of one fault entry (one, unless a kind repeats)."""
         return [Fault(at_s, self.NAME, target, params=params)]
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        """Do it to the live fabric; ``args`` are the parameters given by position
+        (``degrade(target, 0.3)``), in the order of :attr:`PARAMS`' fields."""
         raise NotImplementedError
+
+    def given(self, args: tuple, params: dict) -> dict:
+        """Positional parameters by their names, merged with the named ones."""
+        names = list(self.PARAMS.model_fields) if self.PARAMS else []
+        return {**dict(zip(names, args, strict=False)), **params}
 
 
 KINDS: dict[str, type[FaultKind]] = {}
@@ -121,7 +128,7 @@ class _Links(FaultKind):
     def links(self, faults: Any, target: str) -> list:
         return [faults.link(target)]
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.set_links(self.links(faults, target), up=self.UP)
 
 
@@ -214,7 +221,7 @@ class ControllerKill(FaultKind):
     NAME = "controller_kill"
     TARGET = None
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.kill_controller()
 
 
@@ -224,7 +231,7 @@ class ControllerRestart(ControllerKill):
 
     NAME = "controller_restart"
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.restart_controller()
 
 
@@ -239,8 +246,8 @@ class Degrade(FaultKind):
     NAME = "degrade"
     PARAMS = LossParams
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
-        return faults.degrade(target, params["loss"])
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.degrade(target, self.given(args, params)["loss"])
 
 
 @register
@@ -249,7 +256,7 @@ class Restore(FaultKind):
 
     NAME = "restore"
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.restore(target)
 
 
@@ -267,8 +274,9 @@ class Delay(FaultKind):
     PARAMS = DelayParams
     NEEDS = "netem"
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
-        return faults.delay(target, params["delay_ms"], params["jitter_ms"])
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        p = self.given(args, params)
+        return faults.delay(target, p["delay_ms"], p.get("jitter_ms", 0.0))
 
 
 @register
@@ -278,7 +286,7 @@ class DelayRestore(FaultKind):
     NAME = "delay_restore"
     NEEDS = "netem"
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.undelay(target)
 
 
@@ -295,8 +303,8 @@ class Rate(FaultKind):
     PARAMS = RateParams
     NEEDS = "htb"
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
-        return faults.set_rate(target, params["rate_mbps"])
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.set_rate(target, self.given(args, params)["rate_mbps"])
 
 
 @register
@@ -306,5 +314,5 @@ class RateRestore(FaultKind):
     NAME = "rate_restore"
     NEEDS = "htb"
 
-    def apply(self, faults: Any, target: str, **params: Any) -> object:
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.set_rate(target, None)

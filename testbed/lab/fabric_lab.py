@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import fault_kinds, fault_run, workloads
+from testbed import fault_kinds, workloads
 from testbed.bringup import LiveFabric, bring_up
 from testbed.capabilities import probe
 from testbed.errors import ConfigError
@@ -48,8 +48,7 @@ class FabricLab:
         controller = self.variant.controller
         self.live = live = bring_up(
             spec, caps, run_id=self.run_id, controller=controller, out=self.out,
-            stack=self.stack, seed=self.scenario.seed,
-            controller_args=fault_run.controller_args(controller))
+            stack=self.stack, seed=self.scenario.seed)
         self.progress(f"{self.name}: fabric up in {live.times.start_s:.2f} s, every plane "
                       "reachable")
         net = live.fabric.net
@@ -103,7 +102,7 @@ class FabricLab:
         spec = self.spec
         a, b = spec.hosts[0], spec.hosts[-1]
         sa, sb = a.name[len(spec.prefix):], b.name[len(spec.prefix):]
-        port = next(lk for lk in spec.links if lk.kind == "uplink")
+        port = next(lk for lk in spec.links if lk.kind == "fabric")
         host_link = next(lk for lk in spec.links if lk.kind == "host" and lk.a == a.name)
         short = lambda n: n[len(spec.prefix):]  # noqa: E731
         return [f"testbed exec {lab} {sa} -- ping -c3 {b.interface(0, 0).ip}",

@@ -48,3 +48,19 @@ def test_workloads_list_runs_every_entry(tmp_path):
     assert iperf["exit_status"] == 0 and iperf["goodput_mbps"] > 1
     assert replay["exit_status"] == 0 and replay["replay"]["packets"] == 20
     assert leftovers(f"tb{run['run_id']}") == []
+
+
+@pytest.mark.parametrize("example, check", [
+    ("controller-app", lambda run: run["workloads"][1]["goodput_mbps"] > 1),
+    ("fault-kinds", lambda run: [f["fault"] for f in run["faults"]] ==
+     ["rate", "rate_restore", "degrade", "restore"] and run["agents"]["chains_completed"] > 0),
+])
+def test_examples_run(tmp_path, example, check):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
+                           f"examples/{example}.yaml", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, = json.loads((out / "summary.json").read_text())["runs"]
+    assert check(run), json.dumps(run)[:2000]
+    assert leftovers(f"tb{run['run_id']}") == []
