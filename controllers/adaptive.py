@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from controllers.paths import SwitchPlan
 
 PRIORITY_LEARN = 105
+#: the learn rules' cookie: the per-flow rules' top byte, so one delete by mask takes both
+COOKIE_LEARN = 0xAD00_0000_0000_0001
 PRIORITY_FLOW = 200
 COOKIE_FLOW = 0xAD00_0000_0000_0000
 COOKIE_MASK = 0xFF00_0000_0000_0000

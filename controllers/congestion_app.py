@@ -110,11 +110,17 @@ class CongestionControl(app_manager.OSKenApp):
         if plan is None:
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        # marks left by a previous controller process: no port is marking now
-        dp.send_msg(parser.OFPFlowMod(
-            dp, cookie=ecn.COOKIE_MARK, cookie_mask=adaptive.COOKIE_MASK,
-            command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
+        # marks left by a previous controller process: no port is marking now; and, when
+        # this one does not place flows, the flows it pinned and its learn rules (both
+        # above the routes, they would outlive a routing change: recompute rewrites the
+        # routes below them)
+        cookies = [ecn.COOKIE_MARK] + ([adaptive.COOKIE_FLOW] if self.mode != "adaptive"
+                                       else [])
+        for cookie in cookies:
+            dp.send_msg(parser.OFPFlowMod(
+                dp, cookie=cookie, cookie_mask=adaptive.COOKIE_MASK,
+                command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
+                out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
         sets = self.sets[dp.id]
         if not sets:
             return  # no choice to make here (a spine, a core switch)
@@ -123,7 +129,8 @@ class CongestionControl(app_manager.OSKenApp):
             for ip, ports in sets.items():
                 for fields in adaptive.learn_matches(ip, tcp=self.cfg.adaptive.place_tcp):
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
-                                  [ecmp.spread(parser, ports), self.to_controller(dp)])
+                                  [ecmp.spread(parser, ports), self.to_controller(dp)],
+                                  cookie=adaptive.COOKIE_LEARN)
         if self.cfg.controller_marks:
             for port in plan.multipath_ports():
                 for cls in CLASSES:
