@@ -204,7 +204,8 @@ class Fabric:
         if done.returncode:
             raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
 
-    def _switch_ports(self) -> list[tuple[str, float]]:
+    def switch_ports(self) -> list[tuple[str, float]]:
+        """Every switch port (root namespace) with the rate its egress is shaped to."""
         ports = [(lk.b_intf, lk.mbps) for lk in self.spec.links]
         ports += [(lk.a_intf, lk.mbps) for lk in self.spec.links if lk.kind == "uplink"]
         return ports
@@ -214,7 +215,7 @@ class Fabric:
         ethtool = Ethtool() if self.caps.ovs_datapath == "user" else None
         try:
             with IPRoute() as ipr:
-                for ifname, mbps in self._switch_ports():
+                for ifname, mbps in self.switch_ports():
                     index = ipr.link_lookup(ifname=ifname)
                     if not index:
                         raise BringUpError(f"switch port {ifname} was not created")
