@@ -384,8 +384,8 @@ class _Netns:
 class _Cpu:
     """CPU deltas between two samples: host, ovs-vswitchd, the lab's helpers, the runner."""
 
-    def __init__(self, owner: int) -> None:
-        self.owner = owner
+    def __init__(self, owner: int, run_root: Path = RUN_ROOT) -> None:
+        self.owner, self.run_root = owner, run_root
         self.host: CpuTimes | None = None
         self.ovs: dict[int, int] = {}  # tid -> ticks
         self.helpers: dict[int, int] = {}
@@ -393,10 +393,11 @@ class _Cpu:
         self.boot_tick = 0.0  # uptime at the previous sample, in ticks
 
     def sample(self, interval_s: float) -> dict:
+        baseline = self.host is None
         host = parse_cpu_times(_read(PROC / "stat") or "")
         uptime = float((_read(PROC / "uptime") or "0").split()[0]) * HZ
         out: dict[str, Any] = {"cpus": host.cpus}
-        if self.host is not None and host.total > self.host.total:
+        if not baseline and host.total > self.host.total:
             out["host_idle"] = round((host.idle - self.host.idle)
                                      / (host.total - self.host.total), 3)
         self.host = host
@@ -418,7 +419,7 @@ class _Cpu:
         self.ovs = {tid: ticks for tid, (_, ticks) in threads.items()}
         exclude = {self.owner, pid}
         helpers, members = self._helpers(exclude)
-        if self.runner is not None:  # not the baseline
+        if not baseline:
             used = sum(ticks - self.helpers.get(p, ticks if start <= self.boot_tick else 0)
                        for p, (ticks, start) in helpers.items())
             out["helpers_cores"] = round(used / scale, 3)
@@ -439,11 +440,11 @@ class _Cpu:
 
     def _helpers(self, exclude: set[int | None]) -> tuple[dict[int, tuple[int, int]], int]:
         """Every process of the run: (ticks, start tick) by pid, and how many."""
-        groups = helper_pids(owned_run_dirs(self.owner)) - exclude
+        groups = helper_pids(owned_run_dirs(self.owner, self.run_root)) - exclude
         found: dict[int, tuple[int, int]] = {}
         if not groups:
             return found, 0
-        for entry in os.scandir(PROC):
+        for entry in os.scandir(PROC):  # every process: group members have no pid file
             if not entry.name.isdigit():
                 continue
             p = int(entry.name)
@@ -467,12 +468,14 @@ class Monitor:
     context manager (or ``start``/``stop``); :attr:`result` is the verdict after stop."""
 
     def __init__(self, path: Path, thresholds: Thresholds = THRESHOLDS,
-                 owner: int | None = None) -> None:
+                 owner: int | None = None, run_root: Path = RUN_ROOT) -> None:
+        """``owner``: the process whose run folders (under ``run_root``) hold the helpers'
+        pid files (this one by default)."""
         self.path = path
         self.thresholds = thresholds
         self.samples: list[dict] = []
         self.result: dict | None = None
-        self._cpu = _Cpu(owner if owner is not None else os.getpid())
+        self._cpu = _Cpu(owner if owner is not None else os.getpid(), run_root)
         self._netns = _Netns()
         self._links: list[WatchedLink] = []
         self._queues: dict[str, tuple[int, int]] = {}
