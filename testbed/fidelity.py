@@ -41,6 +41,7 @@ MEASUREMENTS.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -61,6 +62,9 @@ log = logging.getLogger(__name__)
 OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
 TC_H_ROOT = 0xFFFFFFFF
+NETNS_DIR = Path("/run/netns")
+CLONE_NEWNET = 0x40000000
+NETLINK_ROUTE = 0
 PROC = Path("/proc")
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -316,6 +320,40 @@ def link_sample(link: WatchedLink, before: tuple[int, int], after: tuple[int, in
 
 
 # -- sampling (the host) -------------------------------------------------------------------
+def _setns(fd: int) -> None:
+    """Move the calling thread (only it) into the network namespace open at ``fd``."""
+    if hasattr(os, "setns"):  # Python 3.12
+        os.setns(fd, CLONE_NEWNET)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def netlink_socket_in(netns: str) -> socket.socket:
+    """A NETLINK_ROUTE socket inside the named namespace, made by the calling thread: it
+    enters the namespace, opens the socket (which stays in that namespace) and comes back.
+
+    pyroute2's ``IPRoute(netns=...)`` forks a child to do this; forked from a process
+    with threads (this monitor beside the runner) the child can hang on a lock another
+    thread held, and the run with it (seen here).
+    """
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(NETNS_DIR / netns, os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+            finally:
+                _setns(own)
+        finally:
+            os.close(target)
+    finally:
+        os.close(own)
+
+
 class _Netns:
     """One netlink socket per namespace, opened when first needed."""
 
@@ -327,12 +365,13 @@ class _Netns:
         from pyroute2 import IPRoute
 
         if netns not in self.sockets:
-            # flags=0: never create a namespace that is gone
-            self.sockets[netns] = IPRoute() if netns is None else IPRoute(netns=netns, flags=0)
+            self.sockets[netns] = (IPRoute() if netns is None else
+                                   IPRoute(fileno=netlink_socket_in(netns).detach()))
         return self.sockets[netns]
 
-    def queues(self, links: list[WatchedLink]) -> dict[str, tuple[int, int]]:
-        """(bytes sent, backlog) of each link's root qdisc; links that are gone are left out."""
+    def queues(self, links: list[WatchedLink]) -> dict[str, tuple[int, int, float]]:
+        """(bytes sent, backlog, monotonic time of the read) of each link's root qdisc;
+        links that are gone are left out."""
         by_ns: dict[str | None, list[WatchedLink]] = {}
         for lk in links:
             by_ns.setdefault(lk.netns, []).append(lk)
@@ -341,6 +380,7 @@ class _Netns:
             try:
                 ipr = self._ipr(netns)
                 roots = {m["index"]: m for m in ipr.get_qdiscs() if m["parent"] == TC_H_ROOT}
+                read_at = time.monotonic()
             except OSError as exc:  # the namespace went (teardown)
                 log.debug("fidelity: %s: %s", netns, exc)
                 self.close(netns)
@@ -353,7 +393,7 @@ class _Netns:
                     continue
                 s2 = msg.get_attr("TCA_STATS2")
                 basic, queue = s2.get_attr("TCA_STATS_BASIC"), s2.get_attr("TCA_STATS_QUEUE")
-                out[lk.name] = (basic["bytes"], queue["backlog"])
+                out[lk.name] = (basic["bytes"], queue["backlog"], read_at)
         return out
 
     def _index(self, ipr, lk: WatchedLink) -> int | None:
@@ -478,7 +518,7 @@ class Monitor:
         self._cpu = _Cpu(owner if owner is not None else os.getpid(), run_root)
         self._netns = _Netns()
         self._links: list[WatchedLink] = []
-        self._queues: dict[str, tuple[int, int]] = {}
+        self._queues: dict[str, tuple[int, int, float]] = {}
         self._measuring = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -557,9 +597,19 @@ class Monitor:
             if not interval:  # the baseline
                 self._queues = queues
                 return
-            links = [link_sample(lk, self._queues[lk.name], queues[lk.name], interval)
-                     for lk in self._links if lk.name in queues and lk.name in self._queues]
-            self._queues = queues
+            # each link over the time between its own reads (a first socket into a
+            # namespace can take a while); too short a time says nothing
+            links, kept = [], dict(self._queues)
+            for lk in self._links:
+                before, after = self._queues.get(lk.name), queues.get(lk.name)
+                if before is None or after is None:
+                    kept.pop(lk.name, None)
+                    if after is not None:
+                        kept[lk.name] = after
+                elif after[2] - before[2] >= 0.5 * self.thresholds.interval_s:
+                    links.append(link_sample(lk, before[:2], after[:2], after[2] - before[2]))
+                    kept[lk.name] = after
+            self._queues = kept
             record = {"t": round(time.time(), 3), "interval_s": round(interval, 3),
                       "measuring": self._measuring, **cpu,
                       "links": len(links),

@@ -1,9 +1,11 @@
-"""Root test: the fidelity monitor flags a run whose host was starved (two CPU hogs beside a
+"""Root tests: the fidelity monitor reads a shaped queue inside a namespace from its thread
+(and lets the namespace go); it flags a run whose host was starved (two CPU hogs beside a
 short fabric run with saturated uplinks) and passes the same run on a quiet host."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from testbed import fidelity, layout
+from testbed.naming import new_run_id, run_prefix
 from testbed.runner import run
 from testbed.scenario import parse
-
-pytestmark = pytest.mark.ovs
 
 # One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (6 Mb/s
 # each) overrun its 10 Mb/s uplink, so the uplink queues stay backlogged (saturated).
@@ -43,6 +44,53 @@ def run_probe(out: Path) -> tuple[dict, list[str]]:
     return summary, lines
 
 
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.mark.root
+def test_monitor_reads_a_saturated_queue_in_a_namespace_and_lets_it_go(tmp_path):
+    """A 2 Mb/s HTB veth in a namespace, flooded: saturated, delivered near its rate; the
+    monitor thread enters the namespace itself (no forked child) and comes back."""
+    ns = run_prefix(new_run_id()) + "fid"
+    ip("netns", "add", ns)
+    try:
+        ip("-n", ns, "link", "add", "tbfidx0", "type", "veth", "peer", "name", "tbfidx1")
+        ip("-n", ns, "addr", "add", "10.9.0.1/24", "dev", "tbfidx0")
+        for dev in ("tbfidx0", "tbfidx1", "lo"):
+            ip("-n", ns, "link", "set", dev, "up")
+        for argv in (["qdisc", "add", "dev", "tbfidx0", "root", "handle", "1:", "htb",
+                      "default", "10"],
+                     ["class", "add", "dev", "tbfidx0", "parent", "1:", "classid", "1:10",
+                      "htb", "rate", "2mbit", "ceil", "2mbit"],
+                     ["qdisc", "add", "dev", "tbfidx0", "parent", "1:10", "bfifo", "limit",
+                      "200000"]):
+            subprocess.run(["tc", "-n", ns, *argv], check=True, capture_output=True)
+        ip("-n", ns, "neigh", "add", "10.9.0.2", "lladdr", "02:00:00:00:00:02", "dev",
+           "tbfidx0")
+        flood = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
+                                  "import socket\ns = socket.socket(socket.AF_INET, "
+                                  "socket.SOCK_DGRAM)\nwhile True:\n"
+                                  "    try: s.sendto(b'x' * 1400, ('10.9.0.2', 9))\n"
+                                  "    except OSError: pass"])
+        try:
+            fast = fidelity.Thresholds(interval_s=0.5)
+            with fidelity.Monitor(tmp_path / "fidelity.jsonl", fast) as mon:
+                with mon.watching([fidelity.WatchedLink(ns, "tbfidx0", 2)]):
+                    time.sleep(3.2)
+                    thread_ns = os.readlink(f"/proc/self/task/{mon._thread.native_id}/ns/net")
+        finally:
+            flood.kill()
+            flood.wait()
+        delivered = [lk["delivered"] for s in mon.samples for lk in s["saturated"]]
+        assert len(delivered) >= 3, mon.samples
+        assert all(0.8 < d < 1.2 for d in delivered), delivered
+        assert thread_ns == os.readlink("/proc/self/ns/net")  # the thread came back
+    finally:
+        ip("netns", "del", ns)
+
+
+@pytest.mark.ovs
 def test_a_starved_host_is_flagged(tmp_path):
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(2)]
@@ -69,6 +117,7 @@ def test_a_starved_host_is_flagged(tmp_path):
     assert manifest["fidelity"]["thresholds"] == fidelity.THRESHOLDS.to_dict()
 
 
+@pytest.mark.ovs
 def test_a_quiet_host_is_not_flagged(tmp_path):
     idle = host_idle()
     if idle < 0.6:
