@@ -138,9 +138,10 @@ def parse_cpu_times(text: str) -> CpuTimes:
 
 @dataclass(frozen=True)
 class ProcStat:
-    """What a ``/proc/PID/stat`` line says about CPU: group, ticks used, start tick."""
+    """What a ``/proc/PID/stat`` line says about CPU: parent, group, ticks used, start tick."""
 
     comm: str
+    ppid: int
     pgrp: int
     ticks: int
     start: int
@@ -152,13 +153,13 @@ def parse_proc_stat(text: str) -> ProcStat:
 
     >>> parse_proc_stat("42 (a (b) c) S 1 42 42 0 -1 4194560 9 0 0 0 "
     ...                 "150 25 0 0 20 0 3 0 12345 1 2 3")
-    ProcStat(comm='a (b) c', pgrp=42, ticks=175, start=12345)
+    ProcStat(comm='a (b) c', ppid=1, pgrp=42, ticks=175, start=12345)
     """
     head, _, rest = text.rpartition(")")
     comm = head.split("(", 1)[1]
     fields = rest.split()  # fields[0] is field 3 (state)
-    return ProcStat(comm=comm, pgrp=int(fields[2]), ticks=int(fields[11]) + int(fields[12]),
-                    start=int(fields[19]))
+    return ProcStat(comm=comm, ppid=int(fields[1]), pgrp=int(fields[2]),
+                    ticks=int(fields[11]) + int(fields[12]), start=int(fields[19]))
 
 
 def _read(path: Path) -> str | None:
@@ -479,20 +480,28 @@ class _Cpu:
         return out
 
     def _helpers(self, exclude: set[int | None]) -> tuple[dict[int, tuple[int, int]], int]:
-        """Every process of the run: (ticks, start tick) by pid, and how many."""
+        """Every process of the run: (ticks, start tick) by pid, and how many. The run's
+        processes are those in its pid files and their groups (daemons that left the
+        runner's tree, FRR), and every descendant of the runner (helpers started
+        without a pid file: MACsec forwarders, Mininet's node shells)."""
         groups = helper_pids(owned_run_dirs(self.owner, self.run_root)) - exclude
-        found: dict[int, tuple[int, int]] = {}
-        if not groups:
-            return found, 0
-        for entry in os.scandir(PROC):  # every process: group members have no pid file
-            if not entry.name.isdigit():
-                continue
-            p = int(entry.name)
-            if p in exclude:
-                continue
-            st = _stat(PROC / entry.name / "stat")
-            if st is not None and (p in groups or st.pgrp in groups):
-                found[p] = (st.ticks, st.start)
+        stats: dict[int, ProcStat] = {}
+        for entry in os.scandir(PROC):
+            if entry.name.isdigit() and int(entry.name) not in exclude:
+                st = _stat(PROC / entry.name / "stat")
+                if st is not None:
+                    stats[int(entry.name)] = st
+        children: dict[int, list[int]] = {}
+        for p, st in stats.items():
+            children.setdefault(st.ppid, []).append(p)
+        members = {p for p, st in stats.items() if p in groups or st.pgrp in groups}
+        todo = list(children.get(self.owner, ()))
+        while todo:
+            p = todo.pop()
+            if p not in members:
+                members.add(p)
+                todo += children.get(p, ())
+        found = {p: (stats[p].ticks, stats[p].start) for p in members}
         return found, len(found)
 
 

@@ -32,9 +32,10 @@ def proc_stat(user: int, system: int, idle: int, iowait: int = 0) -> str:
     return PROC_STAT.format(user=user, system=system, idle=idle, iowait=iowait)
 
 
-def pid_stat(pid: int, comm: str, pgrp: int, utime: int, stime: int, start: int) -> str:
+def pid_stat(pid: int, comm: str, pgrp: int, utime: int, stime: int, start: int,
+             ppid: int = 1) -> str:
     """A /proc/PID/stat line (52 fields) with the fields the monitor reads."""
-    fields = [str(pid), f"({comm})", "S", "1", str(pgrp), str(pgrp), "0", "-1", "4194560",
+    fields = [str(pid), f"({comm})", "S", str(ppid), str(pgrp), str(pgrp), "0", "-1", "4194560",
               "100", "0", "0", "0", str(utime), str(stime), "0", "0", "20", "0", "1", "0",
               str(start)] + ["0"] * 30
     return " ".join(fields) + "\n"
@@ -53,8 +54,9 @@ def test_cpu_times_of_an_empty_file_are_zero():
 
 @pytest.mark.parametrize("comm", ["ovs-vswitchd", "python3 -m x", "a) (b", "(sd-pam)"])
 def test_proc_stat_counts_fields_from_the_last_parenthesis(comm):
-    st = fidelity.parse_proc_stat(pid_stat(4242, comm, 4200, utime=300, stime=45, start=987))
-    assert st == fidelity.ProcStat(comm=comm, pgrp=4200, ticks=345, start=987)
+    st = fidelity.parse_proc_stat(pid_stat(4242, comm, 4200, utime=300, stime=45, start=987,
+                                           ppid=17))
+    assert st == fidelity.ProcStat(comm=comm, ppid=17, pgrp=4200, ticks=345, start=987)
 
 
 def test_proc_stat_of_this_process_parses():
@@ -89,10 +91,10 @@ class FakeProc:
         (self.root / "uptime").write_text(f"{uptime_s:.2f} 1.00\n")
 
     def proc(self, pid: int, comm: str, pgrp: int, ticks: int, start: int = 0,
-             threads: dict[int, tuple[str, int]] | None = None) -> None:
+             threads: dict[int, tuple[str, int]] | None = None, ppid: int = 1) -> None:
         folder = self.root / str(pid)
         folder.mkdir(exist_ok=True)
-        (folder / "stat").write_text(pid_stat(pid, comm, pgrp, ticks, 0, start))
+        (folder / "stat").write_text(pid_stat(pid, comm, pgrp, ticks, 0, start, ppid))
         for tid, (name, t) in (threads or {}).items():
             task = folder / "task" / str(tid)
             task.mkdir(parents=True, exist_ok=True)
@@ -118,11 +120,13 @@ def test_cpu_sample_splits_the_host_into_ovs_helpers_runner_and_the_rest(tmp_pat
     proc.proc(600, "python3", 600, ticks=400, start=1)
     proc.proc(700, "mnexec", 700, ticks=0, start=1)
     proc.proc(900, "stress", 900, ticks=5000, start=1)  # not the lab's
+    proc.proc(950, "forwarder", 950, ticks=100, start=1, ppid=10)  # no pid file: a child
+    proc.proc(951, "python3", 950, ticks=0, start=1, ppid=950)  # ... and its child
     cpu = fidelity._Cpu(owner=10, run_root=runs)
     first = cpu.sample(1.0)
     assert first["cpus"] == 2 and "host_idle" not in first and "helpers_cores" not in first
-    # t = 101 s: one second later (2 CPUs = 2 * HZ ticks), half of it idle
-    proc.host(user=1000 + hz, system=0, idle=1000 + hz, uptime_s=101)
+    # t = 101 s: one second later (2 CPUs = 2 * HZ ticks), 1.1 cores busy
+    proc.host(user=1000 + hz + hz // 10, system=0, idle=1000 + hz - hz // 10, uptime_s=101)
     proc.proc(10, "testbed", 10, ticks=50 + hz // 10)  # 0.1 core
     proc.proc(500, "ovs-vswitchd", 500, ticks=0,
               threads={500: ("ovs-vswitchd", 1000 + hz // 2), 501: ("handler1", 10 + hz // 10)})
@@ -130,15 +134,18 @@ def test_cpu_sample_splits_the_host_into_ovs_helpers_runner_and_the_rest(tmp_pat
     proc.proc(701, "python3", 700, ticks=hz // 5, start=int(100.5 * hz))  # new, in group 700
     proc.proc(800, "late", 700, ticks=1000, start=1)  # in the group, seen late: baseline
     proc.proc(900, "stress", 900, ticks=5000 + hz)
+    proc.proc(950, "forwarder", 950, ticks=100 + hz // 10, ppid=10)  # 0.1 core
+    proc.proc(951, "python3", 950, ticks=0, ppid=950)
     s = cpu.sample(1.0)
-    assert s["host_idle"] == 0.5
+    assert s["host_idle"] == 0.45
     assert s["ovs_cores"] == pytest.approx(0.6, abs=0.02)
     assert s["ovs_thread_cores"] == pytest.approx(0.5, abs=0.02)
     assert s["ovs_thread"] == "ovs-vswitchd"
-    assert s["helpers_cores"] == pytest.approx(0.3, abs=0.02)  # 600 + the new 701
-    assert s["helpers"] == 4  # 600, 700, 701, 800
+    # 600, the new 701, the runner's child 950
+    assert s["helpers_cores"] == pytest.approx(0.4, abs=0.02)
+    assert s["helpers"] == 6  # 600, 700, 701, 800, 950, 951
     assert s["runner_cores"] == pytest.approx(0.1, abs=0.02)
-    # one core busy: 0.6 ovs + 0.3 helpers + 0.1 runner; nothing else
+    # 1.1 cores busy: 0.6 ovs + 0.4 helpers + 0.1 runner; nothing else
     assert s["other_cores"] == pytest.approx(0.0, abs=0.03)
 
 
