@@ -10,9 +10,11 @@ that missed; this module does the same, once a second, for the duration of a var
 * the host's idle CPU (``/proc/stat``, all CPUs, iowait counts as idle);
 * ovs-vswitchd's CPU in cores (its process, and its busiest thread: in the userspace
   datapath without PMD threads that is the one thread that forwards every frame);
-* the lab's own helpers: the processes whose pid files lie under the run folders
-  (``/run/testbed/RUNID/``, any depth) that this process owns, and their process groups
-  (controller, generators, FRR daemons, forwarders); and the runner itself;
+* the lab's own processes: those whose pid files lie under the run folders
+  (``/run/testbed/RUNID/``, any depth) that this process owns, their process groups, and
+  every descendant of the runner (controller, generators, FRR daemons, forwarders,
+  Mininet's node shells); the runner itself apart; and everything else (other users'
+  work, kernel threads), what is left of the busy CPU;
 * saturated links: a watched link (a shaped egress queue; the kind names them) counts as
   saturated over an interval when its root qdisc held a backlog at both ends of the
   interval; its delivered rate is then the bytes its qdisc sent over the interval
