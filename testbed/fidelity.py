@@ -17,9 +17,10 @@ that missed; this module does the same, once a second, for the duration of a var
   work, kernel threads), what is left of the busy CPU;
 * saturated links: a watched link (a shaped egress queue; the kind names them) counts as
   saturated over an interval when its root qdisc held a backlog at both ends of the
-  interval; its delivered rate is then the bytes its qdisc sent over the interval
-  against the configured rate. A shaper that has packets waiting and still sends less
-  than its rate was not served in time.
+  interval and at the reads between (every quarter of a second: short TCP exchanges
+  leave a queue at both ends of a second and idle gaps inside); its delivered rate is
+  then the bytes its qdisc sent over the interval against the configured rate. A shaper
+  that has packets waiting and still sends less than its rate was not served in time.
 
 Samples go to ``fidelity.jsonl`` in the variant's folder (one line a second). Only the
 samples inside the kind's measured window (``RunContext.watch``: traffic, not bring-up
@@ -68,6 +69,9 @@ NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
 PROC = Path("/proc")
+#: backlog reads per interval (the sample's own and the polls between): a link is
+#: saturated over an interval only if its queue held a backlog at every one
+BACKLOG_READS = 4
 HZ = os.sysconf("SC_CLK_TCK")
 
 
@@ -302,19 +306,22 @@ def verdict(samples: list[dict], thresholds: Thresholds = THRESHOLDS) -> dict:
 
 
 def link_sample(link: WatchedLink, before: tuple[int, int], after: tuple[int, int],
-                interval_s: float) -> dict:
+                interval_s: float, held: bool = True) -> dict:
     """One link over one interval from its root qdisc's (bytes sent, backlog bytes) at
-    both ends: saturated when the backlog was above ``min_backlog`` at both.
+    both ends: saturated when the backlog was above ``min_backlog`` at both, and ``held``
+    (at every read in between).
 
     >>> lk = WatchedLink(None, "tb1a2bp0l0e1", 100)
     >>> link_sample(lk, (0, 3000), (11_250_000, 1500), 1.0)
     {'link': 'tb1a2bp0l0e1', 'mbps': 90.0, 'backlog': 1500, 'saturated': True, 'delivered': 0.9}
     >>> link_sample(lk, (0, 0), (1_000_000, 1500), 1.0)["saturated"]
     False
+    >>> link_sample(lk, (0, 3000), (11_250_000, 1500), 1.0, held=False)["saturated"]
+    False
     """
     sent = max(0, after[0] - before[0])
     mbps = sent * 8 / interval_s / 1e6 if interval_s > 0 else 0.0
-    saturated = before[1] > link.min_backlog and after[1] > link.min_backlog
+    saturated = held and before[1] > link.min_backlog and after[1] > link.min_backlog
     out = {"link": link.name, "mbps": round(mbps, 2), "backlog": after[1],
            "saturated": saturated}
     if saturated:
@@ -530,6 +537,7 @@ class Monitor:
         self._netns = _Netns()
         self._links: list[WatchedLink] = []
         self._queues: dict[str, tuple[int, int, float]] = {}
+        self._emptied: set[str] = set()  # links whose queue emptied since the last sample
         self._measuring = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -548,6 +556,7 @@ class Monitor:
         """End of the measured window: stop watching links (before their teardown)."""
         with self._lock:
             self._links, self._queues, self._measuring = [], {}, False
+            self._emptied = set()
             self._netns.close()
 
     @contextmanager
@@ -587,16 +596,32 @@ class Monitor:
         self.stop()
 
     def _run(self) -> None:
-        interval = self.thresholds.interval_s
-        deadline = time.monotonic() + interval
+        step = self.thresholds.interval_s / BACKLOG_READS
+        deadline, tick = time.monotonic() + step, 1
         while not self._stop.wait(max(0.0, deadline - time.monotonic())):
             try:
-                self._sample()
+                if tick % BACKLOG_READS == 0:
+                    self._sample()
+                else:
+                    self._poll()
             except Exception:  # a monitor must never take a run down with it
                 log.exception("fidelity sample failed")
-            deadline += interval
+            deadline, tick = deadline + step, tick + 1
             if deadline < time.monotonic():  # fell behind (a starved host): no catch-up burst
-                deadline = time.monotonic() + interval
+                deadline = time.monotonic() + step
+
+    def _poll(self) -> None:
+        """Between samples: does every link with a backlog at the last sample still have
+        one? (A queue that emptied in between was not saturated over the interval.)"""
+        with self._lock:
+            queued = [lk for lk in self._links if lk.name in self._queues
+                      and lk.name not in self._emptied
+                      and self._queues[lk.name][1] > lk.min_backlog]
+            if not queued:
+                return
+            now = self._netns.queues(queued)
+            self._emptied |= {lk.name for lk in queued
+                              if lk.name in now and now[lk.name][1] <= lk.min_backlog}
 
     def _sample(self) -> None:
         with self._lock:
@@ -606,7 +631,7 @@ class Monitor:
             cpu = self._cpu.sample(interval or self.thresholds.interval_s)
             queues = self._netns.queues(self._links) if self._links else {}
             if not interval:  # the baseline
-                self._queues = queues
+                self._queues, self._emptied = queues, set()
                 return
             # each link over the time between its own reads (a first socket into a
             # namespace can take a while); too short a time says nothing
@@ -618,9 +643,10 @@ class Monitor:
                     if after is not None:
                         kept[lk.name] = after
                 elif after[2] - before[2] >= 0.5 * self.thresholds.interval_s:
-                    links.append(link_sample(lk, before[:2], after[:2], after[2] - before[2]))
+                    links.append(link_sample(lk, before[:2], after[:2], after[2] - before[2],
+                                             held=lk.name not in self._emptied))
                     kept[lk.name] = after
-            self._queues = kept
+            self._queues, self._emptied = kept, set()
             record = {"t": round(time.time(), 3), "interval_s": round(interval, 3),
                       "measuring": self._measuring, **cpu,
                       "links": len(links),
