@@ -128,7 +128,7 @@ def test_a_starved_host_is_flagged(tmp_path):
 @pytest.mark.ovs
 def test_a_quiet_host_is_not_flagged(tmp_path):
     idle = host_idle()
-    if idle < 0.6:
+    if idle < 0.5:
         pytest.skip(f"the host is busy with other work ({idle:.0%} idle): a quiet run "
                     "cannot be shown here")
     summary, _ = run_probe(tmp_path)
