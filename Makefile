@@ -2,16 +2,25 @@
 SCENARIO ?= agents-vs-training
 DURATION ?=
 OUT ?=
+VARIANT ?=
+LAB ?=
 VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
-.PHONY: setup run-scenario test bench clean doctor validate lint
+.PHONY: setup run-scenario test bench clean doctor validate lint up down
 
 setup:
 	@./scripts/setup.sh
 
 run-scenario: setup
 	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out $(OUT))
+
+up: setup
+	$(TESTBED) up $(SCENARIO) $(if $(VARIANT),--variant $(VARIANT)) $(if $(LAB),--name $(LAB))
+
+down:
+	@test -n "$(LAB)" || { echo "make down LAB=name (see: $(TESTBED) ls)"; exit 2; }
+	$(TESTBED) down $(LAB)
 
 test: setup
 	$(VENV)/bin/python -m pytest

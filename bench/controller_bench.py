@@ -64,7 +64,7 @@ def bench_move(rounds: int, keep: Path | None = None) -> dict:
         live = _up(stack, Path(tmp), SMALL, ctl)
         spec = live.spec
         h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
-        leaf = h0.interface(0, 0).leaf
+        leaf = h0.interface(0, 0).switch
         uplinks = spec.uplink_ports(leaf)
         for r in range(rounds):
             port = 6000 + r
@@ -110,7 +110,7 @@ def bench_marking(steps: list[float], thresholds: dict) -> list[dict]:
         spec = live.spec
         h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
         dst = h3.interface(0, 0)
-        ifname = f"{dst.leaf}e{dst.leaf_port}"
+        ifname = f"{dst.switch}e{dst.switch_port}"
         telemetry = Path(tmp) / "telemetry.jsonl"
         for load in steps:  # offered load as a fraction of the 20 Mb/s port
             rx = _spawn(live, h3.name, "rx", ["recv", "--port", "4791", "--seconds", "6"])

@@ -1,6 +1,10 @@
-"""Adaptive routing on the leaves: per-flow placement and elephant moves, as pure logic.
+"""Adaptive routing: per-flow placement and elephant moves, as pure logic.
 
-Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
+Flows are placed at every switch whose route to the destination has more than one next
+hop (the leaves of a leaf-spine; the edge and aggregation switches of a fat-tree).
+Below, "leaf" and "uplink" stand for such a switch and the members of its ECMP set.
+
+Design (Hedera-like, Al-Fares et al., NSDI'10):
 
 - The proactive ECMP rule per remote destination (the 5-tuple hash of
   :mod:`controllers.ecmp`) stays as it is: it is
@@ -16,8 +20,9 @@ Design (Hedera-like, Al-Fares et al., NSDI'10, at the edge only):
   scenario chains completed fell to about half of ECMP's. With ``adaptive.place_tcp:
   false`` only UDP (RoCE) flows are placed and moved, and TCP stays on the ECMP hash.
 - On that packet-in the controller places the flow (its IPv4 5-tuple) on the uplink
-  whose *path* has the least measured load: a path is the uplink and the spine's
-  downlink to the destination's leaf, as loaded as the busier of the two (telemetry
+  whose *path* has the least measured load (:class:`PathTable`): on a leaf-spine, the
+  uplink and the spine's downlink to the destination's leaf, as loaded as the busier of
+  the two (telemetry
   utilisation, ties broken by how many placed flows, of any leaf, the busier of the two
   already carries; flows that start together all see zero load), with an exact-match
   rule at :data:`PRIORITY_FLOW` and an idle timeout. From then on the flow bypasses the
@@ -44,6 +49,8 @@ The OpenFlow side (matches, flow mods) lives in :mod:`controllers.congestion_app
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from controllers.paths import SwitchPlan
 
 PRIORITY_LEARN = 105
 PRIORITY_FLOW = 200
@@ -200,26 +207,60 @@ def plan_move(util: dict[int, float], flows: list[FlowLoad], *, link_mbps: float
     return Move(flow.key, flow.port, port, round(flow.mbps, 3), reason)
 
 
-def path_downlinks(spec) -> dict[tuple[int, int, str], tuple[int, int]]:
-    """(leaf dpid, uplink port, remote host address) -> (spine dpid, the spine's port down
-    to that host's leaf): the second link of each path a leaf can choose.
+class PathTable:
+    """Where each switch's choices lead, from the plans: the load of a path and the links
+    it takes, for placing flows on whole paths rather than on first hops.
 
+    A choice is (switch, port, destination). Its load is the busier of that link and of
+    the path beyond it: beyond a switch with one next hop, that hop's load again;
+    beyond a switch with several, the least loaded of them (it places flows too); the
+    last link, down to the host, is left out (every choice shares it). On a leaf-spine
+    that is the busier of the uplink and the spine's downlink to the destination's leaf.
+
+    >>> from controllers.paths import plan_switch
     >>> from topologies.leafspine import build_fabric
     >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
+    >>> table = PathTable(spec, {sw.dpid: plan_switch(spec, sw.dpid) for sw in spec.switches})
     >>> l0, s1 = spec.switch("tbdoc0p0l0").dpid, spec.switch("tbdoc0p0s1").dpid
-    >>> path_downlinks(spec)[(l0, 4, "10.0.0.3")] == (s1, 2)
+    >>> table.links(l0, 4, "10.0.0.3") == [(l0, 4), (s1, 2)]
     True
+    >>> table.load({(l0, 4): 0.2, (s1, 2): 0.7}, l0, 4, "10.0.0.3")
+    0.7
     """
-    out = {}
-    for lk in spec.links:
-        if lk.kind != "uplink":
-            continue
-        leaf, spine = spec.switch(lk.a), spec.switch(lk.b)
-        for intf in spec.interfaces(plane=leaf.plane):
-            if intf.leaf != lk.a:
-                out[(leaf.dpid, lk.a_port, intf.ip)] = (
-                    spine.dpid, spec.spine_port_to(lk.b, intf.leaf))
-    return out
+
+    def __init__(self, spec, plans: dict[int, SwitchPlan]):
+        dpids = {sw.name: sw.dpid for sw in spec.switches}
+        #: (dpid, port) -> the switch behind it (absent: a host)
+        self.behind = {(dpids[p.switch], p.port): dpids[p.peer] for p in spec.switch_ports()
+                       if p.peer in dpids}
+        #: (dpid, destination) -> next-hop ports
+        self.hops = {(d, r.ip): plan.members(r) for d, plan in plans.items()
+                     for r in plan.routes}
+
+    def links(self, dpid: int, port: int, dst: str) -> list[tuple[int, int]]:
+        """The links a choice takes for sure: its own, then each single next hop's, up
+        to a switch with a choice of its own or the last link (left out)."""
+        out = [(dpid, port)]
+        here = self.behind.get((dpid, port))
+        while here is not None and (here, dst) in self.hops:
+            ports = self.hops[(here, dst)]
+            if len(ports) != 1 or (here, ports[0]) not in self.behind:
+                break
+            out.append((here, ports[0]))
+            here = self.behind[(here, ports[0])]
+        return out
+
+    def load(self, util: dict[tuple[int, int], float], dpid: int, port: int,
+             dst: str, *, first: bool = True) -> float:
+        """Utilisation of the busiest link of the choice's path (0..1); without its
+        ``first`` link: of the path beyond it."""
+        here = self.behind.get((dpid, port))
+        beyond = 0.0
+        if here is not None:
+            ports = [p for p in self.hops.get((here, dst), []) if (here, p) in self.behind]
+            if ports:
+                beyond = min(self.load(util, here, p, dst) for p in ports)
+        return max(util.get((dpid, port), 0.0), beyond) if first else beyond
 
 
 class FlowRates:

@@ -1,14 +1,20 @@
-"""The controller's run configuration: the scenario's resolved ``controller`` section.
+"""The controller's one configuration file: everything ``python -m controllers`` needs.
 
-The runner writes it to ``controller.json`` (plus ``link_mbps``); the scenario module
-validates it. Here it is only read, with the documented defaults for missing keys, so
-the controller also starts from a bare ``{"mode": "ecmp"}``.
+Bring-up (:func:`testbed.bringup.controller_config`) writes it as ``controller.json``:
+the scenario's resolved ``controller`` section plus where things are (the topology
+spec, the status and telemetry files), the seed, the link rate and who marks CE. The
+scenario module validates the section; here it is only read, with the documented
+defaults for missing keys, so the controller also starts from a bare
+``{"spec": "spec.json"}``. ``python -m controllers --config FILE --port N`` loads it
+(:func:`load`) before the apps start, and the apps read it with :func:`active`.
 
->>> cfg = ControllerConfig.from_dict({"mode": "adaptive", "telemetry_ms": 50})
->>> cfg.mode, cfg.adaptive.interval_ms, cfg.ecn.mode
-('adaptive', 50, 'off')
+>>> cfg = ControllerConfig.from_dict({"mode": "adaptive", "telemetry_ms": 50, "seed": 3})
+>>> cfg.mode, cfg.adaptive.interval_ms, cfg.ecn.mode, cfg.seed, cfg.failover
+('adaptive', 50, 'off', 3, False)
 >>> cfg.ecn.classes["collective"].min_bytes
 20000
+>>> ControllerConfig.from_dict({"recompute": True, "health": {"enabled": False}}).failover
+True
 """
 
 from __future__ import annotations
@@ -74,7 +80,27 @@ class EcnConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """The link-probe health monitor (:mod:`controllers.health`)."""
+
+    enabled: bool = False
+    loss_threshold: float = 0.05
+    interval_ms: float = 250
+    samples: int = 2
+    probes: int = 10
+    min_packets: int = 20
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
+    #: the topology spec (JSON) the controller plans from
+    spec: str = "spec.json"
+    #: JSON lines of controller events (None: none written)
+    status: str | None = None
+    #: JSON lines of port samples (None: none written)
+    telemetry: str | None = None
+    #: seeds the controller's random draws (ECN marking)
+    seed: int = 1
     mode: str = "ecmp"
     telemetry_ms: float = 100
     prometheus_port: int = 0
@@ -85,10 +111,22 @@ class ControllerConfig:
     #: queues on the switch ports) or "controller"; the runner
     #: resolves ``ecn.mode: auto`` from the host's capabilities and writes it here
     ecn_backend: str = "off"
+    #: spines (any switch with one next hop) forward through fast-failover groups
+    fast_failover: bool = False
+    #: recompute and reinstall paths on port-status changes
+    recompute: bool = False
+    health: HealthConfig = field(default_factory=HealthConfig)
+    #: extra os-ken apps run beside the base ones (``package.module[:AppClass]``)
+    apps: tuple[str, ...] = ()
 
     @property
     def controller_marks(self) -> bool:
         return self.ecn_backend == "controller"
+
+    @property
+    def failover(self) -> bool:
+        """Whether any failure handling is on (the routing app that reacts to them)."""
+        return self.fast_failover or self.recompute or self.health.enabled
 
     @classmethod
     def from_dict(cls, data: dict) -> ControllerConfig:
@@ -97,7 +135,12 @@ class ControllerConfig:
         ecn = data.get("ecn") or {}
         classes = {name: EcnClass(**(ecn.get("classes") or {}).get(name, {}))
                    for name in CLASSES}
+        health = data.get("health") or {}
         return cls(
+            spec=data.get("spec", "spec.json"),
+            status=data.get("status"),
+            telemetry=data.get("telemetry"),
+            seed=int(data.get("seed", 1)),
             mode=data.get("mode", "ecmp"),
             telemetry_ms=telemetry_ms,
             prometheus_port=int(data.get("prometheus_port", 0)),
@@ -110,6 +153,11 @@ class ControllerConfig:
             ecn=EcnConfig(mode=ecn.get("mode", "off"), drain=float(ecn.get("drain", 0.95)),
                           classes=classes),
             ecn_backend=data.get("ecn_backend") or ecn_backend(ecn.get("mode", "off"), red=False),
+            fast_failover=bool(data.get("fast_failover", False)),
+            recompute=bool(data.get("recompute", False)),
+            health=HealthConfig(**{k: health[k] for k in HealthConfig.__dataclass_fields__
+                                   if k in health}),
+            apps=tuple(data.get("apps") or ()),
         )
 
     @classmethod
@@ -117,3 +165,21 @@ class ControllerConfig:
         if not path:
             return cls()
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+_ACTIVE: ControllerConfig | None = None
+
+
+def load(path: str | Path) -> ControllerConfig:
+    """Read the configuration file and make it the one the apps see (:func:`active`)."""
+    global _ACTIVE
+    _ACTIVE = ControllerConfig.from_json(path)
+    return _ACTIVE
+
+
+def active() -> ControllerConfig:
+    """The configuration this controller process was started with (:func:`load`)."""
+    if _ACTIVE is None:
+        raise RuntimeError("no controller configuration loaded (python -m controllers "
+                           "--config FILE)")
+    return _ACTIVE

@@ -8,9 +8,10 @@ left keep working or time out).
 - Telemetry: every ``telemetry_ms`` one netlink dump of all root qdiscs (queue depth,
   drops) and an OpenFlow port-stats request to every switch; each reply is joined with
   the queue snapshot into ``telemetry.jsonl`` (:mod:`controllers.telemetry`).
-- ``adaptive`` mode: flow placement and elephant moves (:mod:`controllers.adaptive`).
-- ``spray`` mode: RoCE packets choose their uplink by the low bits of the UDP source
-  port, which the senders rotate per packet (:mod:`controllers.spray`).
+- ``adaptive`` mode: flow placement and elephant moves (:mod:`controllers.adaptive`) at
+  every switch whose route to a destination has several next hops (its ECMP set).
+- ``spray`` mode: RoCE packets choose their next hop in that set by the low bits of the
+  UDP source port, which the senders rotate per packet (:mod:`controllers.spray`).
 - ECN marking by the controller (:mod:`controllers.ecn`) when ``ecn_backend`` is
   ``controller``.
 
@@ -38,10 +39,10 @@ from os_ken.lib import hub
 from os_ken.lib.packet import ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers import adaptive, ecmp, ecn, spray
-from controllers.config import CLASSES, ControllerConfig
+from controllers import adaptive, config, ecmp, ecn, spray
+from controllers.config import CLASSES
 from controllers.fabric_app import StatusLog
-from controllers.paths import ECMP_GROUP, plan_switch
+from controllers.paths import plan_switch
 from controllers.telemetry import (
     PortCounters,
     PrometheusExporter,
@@ -60,14 +61,19 @@ class CongestionControl(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.spec = FabricSpec.from_json(os.environ["TESTBED_SPEC"])
-        self.cfg = ControllerConfig.from_json(os.environ.get("TESTBED_CONFIG"))
-        self.mode = os.environ.get("TESTBED_MODE") or self.cfg.mode
-        self.status = StatusLog(os.environ.get("TESTBED_STATUS"))
-        self.telemetry_path = os.environ.get("TESTBED_TELEMETRY")
-        self.link_mbps = self.cfg.link_mbps or self.spec.uplink_mbps
+        self.cfg = config.active()
+        self.spec = FabricSpec.from_json(self.cfg.spec)
+        self.mode = self.cfg.mode
+        self.status = StatusLog(self.cfg.status)
+        self.telemetry_path = self.cfg.telemetry
+        self.link_mbps = self.cfg.link_mbps or self.spec.link_mbps
         self.ports = port_table(self.spec)
         self.plans = {sw.dpid: plan_switch(self.spec, sw.dpid) for sw in self.spec.switches}
+        #: per switch: destination -> its ECMP set (routes over several ports)
+        self.sets = {dpid: plan.multipath() for dpid, plan in self.plans.items()}
+        #: per switch: the members of any such set (each with marking groups)
+        self.multipath_ports = {dpid: set(plan.multipath_ports())
+                                for dpid, plan in self.plans.items()}
         self.datapaths: dict[int, object] = {}
         self.counters: dict[tuple[int, int], PortCounters] = {}
         self.util: dict[tuple[int, int], float] = {}
@@ -76,11 +82,11 @@ class CongestionControl(app_manager.OSKenApp):
         self.asked_lock = threading.Lock()
         self.sample_t = time.time()
         self.tick_no = 0
-        self.rng = random.Random(int(os.environ.get("TESTBED_SEED", "1")))
+        self.rng = random.Random(self.cfg.seed)
         self.marks = {(d, p, c): ecn.MarkState() for (d, p) in self.ports for c in CLASSES}
         self.rates: dict[int, adaptive.FlowRates] = {}
         self.placed: dict[int, dict[adaptive.FlowKey, int]] = {}
-        self.downlinks = adaptive.path_downlinks(self.spec)
+        self.paths = adaptive.PathTable(self.spec, self.plans)
         self.flow_parts: dict[int, list] = {}
         self.frozen: dict[int, dict[adaptive.FlowKey, int]] = {}
         self.hold: dict[int, int] = {}
@@ -109,21 +115,17 @@ class CongestionControl(app_manager.OSKenApp):
             dp, cookie=ecn.COOKIE_MARK, cookie_mask=adaptive.COOKIE_MASK,
             command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
             out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
-        if plan.role != "leaf" or ECMP_GROUP not in plan.groups:
-            return
+        sets = self.sets[dp.id]
+        if not sets:
+            return  # no choice to make here (a spine, a core switch)
         learn = self.mode == "adaptive"
-        uplinks = plan.groups[ECMP_GROUP]
         if learn:
-            for route in plan.routes:
-                if route.group is None:
-                    continue
-                for fields in adaptive.learn_matches(route.ip,
-                                                     tcp=self.cfg.adaptive.place_tcp):
+            for ip, ports in sets.items():
+                for fields in adaptive.learn_matches(ip, tcp=self.cfg.adaptive.place_tcp):
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
-                                  [ecmp.spread(parser, plan.groups[route.group]),
-                                   self.to_controller(dp)])
+                                  [ecmp.spread(parser, ports), self.to_controller(dp)])
         if self.cfg.controller_marks:
-            for port in uplinks:
+            for port in plan.multipath_ports():
                 for cls in CLASSES:
                     # ADD, then MODIFY: after a controller restart the group exists (the
                     # ADD fails harmlessly) and may still carry the old process's marks
@@ -137,33 +139,34 @@ class CongestionControl(app_manager.OSKenApp):
         if self.mode == "spray":
             self.install_spray(dp, plan)
         if self.cfg.controller_marks:
-            for fields in ecn.ect_rules(plan):
-                actions = [ecmp.choose(parser, uplinks)]
+            for fields, ports in ecn.ect_rules(plan):
+                actions = [ecmp.choose(parser, ports)]
                 if learn and fields["ip_proto"] == 17:  # TCP is learnt from its SYN
                     actions.append(self.to_controller(dp))
                 self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions,
                               goto=ecmp.PORT_TABLE)
 
     def install_spray(self, dp, plan) -> None:
-        """RoCE source-port buckets to uplinks (:mod:`controllers.spray`); with controller
-        marking, ECN-capable packets go through one marking group per uplink instead."""
+        """RoCE source-port buckets over each route's ECMP set (:mod:`controllers.spray`);
+        with controller marking, ECN-capable packets go through one marking group per
+        port instead."""
         parser = dp.ofproto_parser
-        uplinks = plan.groups[ECMP_GROUP]
-        for rule in spray.spray_rules(plan, uplinks):
+        for rule in spray.spray_rules(plan):
             self.add_flow(dp, spray.PRIORITY_SPRAY, parser.OFPMatch(**rule.match()),
-                          [ecmp.prefer(parser, rule.port, uplinks)])
+                          [ecmp.prefer(parser, rule.port, list(rule.members))])
         if not self.cfg.controller_marks:
             return
-        for rule in spray.spray_rules(plan, uplinks, ect=True):
+        for rule in spray.spray_rules(plan, ect=True):
             self.add_flow(dp, spray.PRIORITY_SPRAY + 1, parser.OFPMatch(**rule.match()),
                           [parser.OFPActionGroup(ecn.mark_group("collective", rule.port))])
 
     def mark_group(self, dp, command: int, cls: str, port: int):
-        """The group through which ECN-capable ``cls`` packets leave uplink ``port``: a
-        fast-failover group whose first bucket (marking while the port marks) watches the
-        port, and whose others send to the other uplinks, unmarked, when it is dead."""
+        """The group through which ECN-capable ``cls`` packets leave ECMP member ``port``
+        (an uplink): a fast-failover group whose first bucket (marking while the port
+        marks) watches the port, and whose others send to the other members, unmarked,
+        when it is dead."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        order = ecmp.backup_order(port, self.plans[dp.id].groups[ECMP_GROUP])
+        order = ecn.mark_order(self.plans[dp.id], port)
         buckets = []
         for out in order:
             actions = [parser.OFPActionOutput(out)]
@@ -243,11 +246,12 @@ class CongestionControl(app_manager.OSKenApp):
                 self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
             dp.send_msg(request)
             if (self.mode == "adaptive" and self.tick_no % every == 0
-                    and self.plans[dp.id].role == "leaf"):
+                    and self.sets[dp.id]):
                 self.request_flow_stats(dp)
 
     def request_flow_stats(self, dp) -> None:
-        """Ask a leaf for its per-flow counters, unless a request is still unanswered."""
+        """Ask a switch that places flows for its per-flow counters, unless a request is
+        still unanswered."""
         if time.monotonic() - self.flow_asked.get(dp.id, -1e9) < 2.0:
             return
         self.flow_asked[dp.id] = time.monotonic()
@@ -280,12 +284,13 @@ class CongestionControl(app_manager.OSKenApp):
             samples.append(sample)
             if self.cfg.controller_marks:
                 self.update_marking(dp, info, sample.backlog_bytes)
-        plan = self.plans[dp.id]
-        if (self.mode == "adaptive" and plan.role == "leaf" and samples
+        if (self.mode == "adaptive" and self.sets[dp.id] and samples
                 and self.tick_no >= self.hold.get(dp.id, 0)):
-            util = [self.util.get((dp.id, p), 0.0) for p in plan.groups.get(ECMP_GROUP, [])]
-            if len(util) > 1 and max(util) - min(util) > self.cfg.adaptive.imbalance:
-                self.request_flow_stats(dp)  # imbalanced: decide now, not at the next poll
+            for ports in {tuple(p) for p in self.sets[dp.id].values()}:
+                util = [self.util.get((dp.id, p), 0.0) for p in ports]
+                if max(util) - min(util) > self.cfg.adaptive.imbalance:
+                    self.request_flow_stats(dp)  # imbalanced: decide now, not at the next poll
+                    break
         if self.telemetry_path and samples:
             with open(self.telemetry_path, "a") as f:
                 f.write("".join(s.to_json() + "\n" for s in samples))
@@ -299,19 +304,19 @@ class CongestionControl(app_manager.OSKenApp):
             if not state.update(backlog, self.cfg.ecn.classes[cls], self.rng.random):
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
-            if info.role == "leaf_uplink":
+            if info.port in self.multipath_ports[dp.id]:  # a leaf uplink: its groups
                 dp.send_msg(self.mark_group(dp, ofp.OFPGC_MODIFY, cls, info.port))
-            else:
-                for fields in ecn.mark_rules(self.plans[dp.id], info.port, cls):
-                    match = parser.OFPMatch(**fields)
-                    if state.on:
-                        self.add_flow(dp, ecn.PRIORITY_MARK, match,
-                                      [parser.OFPActionSetField(ip_ecn=3),
-                                       parser.OFPActionOutput(info.port)],
-                                      cookie=ecn.COOKIE_MARK)
-                    else:
-                        self.add_flow(dp, ecn.PRIORITY_MARK, match, [],
-                                      command=ofp.OFPFC_DELETE_STRICT)
+            # destinations routed to this port alone: marking rules of their own
+            for fields in ecn.mark_rules(self.plans[dp.id], info.port, cls):
+                match = parser.OFPMatch(**fields)
+                if state.on:
+                    self.add_flow(dp, ecn.PRIORITY_MARK, match,
+                                  [parser.OFPActionSetField(ip_ecn=3),
+                                   parser.OFPActionOutput(info.port)],
+                                  cookie=ecn.COOKIE_MARK)
+                else:
+                    self.add_flow(dp, ecn.PRIORITY_MARK, match, [],
+                                  command=ofp.OFPFC_DELETE_STRICT)
             self.status.emit("ecn_on" if state.on else "ecn_off", switch=info.switch,
                              port=info.port, ifname=info.ifname, role=info.role,
                              **{"class": cls}, backlog_bytes=backlog)
@@ -322,40 +327,39 @@ class CongestionControl(app_manager.OSKenApp):
         msg = ev.msg
         dp = msg.datapath
         plan = self.plans.get(dp.id)
-        if self.mode != "adaptive" or plan is None or plan.role != "leaf":
+        if self.mode != "adaptive" or plan is None:
             return
         key = flow_key(msg.data)
-        if key is None:
+        if key is None or key.dst not in self.sets[dp.id]:
             return
         now = time.monotonic()
         if now - self.learned_at.get((dp.id, key), -1e9) < 1.0:
             return  # rule on its way; these are packets that were already in flight
         self.learned_at[(dp.id, key)] = now
-        uplinks = plan.groups[ECMP_GROUP]
-        placed = self.placed.setdefault(dp.id, {})
-        # the whole path counts: flows of other leaves placed through the same spine
-        # downlink collide with this one as surely as flows on the same uplink
-        down = Counter(self.downlinks.get((d, p, k.dst))
-                       for d, flows in self.placed.items() for k, p in flows.items())
-        counts = {p: max(sum(1 for q in placed.values() if q == p),
-                         down[self.downlinks.get((dp.id, p, key.dst))]) for p in uplinks}
-        load = {p: max(self.util.get((dp.id, p), 0.0), self.downlink_util(dp.id, p, key.dst))
-                for p in uplinks}
+        uplinks = self.sets[dp.id][key.dst]
+        # the whole path counts: flows of other switches placed through the same links
+        # (on a leaf-spine: the same spine downlink) collide with this one as surely as
+        # flows on the same uplink
+        taken = Counter(link for d, flows in self.placed.items() for k, p in flows.items()
+                        for link in self.paths.links(d, p, k.dst))
+        counts = {p: max(taken[link] for link in self.paths.links(dp.id, p, key.dst))
+                  for p in uplinks}
+        load = {p: self.paths.load(self.util, dp.id, p, key.dst) for p in uplinks}
         port = adaptive.least_loaded(load, counts)
-        placed[key] = port
+        self.placed.setdefault(dp.id, {})[key] = port
         self.pin_flow(dp, key, port, dp.ofproto.OFPFC_ADD)
         self.status.emit("flow_placed", flow=str(key), switch=plan.name, port=port)
 
-    def downlink_util(self, dpid: int, uplink: int, dst: str) -> float:
-        """Utilisation of the spine downlink a flow to ``dst`` takes after ``uplink``."""
-        down = self.downlinks.get((dpid, uplink, dst))
-        return self.util.get(down, 0.0) if down else 0.0
+    def beyond_uplink(self, dpid: int, uplink: int, dst: str) -> float:
+        """Load of the path a flow to ``dst`` takes after ``uplink`` (on a leaf-spine:
+        the spine's downlink to the destination's leaf); the uplink itself left out."""
+        return self.paths.load(self.util, dpid, uplink, dst, first=False)
 
     def pin_flow(self, dp, key: adaptive.FlowKey, port: int, command: int) -> None:
         """The rules that send flow ``key`` out of ``port``: one for all its packets and,
         when the controller marks, one per ECT codepoint through the marking group."""
         parser = dp.ofproto_parser
-        uplinks = self.plans[dp.id].groups[ECMP_GROUP]
+        uplinks = self.sets[dp.id].get(key.dst, [port])
         self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(parser, key),
                       [ecmp.prefer(parser, port, uplinks)], cookie=adaptive.COOKIE_FLOW,
                       idle=adaptive.FLOW_IDLE_S, command=command)
@@ -403,14 +407,21 @@ class CongestionControl(app_manager.OSKenApp):
         frozen = self.frozen.setdefault(dp.id, {})
         for key in [k for k, until in frozen.items() if until <= self.tick_no]:
             del frozen[key]
-        uplinks = plan.groups[ECMP_GROUP]
-        util = {p: self.util.get((dp.id, p), 0.0) for p in uplinks}
-        downlink = {f.key: {p: self.downlink_util(dp.id, p, f.key.dst) for p in uplinks}
-                    for f in loads}
-        move = adaptive.plan_move(util, loads, link_mbps=self.link_mbps,
-                                  imbalance=self.cfg.adaptive.imbalance,
-                                  elephant_mbps=self.cfg.adaptive.elephant_mbps,
-                                  frozen=frozenset(frozen), downlink=downlink)
+        move = None
+        by_set: dict[tuple[int, ...], list[adaptive.FlowLoad]] = {}
+        for f in loads:  # flows choose among their own destination's ECMP set
+            if f.key.dst in self.sets[dp.id]:
+                by_set.setdefault(tuple(self.sets[dp.id][f.key.dst]), []).append(f)
+        for uplinks, flows in by_set.items():
+            util = {p: self.util.get((dp.id, p), 0.0) for p in uplinks}
+            downlink = {f.key: {p: self.beyond_uplink(dp.id, p, f.key.dst) for p in uplinks}
+                        for f in flows}
+            move = adaptive.plan_move(util, flows, link_mbps=self.link_mbps,
+                                      imbalance=self.cfg.adaptive.imbalance,
+                                      elephant_mbps=self.cfg.adaptive.elephant_mbps,
+                                      frozen=frozenset(frozen), downlink=downlink)
+            if move is not None:
+                break
         if move is None:
             return
         self.pin_flow(dp, move.key, move.to_port, dp.ofproto.OFPFC_MODIFY_STRICT)

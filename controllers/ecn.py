@@ -11,10 +11,12 @@ Once on, it stays on until the backlog drains below ``min``.
 How marking reaches the packets (OpenFlow 1.3, ``set_field:ip_ecn=3`` on packets that
 match ``ip_ecn=1`` or ``ip_ecn=2`` only, so not-ECT packets are never touched):
 
-- ports chosen by a plain output rule (spine downlinks, leaf downlinks): while a port
+- ports chosen by a plain output rule (spine downlinks, leaf downlinks: every port a
+  route takes alone): while a port
   marks for a class, one rule per destination routed to that port, class and ECT
   codepoint, at :data:`PRIORITY_MARK`, does ``set_field:ip_ecn=3, output:port``;
-- leaf uplinks, chosen by the ECMP hash: ECN-capable traffic of each class has a rule
+- members of an ECMP set (leaf uplinks), chosen by the hash: ECN-capable traffic of
+  each class has a rule
   of its own (at :data:`PRIORITY_ECT`, installed once) that writes the uplink the hash
   chooses into a register (``bundle_load``, same hash and members as the ECMP rule, so
   the same uplink, see :mod:`controllers.ecmp`) and continues in table 1, where one rule
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controllers.config import CLASSES, EcnClass
-from controllers.ecmp import PORT_REG
+from controllers.ecmp import PORT_REG, backup_order
 from controllers.paths import SwitchPlan
 
 PRIORITY_ECT = 110
@@ -146,19 +148,37 @@ def mark_rules(plan: SwitchPlan, port: int, cls: str) -> list[dict]:
             for r in plan.routes if r.port == port for ect in ECT_CODEPOINTS]
 
 
-def ect_rules(plan: SwitchPlan) -> list[dict]:
-    """Matches of the rules that take ECN-capable traffic of each class to remote hosts
-    off the plain ECMP rule (to choose the uplink into a register, then mark).
+def ect_rules(plan: SwitchPlan) -> list[tuple[dict, list[int]]]:
+    """Matches of the rules that take ECN-capable traffic of each class to destinations
+    routed over several ports off the plain ECMP rule (to choose the port into a
+    register, then mark), each with the ports of its ECMP set.
 
     >>> from controllers.paths import Route
     >>> plan = SwitchPlan(1, "l", "leaf", {1: [3, 4]}, [Route("10.0.0.1", port=1),
     ...                                                Route("10.0.0.3", group=1)])
-    >>> [(m["ipv4_dst"], m["ip_ecn"], m["ip_proto"]) for m in ect_rules(plan)]
-    [('10.0.0.3', 1, 17), ('10.0.0.3', 2, 17), ('10.0.0.3', 1, 6), ('10.0.0.3', 2, 6)]
+    >>> [(m["ipv4_dst"], m["ip_ecn"], m["ip_proto"], ports) for m, ports in ect_rules(plan)]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('10.0.0.3', 1, 17, [3, 4]), ('10.0.0.3', 2, 17, [3, 4]), ('10.0.0.3', 1, 6, [3, 4]),
+     ('10.0.0.3', 2, 6, [3, 4])]
     """
-    return [{"eth_type": ETH_IPV4, "ipv4_dst": r.ip, "ip_ecn": ect, **class_match(cls)}
-            for cls in CLASSES
-            for r in plan.routes if r.group is not None for ect in ECT_CODEPOINTS]
+    sets = plan.multipath()
+    return [({"eth_type": ETH_IPV4, "ipv4_dst": ip, "ip_ecn": ect, **class_match(cls)}, ports)
+            for cls in CLASSES for ip, ports in sets.items() for ect in ECT_CODEPOINTS]
+
+
+def mark_order(plan: SwitchPlan, port: int) -> list[int]:
+    """The buckets of ``port``'s marking groups: ``port``, then the other members of the
+    ECMP sets it belongs to (the uplinks of a leaf), in backup order.
+
+    >>> from controllers.paths import Route
+    >>> mark_order(SwitchPlan(1, "l", "leaf", {1: [3, 4, 5]}, [Route("10.0.0.3", group=1)]), 4)
+    [4, 5, 3]
+    """
+    members: list[int] = []
+    for ports in plan.multipath().values():
+        if port in ports:
+            members += [p for p in ports if p not in members]
+    return backup_order(port, members)
 
 
 def chosen_port_match(cls: str, port: int) -> dict:

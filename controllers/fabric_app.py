@@ -7,8 +7,9 @@ Remote destinations spread over the uplinks by a 5-tuple hash (:mod:`controllers
 Everything is sent as adds, which overwrite in place, so a restarted controller
 resynchronizes a switch without flushing working flows.
 
-Configuration comes from the environment (set by ``python -m controllers``):
-``TESTBED_SPEC`` (spec JSON) and ``TESTBED_STATUS`` (JSON lines of events for the runner).
+Configuration: the controller's configuration file (:func:`controllers.config.active`,
+loaded by ``python -m controllers``): ``spec`` (the topology spec, JSON) and ``status``
+(JSON lines of events for the runner).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers import ecmp
+from controllers import config, ecmp
 from controllers.paths import PRIORITY_HOST, SwitchPlan, plan_switch
 from topologies.spec import FabricSpec
 
@@ -51,8 +52,9 @@ class FabricRouting(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.spec = FabricSpec.from_json(os.environ["TESTBED_SPEC"])
-        self.status = StatusLog(os.environ.get("TESTBED_STATUS"))
+        self.cfg = config.active()
+        self.spec = FabricSpec.from_json(self.cfg.spec)
+        self.status = StatusLog(self.cfg.status)
         self.plans: dict[int, SwitchPlan] = {}
         self.pending_barrier: dict[int, int] = {}
         self.status.emit("started", pid=os.getpid(), switches=len(self.spec.switches))

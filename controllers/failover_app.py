@@ -1,17 +1,19 @@
 """os-ken app: the fabric routing app plus failure handling (recompute, fast failover,
 health drains) and a resync after a restart that never flushes working flows.
 
-Switched per variant (environment ``TESTBED_FAILOVER``, JSON, set by
-``python -m controllers --fast-failover --recompute --health JSON``):
+Switched per variant (the configuration file's ``fast_failover``, ``recompute`` and
+``health``, :mod:`controllers.config`):
 
-* ``fast_failover``: spines forward through fast-failover groups and leaves bounce
-  (see :mod:`controllers.failover`); local repair, no controller needed.
-* ``recompute``: on a port-status change of a leaf-spine link, every switch's plan is
+* ``fast_failover``: spines (every switch whose route has one next hop) forward through
+  fast-failover groups, and packets bounced back to a switch go out over the other
+  members of its ECMP set (see :mod:`controllers.failover`); local repair, no
+  controller needed.
+* ``recompute``: on a port-status change of a fabric link, every switch's plan is
   recomputed without that link and the differences are sent (flow ADD of the same
   match, which OVS applies in place, for every rule whose route or ECMP set changed);
   never a delete.
 * ``health``: every ``interval_ms`` the app sends ``probes`` link probes each way on
-  every leaf-spine link (packet-out; the far switch returns them as packet-in); a link
+  every switch-to-switch link (packet-out; the far switch returns them as packet-in); a link
   whose probe loss crosses ``loss_threshold`` is drained like a dead one
   (:mod:`controllers.health`).
 
@@ -19,14 +21,12 @@ On connect the app first asks the switch for its port descriptions, so a restart
 controller learns which links died while it was away, then installs the plan the same
 way (adds that overwrite in place, groups modified when they exist).
 
-Events (``TESTBED_STATUS`` JSON lines): ``port_status``, ``recomputed``, ``drain``,
+Events (the ``status`` JSON lines): ``port_status``, ``recomputed``, ``drain``,
 ``health`` (the loss of every link, each sample), plus the base app's events.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 
@@ -40,8 +40,8 @@ from controllers.failover import (
     BOUNCED_MAC,
     PRIORITY_BOUNCE,
     FailoverPlan,
+    link_edges,
     plan_failover,
-    uplink_edges,
 )
 from controllers.health import PROBE_ETHERTYPE, HealthMonitor, decode_probe, encode_probe
 from controllers.paths import PRIORITY_HOST
@@ -50,28 +50,32 @@ PRIORITY_PROBE = PRIORITY_BOUNCE + 10
 PROBES_PER_ROUND = 1000  # probe sequence numbers: round * PROBES_PER_ROUND + i
 
 
+def _rule(plan: FailoverPlan, route) -> tuple:
+    """What a route's rule does: output to a port, or hash over a set of ports."""
+    return ("output", route.port) if route.group is None else ("hash", *plan.members(route))
+
+
 class ResilientRouting(FabricRouting):
     """:class:`FabricRouting` that reacts to dead and degraded links."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        opts = json.loads(os.environ.get("TESTBED_FAILOVER") or "{}")
-        self.fast_failover = bool(opts.get("fast_failover"))
-        self.recompute = bool(opts.get("recompute"))
-        health = opts.get("health") or {}
-        self.edges = uplink_edges(self.spec)
+        self.fast_failover = self.cfg.fast_failover
+        self.recompute = self.cfg.recompute
+        health = self.cfg.health
+        self.edges = link_edges(self.spec)
         self.names = {sw.dpid: sw.name for sw in self.spec.switches}
         self.dpids = {sw.name: sw.dpid for sw in self.spec.switches}
         self.down_ports: set[tuple[str, int]] = set()
         self.datapaths: dict[int, object] = {}
         self.lock = threading.RLock()
         self.health = None
-        if health.get("enabled"):
-            self.health = HealthMonitor(self.spec, loss_threshold=health["loss_threshold"],
-                                        min_packets=int(health.get("min_packets", 50)),
-                                        samples=int(health.get("samples", 2)))
-            self.health_interval = health["interval_ms"] / 1000
-            self.probes = int(health.get("probes", 10))
+        if health.enabled:
+            self.health = HealthMonitor(self.spec, loss_threshold=health.loss_threshold,
+                                        min_packets=health.min_packets,
+                                        samples=health.samples)
+            self.health_interval = health.interval_ms / 1000
+            self.probes = health.probes
             self._probe_sent: dict[int, dict] = {}  # round -> (edge, direction) -> count
             self._probe_got: dict[int, dict] = {}
             hub.spawn(self._poll_health)
@@ -80,7 +84,7 @@ class ResilientRouting(FabricRouting):
 
     # -- plan --------------------------------------------------------------------------
     def down_edges(self) -> set[tuple[str, str]]:
-        """Leaf-spine links avoided: a dead port at either end (when recomputing), drained."""
+        """Fabric links avoided: a dead port at either end (when recomputing), drained."""
         down = {self.edges[p] for p in self.down_ports if p in self.edges} if self.recompute \
             else set()
         if self.health:
@@ -209,17 +213,17 @@ class ResilientRouting(FabricRouting):
                 old, new = self.plans.get(dpid), self.plan_for(dpid)
                 if old is None:
                     continue
-                # ECMP sets live in the rules that use them: a set whose members changed
-                # means sending those rules again (fast-failover groups never change)
-                changed_sets = {g for g, ports in new.groups.items()
-                                if old.groups.get(g) != ports}
-                routes = [r for r in new.routes
-                          if r not in old.routes or r.group in changed_sets]
+                # ECMP sets live in the rules that use them (ids may be renumbered):
+                # send again every rule whose ports changed
+                was = {r.ip: _rule(old, r) for r in old.routes}
+                routes = [r for r in new.routes if was.get(r.ip) != _rule(new, r)]
+                bounced = {(b.in_port, b.ip, b.arp): old.bounce_members(b) for b in old.bounces}
+                bounces = [b for b in new.bounces
+                           if bounced.get((b.in_port, b.ip, b.arp)) != new.bounce_members(b)]
                 self._send_routes(dp, new, routes)
-                self._send_bounce_rules(dp, new, [b for b in new.bounces
-                                                  if b.group in changed_sets])
+                self._send_bounce_rules(dp, new, bounces)
                 self.plans[dpid] = new
-                if changed_sets or routes:
+                if routes or bounces:
                     dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
                     changed.append(self.names[dpid])
         self.status.emit("recomputed", cause=cause, since=t0, switches=changed,
@@ -254,7 +258,7 @@ class ResilientRouting(FabricRouting):
         index = {edge: i for i, edge in enumerate(links)}
         ports = {}
         for lk in self.spec.links:
-            if lk.kind == "uplink":
+            if lk.kind == "fabric":
                 ports[(lk.a, lk.b)] = ((self.dpids[lk.a], lk.a_port), (self.dpids[lk.b], lk.b_port))
         round_no = 0
         while True:
@@ -271,13 +275,13 @@ class ResilientRouting(FabricRouting):
             if counts:
                 self._judge(counts)
             ready = {d for d in dps if d not in self.pending_barrier}
-            for edge, ((leaf_dp, leaf_port), (spine_dp, spine_port)) in ports.items():
+            for edge, ((low_dp, low_port), (high_dp, high_port)) in ports.items():
                 if edge in dead or edge in self.health.drained:
                     continue
-                if not {leaf_dp, spine_dp} <= ready:
+                if not {low_dp, high_dp} <= ready:
                     continue  # both ends connected with their plan (and probe catch) installed
-                for up, (dpid, port) in ((True, (leaf_dp, leaf_port)),
-                                         (False, (spine_dp, spine_port))):
+                for up, (dpid, port) in ((True, (low_dp, low_port)),
+                                         (False, (high_dp, high_port))):
                     dp = dps.get(dpid)
                     if dp is None:
                         continue

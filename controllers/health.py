@@ -1,4 +1,4 @@
-"""Link health from active link probes: loss of each leaf-spine link, and drains.
+"""Link health from active link probes: loss of each switch-to-switch link, and drains.
 
 Why probes and not port counters: on a veth, a frame dropped on its way out (a
 degraded link: nftables egress here, a bad optic in the field) is counted neither as
@@ -13,7 +13,8 @@ direction's loss over the last ``samples`` intervals is ``1 - received / sent``;
 it exceeds ``loss_threshold`` (with at least ``min_packets`` probes in the window) the
 link is drained. Drains are sticky (operations undrain by hand), so a drained link
 does not flap back once traffic has left it. Two guards keep the monitor from doing
-harm: it never drains a leaf's last undrained uplink, and when more than half of the
+harm: it never drains a switch's last undrained uplink (the link's lower-tier end: a
+leaf's last uplink), and when more than half of the
 links look lossy in the same sample it drains nothing (a fabric-wide loss is the
 measurement failing, e.g. an overloaded controller, not every link at once).
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from topologies.spec import FabricSpec
 
 Edge = tuple[str, str]
-Direction = tuple[Edge, str]  # (edge, "up" = leaf to spine, or "down")
+Direction = tuple[Edge, str]  # (edge, "up" = lower to higher tier, or "down")
 #: Ethernet type of link probes (IEEE 802 local experimental)
 PROBE_ETHERTYPE = 0x88B5
 PROBE = struct.Struct("!6s6sH4sHBI")  # dst, src, type, magic, link index, direction, seq
@@ -67,7 +68,8 @@ def decode_probe(data: bytes) -> tuple[int, bool, int] | None:
 
 @dataclass(frozen=True)
 class Drain:
-    """A decision: ``edge`` lost ``loss`` in ``direction`` (``up`` = leaf to spine)."""
+    """A decision: ``edge`` lost ``loss`` in ``direction`` (``up`` = from the lower
+    tier, e.g. leaf to spine)."""
 
     t: float
     edge: Edge
@@ -91,8 +93,8 @@ class HealthMonitor:
     _window: dict[Direction, deque] = field(default_factory=dict)
 
     def links(self) -> list[Edge]:
-        """Every leaf-spine link, in spec order (the probe's link index)."""
-        return [(lk.a, lk.b) for lk in self.spec.links if lk.kind == "uplink"]
+        """Every fabric (switch-to-switch) link, in spec order (the probe's link index)."""
+        return [(lk.a, lk.b) for lk in self.spec.links if lk.kind == "fabric"]
 
     def sample(self, t: float, counts: dict[Direction, tuple[int, int]]) -> list[Drain]:
         """Take one interval's (sent, received) per link direction; return new drains."""
@@ -102,8 +104,8 @@ class HealthMonitor:
             return []
         drains = []
         for d in lossy:
-            leaf = d.edge[0]
-            left = [e for e in self.links() if e[0] == leaf and e not in self.drained]
+            low = d.edge[0]  # the lower-tier end: keep at least one of its uplinks
+            left = [e for e in self.links() if e[0] == low and e not in self.drained]
             if d.edge in self.drained or left == [d.edge]:
                 continue
             self.drained.add(d.edge)

@@ -1,4 +1,4 @@
-"""Packet spraying on the leaves: the RoCE source port picks the uplink, per packet.
+"""Packet spraying: the RoCE source port picks the next hop, per packet.
 
 RoCEv2 NICs put their entropy in the UDP source port; switches hash it to choose a path.
 Senders that rotate the source port per packet therefore spray one queue pair's packets
@@ -7,8 +7,10 @@ over every uplink, and the receiver reorders by packet sequence number.
 The ECMP hash (:mod:`controllers.ecmp`) picks one uplink per source port, so a rotating
 port would already spread, but by hash: unevenly over a few packets, and only over the
 ports the hash happens to map. ``spray`` mode installs an even spread instead,
-proactively: for each remote destination, RoCE packets (UDP destination port 4791) whose
-source port has low bits ``i`` go out of uplink ``i mod n``, with a masked match on
+proactively, at every switch whose route to a destination has several next hops (the
+route's own ECMP set: a leaf's uplinks, a fat-tree edge's aggregation switches, an
+aggregation switch's cores): RoCE packets (UDP destination port 4791) whose source port
+has low bits ``i`` go out of member ``i mod n`` of that set, with a masked match on
 ``udp_src`` (OVS accepts masks on transport ports). Consecutive source ports go
 round-robin over the uplinks; random ones spread evenly. Everything else (TCP, other
 UDP) stays on the ECMP rule. The rules are proactive, so spraying survives the
@@ -27,13 +29,15 @@ PRIORITY_SPRAY = 115
 
 @dataclass(frozen=True)
 class SprayRule:
-    """Packets to ``ip`` with ``udp_src & mask == value`` (and ``ip_ecn``) use ``port``."""
+    """Packets to ``ip`` with ``udp_src & mask == value`` (and ``ip_ecn``) use ``port``,
+    one of ``members`` (the route's ECMP set: the backups when ``port`` is dead)."""
 
     ip: str
     value: int
     mask: int
     port: int
     ip_ecn: int | None = None
+    members: tuple[int, ...] = ()
 
     def match(self) -> dict:
         fields = {"eth_type": ETH_IPV4, "ipv4_dst": self.ip, "ip_proto": 17,
@@ -52,23 +56,25 @@ def spray_bits(n: int) -> int:
     return max(0, (n - 1).bit_length())
 
 
-def spray_rules(plan: SwitchPlan, uplinks: list[int], *, ect: bool = False) -> list[SprayRule]:
-    """Every remote destination times every source-port bucket; ``ect``: one rule per
-    ECT codepoint as well (for the marking groups).
+def spray_rules(plan: SwitchPlan, *, ect: bool = False) -> list[SprayRule]:
+    """Every destination routed over several ports times every source-port bucket over
+    that route's ports; ``ect``: one rule per ECT codepoint as well (for the marking
+    groups).
 
     >>> from controllers.paths import Route
-    >>> plan = SwitchPlan(1, "l", "leaf", {1: [3, 4]}, [Route("10.0.0.1", port=1),
-    ...                                                Route("10.0.0.3", group=1)])
-    >>> [(r.ip, r.value, r.mask, r.port) for r in spray_rules(plan, [3, 4])]
+    >>> plan = SwitchPlan(1, "l", "leaf", {1: [3, 4], 2: [3, 4, 5]},
+    ...                   [Route("10.0.0.1", port=1), Route("10.0.0.3", group=1),
+    ...                    Route("10.0.0.5", group=2)])
+    >>> [(r.ip, r.value, r.mask, r.port) for r in spray_rules(plan)][:2]
     [('10.0.0.3', 0, 1, 3), ('10.0.0.3', 1, 1, 4)]
-    >>> [(r.value, r.port) for r in spray_rules(plan, [3, 4, 5])]  # 4 buckets, 3 uplinks
+    >>> [(r.value, r.port) for r in spray_rules(plan) if r.ip == "10.0.0.5"]  # 4 buckets
     [(0, 3), (1, 4), (2, 5), (3, 3)]
     """
-    if len(uplinks) < 2:
-        return []
-    bits = spray_bits(len(uplinks))
-    mask = (1 << bits) - 1
     ecns: tuple[int | None, ...] = (1, 2) if ect else (None,)
-    return [SprayRule(r.ip, value, mask, uplinks[value % len(uplinks)], e)
-            for r in plan.routes if r.group is not None
-            for value in range(1 << bits) for e in ecns]
+    rules = []
+    for ip, ports in plan.multipath().items():
+        bits = spray_bits(len(ports))
+        mask = (1 << bits) - 1
+        rules += [SprayRule(ip, value, mask, ports[value % len(ports)], e, tuple(ports))
+                  for value in range(1 << bits) for e in ecns]
+    return rules

@@ -21,7 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from topologies.spec import FabricSpec
 
 TC_H_ROOT = 0xFFFFFFFF
-ROLES = ("leaf_uplink", "spine_downlink", "leaf_downlink")
 
 
 @dataclass(frozen=True)
@@ -48,18 +47,10 @@ def port_table(spec: FabricSpec) -> dict[tuple[int, int], PortInfo]:
     [(1, 'tbdoc0p0l0e1', 'leaf_downlink'), (2, 'tbdoc0p0l0e2', 'leaf_downlink'),
      (3, 'tbdoc0p0l0e3', 'leaf_uplink'), (4, 'tbdoc0p0l0e4', 'leaf_uplink')]
     """
-    dpids = {sw.name: sw.dpid for sw in spec.switches}
     table: dict[tuple[int, int], PortInfo] = {}
-
-    def add(switch: str, port: int, ifname: str, role: str, mbps: float) -> None:
-        table[(dpids[switch], port)] = PortInfo(switch, dpids[switch], port, ifname, role, mbps)
-
-    for lk in spec.links:
-        if lk.kind == "uplink":
-            add(lk.a, lk.a_port, lk.a_intf, "leaf_uplink", lk.mbps)
-            add(lk.b, lk.b_port, lk.b_intf, "spine_downlink", lk.mbps)
-        else:
-            add(lk.b, lk.b_port, lk.b_intf, "leaf_downlink", lk.mbps)
+    for p in spec.switch_ports():
+        dpid = spec.switch(p.switch).dpid
+        table[(dpid, p.port)] = PortInfo(p.switch, dpid, p.port, p.ifname, p.role, p.mbps)
     return table
 
 

@@ -1,0 +1,1 @@
+"""Example scenarios and builders (run from the repository's top folder)."""

@@ -5,10 +5,11 @@ Every undo step goes on the caller's ExitStack right after the resource exists.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
+import subprocess
 import sys
-from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +40,8 @@ class LiveFabric:
     """A fabric with its controller, up and checked; torn down by the stack it was given."""
 
     fabric: Fabric
-    controller: Helper
+    #: the lab's controller process; None with a remote controller (the user's)
+    controller: Helper | None
     status: Path
     pid_dir: Path
     times: FabricTimes
@@ -51,10 +53,16 @@ class LiveFabric:
         return self.fabric.spec
 
 
-def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) -> dict:
-    """The controller section as the controller reads it: plus the link rate and who marks
-    CE (``ecn.mode: auto`` resolved from the host's RED); BringUpError if impossible."""
-    config = {**controller, "link_mbps": spec.link_mbps}
+def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
+                      out: Path, seed: int = 1, telemetry: bool = True) -> dict:
+    """The controller's one configuration file (:mod:`controllers.config`): the variant's
+    controller section plus the spec, status and telemetry files in ``out``, the seed,
+    the link rate and who marks CE (``ecn.mode: auto`` resolved from the host's RED);
+    BringUpError if impossible."""
+    config = {**controller, "spec": str(out / "spec.json"),
+              "status": str(out / "controller-events.jsonl"),
+              "telemetry": str(out / "telemetry.jsonl") if telemetry else None,
+              "seed": seed, "link_mbps": spec.link_mbps}
     ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
     if ecn_mode == "switch" and not caps.red:
         raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "
@@ -69,30 +77,31 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities) ->
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
-             controller_args: Sequence[str] = (), seed: int = 1) -> LiveFabric:
+             seed: int = 1) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
-    older form). Returns once the controller has installed the paths on every switch and
-    the first and last host reach each other on every plane.
+    older form); ``seed`` seeds the controller's random draws. Returns once the
+    controller has installed the paths on every switch and the first and last host
+    reach each other on every plane.
     """
     out.mkdir(parents=True, exist_ok=True)
-    spec_file = out / "spec.json"
-    spec.to_json(spec_file)
-    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps)
+    spec.to_json(out / "spec.json")
+    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps, out=out,
+                               seed=seed, telemetry=telemetry)
     config_file = out / "controller.json"
     write_json(config_file, config)
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
+    if config.get("remote"):
+        return _bring_up_remote(spec, caps, run_id=run_id, remote=config["remote"],
+                                status=Path(config["status"]), pids=pids, stack=stack)
     port = free_port()
-    status = out / "controller-events.jsonl"
+    status = Path(config["status"])
     controller_proc = Helper(
         "controller",
-        [sys.executable, "-m", "controllers", "--spec", str(spec_file), "--port", str(port),
-         "--status", str(status), "--config", str(config_file),
-         *(["--telemetry", str(out / "telemetry.jsonl")] if telemetry else []),
-         *controller_args],
+        [sys.executable, "-m", "controllers", "--config", str(config_file), "--port", str(port)],
         pid_dir=pids, log=out / "controller.log",
     )
     stack.callback(controller_proc.stop)
@@ -120,6 +129,40 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         table = phantom.install(spec, ecn.classes, ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
                       times=times, phantom_table=table)
+
+
+def _bring_up_remote(spec: FabricSpec, caps: Capabilities, *, run_id: str, remote: str,
+                     status: Path, pids: Path, stack: ExitStack) -> LiveFabric:
+    """The fabric with its switches connected to the user's controller (``127.0.0.1:P``):
+    nothing of ours is installed; up once every switch is connected."""
+    port = int(remote.rsplit(":", 1)[1])
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port)
+    stack.callback(fabric.stop)
+    names = {sw.name for sw in spec.switches}
+
+    def connected() -> int:
+        done = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,controller",
+                               "list", "Bridge"] + sorted(names), capture_output=True,
+                              text=True)
+        rows = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,is_connected",
+                               "list", "Controller"], capture_output=True, text=True)
+        if done.returncode or rows.returncode:
+            return 0
+        up = {r[0][1] for r in json.loads(rows.stdout)["data"] if r[1] is True}
+        count = 0
+        for _, ctl in json.loads(done.stdout)["data"]:
+            uuids = [ctl[1]] if ctl[0] == "uuid" else [u[1] for u in ctl[1]]
+            count += any(u in up for u in uuids)
+        return count
+
+    def await_connected() -> None:
+        if not wait_for(lambda: connected() >= len(names), 30, interval=0.25):
+            raise BringUpError(f"{connected()} of {len(names)} switches connected to the "
+                               f"remote controller at {remote} in 30 s")
+
+    times = fabric.start(await_connected, check=False)
+    return LiveFabric(fabric=fabric, controller=None, status=status, pid_dir=pids,
+                      times=times)
 
 
 def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> dict:

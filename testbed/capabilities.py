@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.naming import run_prefix
+from testbed.naming import forget, new_run_id, register, run_prefix
 
 
 @dataclass
@@ -90,11 +90,18 @@ def _ovs_kernel_module() -> bool:
     return shutil.which("modprobe") is not None and _run(["modprobe", "-q", "openvswitch"])
 
 
-def probe(run_id: str = "0000") -> Capabilities:
-    """Probe kernel features in a temporary namespace ``tb<run_id>probe``; needs root."""
+def probe(run_id: str | None = None) -> Capabilities:
+    """Probe kernel features in a temporary namespace ``tb<run_id>probe``; needs root.
+
+    Without a run id the probe takes a fresh one, so that two probes never share (or
+    fail on) one namespace.
+    """
+    run_id = run_id or new_run_id()
     ns = f"{run_prefix(run_id)}probe"
     in_ns = ["ip", "netns", "exec", ns]
     created = _run(["ip", "netns", "add", ns])
+    if created:
+        register(run_id, "netns", ns)
     try:
         if created:
             _run(in_ns + ["ip", "link", "set", "lo", "up"])
@@ -123,6 +130,7 @@ def probe(run_id: str = "0000") -> Capabilities:
     finally:
         if created:
             _run(["ip", "netns", "del", ns])
+            forget(run_id, "netns", ns)
     caps.versions = {
         "python": platform.python_version(),
         "open_vswitch": _version(["ovs-vsctl", "--version"]),

@@ -1,10 +1,14 @@
-"""Remove what testbed runs left behind, found by the testbed's own names only.
+"""Remove what testbed runs left behind: only what a run provably made.
 
-Leftovers are found by asking the host, not by trusting a list in memory: pid files
-under /run/testbed, Mininet host shells named ``mininet:tbXXXX...``, OVS bridges with
-the ``testbed_run`` external id or a ``tbXXXX`` name, interfaces, namespaces and
-nftables tables (phantom-queue ECN marking, port loss) named ``tbXXXX...``. Nothing else
-is touched (unlike ``mn -c``).
+Leftovers are found by asking the host, not by trusting a list in memory, and each is
+checked against a run's own records in /run/testbed/RUNID: a process only when its pid
+file's start time matches the running process (a reused pid is somebody else's), an
+interface, namespace, nftables table or Mininet shell only when the run registered its
+name (:func:`testbed.naming.register`), an OVS bridge when registered or tagged with the
+``testbed_run`` external id. A name that merely looks like the testbed's (``tbface0``) is
+not touched, nor anything of a run whose owner is alive (unlike ``mn -c``). Host
+sysctls that a killed run left raised go back to the saved originals
+(:mod:`testbed.host_settings`).
 """
 
 from __future__ import annotations
@@ -21,67 +25,86 @@ from pathlib import Path
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from testbed.naming import OVS_EXTERNAL_ID, PREFIX, RUN_ROOT, is_owned, live_runs, run_id_of
+from testbed import host_settings
+from testbed.naming import OVS_EXTERNAL_ID, RUN_ROOT, live_runs, recorded_pid, registered
 from testbed.procs import stop_group, wait_for
 
-MININET_SHELL = re.compile(rf"mininet:{PREFIX}[0-9a-f]{{4}}")
+MININET_SHELL = re.compile(r"mininet:(\S+)")
 
 
-#: words in the command line of every helper the testbed starts (a pid may be reused)
-HELPER_WORDS = (b"controllers", b"traffic", b"testbed", b"mnexec", b"iperf3", b"tcpdump",
-                b"/usr/lib/frr/")
+def _dead_runs(skip: set[str]) -> list[str]:
+    """Ids of the run folders whose run is not alive (and not in ``skip``)."""
+    if not RUN_ROOT.is_dir():
+        return []
+    return sorted(f.name for f in RUN_ROOT.iterdir() if f.is_dir() and f.name not in skip)
 
 
-def _helpers(skip: set[str]) -> list[int]:
-    """Pids named by pid files (at any depth of a run folder) that still run a helper."""
+def _helpers(runs: list[str]) -> list[int]:
+    """Pids named by pid files (at any depth of a run folder) whose process still runs.
+
+    A pid file proves a process only with its start time (see :func:`recorded_pid`).
+    """
     pids = set()
-    for pid_file in RUN_ROOT.rglob("*.pid"):
-        if pid_file.relative_to(RUN_ROOT).parts[0] in skip:
-            continue
-        try:
-            pid = int(pid_file.read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if any(word in cmdline for word in HELPER_WORDS):
-            pids.add(pid)
+    for run_id in runs:
+        for pid_file in (RUN_ROOT / run_id).rglob("*.pid"):
+            try:
+                pid = recorded_pid(pid_file.read_text())
+            except OSError:
+                continue
+            if pid is not None and pid != os.getpid():
+                pids.add(pid)
     return sorted(pids)
 
 
-def _mininet_shells(skip: set[str]) -> list[int]:
+def _mininet_shells(nodes: set[str]) -> list[int]:
+    """Pids of the Mininet shells (``mininet:NODE``) of registered nodes."""
     pids = []
+    if not nodes:
+        return pids
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         match = MININET_SHELL.search(cmdline)
-        if match and match.group(0)[len("mininet:tb"):] not in skip:
+        if match and match.group(1) in nodes:
             pids.append(int(proc.name))
     return pids
 
 
-def _owned_bridges(skip: set[str]) -> list[str]:
+def bridge_tags(ovs_json: str) -> dict[str, str | None]:
+    """Each bridge's ``testbed_run`` external id (None without one), from ovs-vsctl JSON.
+
+    >>> bridge_tags('{"headings": ["name", "external_ids"], "data": ['
+    ...             '["tb1a2bs0", ["map", [["testbed_run", "1a2b"]]]], ["br0", ["map", []]]]}')
+    {'tb1a2bs0': '1a2b', 'br0': None}
+    """
+    table = json.loads(ovs_json or "{}")
+    tags = {}
+    for name, external_ids in table.get("data", []):
+        ids = dict(external_ids[1]) if external_ids and external_ids[0] == "map" else {}
+        tags[name] = ids.get(OVS_EXTERNAL_ID)
+    return tags
+
+
+def _owned_bridges(skip: set[str], names: set[str], only: set[str] | None = None) -> list[str]:
+    """Bridges registered by a dead run, or tagged with the id of a run that is not alive
+    (and, given ``only``, one of those runs)."""
     if shutil.which("ovs-vsctl") is None:
         return []
     done = subprocess.run(
-        ["ovs-vsctl", "-t", "5", "--format=csv", "--no-headings", "--columns=name,external_ids",
-         "list", "Bridge"], capture_output=True, text=True)
+        ["ovs-vsctl", "-t", "5", "--format=json", "--columns=name,external_ids", "list",
+         "Bridge"], capture_output=True, text=True)
     if done.returncode:
         return []
-    bridges = []
-    for line in done.stdout.splitlines():
-        name = line.split(",", 1)[0].strip('"')
-        tag = re.search(rf"{OVS_EXTERNAL_ID}=\W*([0-9a-f]{{4}})", line)
-        run_id = run_id_of(name) or (tag.group(1) if tag else None)
-        if (is_owned(name) or tag) and run_id not in skip:
-            bridges.append(name)
-    return bridges
+    return [name for name, tag in bridge_tags(done.stdout).items()
+            if (tag is not None and tag not in skip and (only is None or tag in only))
+            or (tag is None and name in names)]
 
 
-def _owned_tables(skip: set[str]) -> list[tuple[str, str]]:
-    """(family, name) of the host's nftables tables named by a run that is not alive."""
-    if shutil.which("nft") is None:
+def _owned_tables(names: set[str]) -> list[tuple[str, str]]:
+    """(family, name) of the host's nftables tables that a dead run registered."""
+    if not names or shutil.which("nft") is None:
         return []
     done = subprocess.run(["nft", "-j", "list", "tables"], capture_output=True, text=True)
     if done.returncode:
@@ -89,43 +112,51 @@ def _owned_tables(skip: set[str]) -> list[tuple[str, str]]:
     tables = []
     for item in json.loads(done.stdout or "{}").get("nftables", []):
         table = item.get("table")
-        if table and is_owned(table["name"]) and run_id_of(table["name"]) not in skip:
+        if table and f"{table['family']} {table['name']}" in names:
             tables.append((table["family"], table["name"]))
     return tables
 
 
-def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[str, int]]:
+def clean(dry_run: bool = False, force: bool = False,
+          only: set[str] | None = None) -> tuple[list[str], dict[str, int]]:
     """Remove testbed leftovers on this host.
 
     Returns what was (or would be) removed, and the live runs that were left alone: a
     run whose owner process is alive is not a leftover (``force`` removes it too).
+    ``only``: consider these run ids alone (the host's sysctls are then left as they are).
     """
     live = {} if force else live_runs()
     skip = set(live)
+    runs = [r for r in _dead_runs(skip) if only is None or r in only]
+    names: dict[str, set[str]] = {}
+    for run_id in runs:
+        for kind, found in registered(run_id).items():
+            names.setdefault(kind, set()).update(found)
     removed: list[str] = []
-    for pid in _helpers(skip):
+    for pid in _helpers(runs):
         removed.append(f"process {pid}")
         if not dry_run:
             _stop(pid)
-    for pid in _mininet_shells(skip):
+    for pid in _mininet_shells(names.get("mininet", set())):
         removed.append(f"Mininet host shell {pid}")
         if not dry_run:
             _stop(pid)
-    bridges = _owned_bridges(skip)
+    bridges = _owned_bridges(skip, names.get("bridge", set()), only)
     removed += [f"OVS bridge {b}" for b in bridges]
     if bridges and not dry_run:
         argv = ["ovs-vsctl", "-t", "10"]
         for b in bridges:
             argv += ["--", "--if-exists", "del-br", b]
         subprocess.run(argv, capture_output=True)
-    for family, table in _owned_tables(skip):  # before the ports their hooks are bound to
+    for family, table in _owned_tables(names.get("nft", set())):  # before their ports
         removed.append(f"nftables table {family} {table}")
         if not dry_run:
             subprocess.run(["nft", "delete", "table", family, table], capture_output=True)
+    links = names.get("link", set())
     with IPRoute() as ipr:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
-            if name and is_owned(name) and run_id_of(name) not in skip:
+            if name in links:
                 removed.append(f"interface {name}")
                 if not dry_run:
                     try:
@@ -134,17 +165,18 @@ def clean(dry_run: bool = False, force: bool = False) -> tuple[list[str], dict[s
                         if exc.code != errno.ENODEV:
                             raise
     for ns in netns.listnetns():
-        if is_owned(ns) and run_id_of(ns) not in skip:
+        if ns in names.get("netns", set()):
             removed.append(f"namespace {ns}")
             if not dry_run:
                 netns.remove(ns)
-    if RUN_ROOT.exists():
-        for folder in RUN_ROOT.iterdir():
-            if folder.name in skip:
-                continue
-            removed.append(f"run folder {folder}")
-            if not dry_run:
-                shutil.rmtree(folder, ignore_errors=True)
+    restored = ([] if only is not None
+                else host_settings.restore_saved(dry_run=dry_run, force=force))
+    removed += [f"raised host setting {name} (back to {value})" for name, value in restored]
+    for run_id in runs:
+        folder = RUN_ROOT / run_id
+        removed.append(f"run folder {folder}")
+        if not dry_run:
+            shutil.rmtree(folder, ignore_errors=True)
     return removed, live
 
 

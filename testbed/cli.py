@@ -1,4 +1,5 @@
-"""``testbed`` command line: run, validate, schema, doctor, calc, clean.
+"""``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
+(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt.
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
 that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
@@ -13,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from testbed.errors import ConfigError, Interrupted, TestbedError
+from testbed.errors import ConfigError, HostError, Interrupted, TestbedError
 from topologies.params import ParamError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +63,7 @@ def cmd_run(args) -> int:
                 "DURATION", f"must be a number of seconds, got {args.duration!r}") from None
     sc = scenario.load(scenario_path(args.scenario), duration_override=duration)
     if os.geteuid() != 0:
-        raise ConfigError("user", "running a scenario needs root (namespaces, Open vSwitch)")
+        raise HostError("running a scenario needs root (namespaces, Open vSwitch)")
     results_root = Path(args.results)
     out = Path(args.out) if args.out else runner.default_out(results_root, sc.name)
     if args.out and out.exists() and any(out.iterdir()):
@@ -83,7 +84,7 @@ def cmd_doctor(args) -> int:
     from testbed.capabilities import format_report, probe
 
     if os.geteuid() != 0:
-        raise ConfigError("user", "the probe needs root (it creates a test namespace)")
+        raise HostError("doctor needs root (the probe creates a test namespace)")
     caps = probe()
     print(json.dumps(caps.to_dict(), indent=2) if args.json else format_report(caps))
     return 0
@@ -100,13 +101,17 @@ def cmd_calc(args) -> int:
 
 def cmd_clean(args) -> int:
     from testbed.cleanup import clean
+    from testbed.lab.state import all_labs
 
-    removed, live = clean(dry_run=args.dry_run, force=args.force)
+    only = set(args.run) if args.run else None
+    removed, live = clean(dry_run=args.dry_run, force=args.force, only=only)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{verb} {item}")
+    labs = {r["run_id"]: r["name"] for r in all_labs()}
     for run_id, pid in sorted(live.items()):
-        print(f"left alone: run {run_id}, still running (process {pid}); --force removes it")
+        what = f"lab {labs[run_id]} (run {run_id})" if run_id in labs else f"run {run_id}"
+        print(f"left alone: {what}, still running (process {pid}); --force removes it")
     print(f"{len(removed)} testbed leftovers {verb}" if removed else "nothing to clean")
     return 0
 
@@ -155,11 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calc)
 
-    p = sub.add_parser("clean", help="remove what testbed runs left behind (by name prefix)")
+    p = sub.add_parser("clean", help="remove what testbed runs left behind (what runs "
+                                     "registered or tagged)")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--force", action="store_true",
                    help="also remove runs whose process is still alive")
+    p.add_argument("--run", action="append", metavar="ID",
+                   help="only this run (its 4-hex-digit id; may repeat)")
     p.set_defaults(func=cmd_clean)
+
+    from testbed.lab.commands import add_parsers as add_lab_parsers
+    from testbed.tools import add_parsers as add_tool_parsers
+
+    add_lab_parsers(sub)
+    add_tool_parsers(sub)
     return parser
 
 

@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +27,11 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
-from testbed import ovs_socket
+from testbed import host_settings, ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.hosts import MininetHost
-from testbed.naming import OVS_EXTERNAL_ID
+from testbed.naming import OVS_EXTERNAL_ID, register
 from testbed.procs import Helper
 from topologies.spec import FabricSpec, HostInterface
 
@@ -47,7 +47,6 @@ HTB_MINOR = 0x10
 TC_H_ROOT = 0xFFFFFFFF
 #: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
 OVS_SOCKET_BUFFER = 8 * 1024 * 1024
-SYSCTL_CORE = Path("/proc/sys/net/core")
 
 
 def _mininet():
@@ -73,8 +72,7 @@ def burst_bytes(mbps: float, mtu: int) -> int:
     return max(2 * (mtu + 14), int(mbps * 1e6 / 8 / 1000))
 
 
-@contextmanager
-def socket_buffer_defaults(size: int):
+def socket_buffer_defaults(size: int) -> AbstractContextManager[None]:
     """Raise ``net.core.{r,w}mem_default`` to ``size`` for a moment, then restore them.
 
     The userspace datapath reads and writes every port through AF_PACKET sockets that
@@ -83,18 +81,12 @@ def socket_buffer_defaults(size: int):
     ovs-vswitchd is not scheduled overflow them and drop packets that no emulated queue
     dropped; and all egress queues of all switches share one 208 KB send budget. Sockets
     keep the size they were created with, so the host's defaults go back at once.
+
+    They are the whole host's: :mod:`testbed.host_settings` changes them under a lock,
+    keeps the originals under /run/testbed while any run holds them raised, and lets
+    ``testbed clean`` put them back after a run that was killed meanwhile.
     """
-    saved = {}
-    try:
-        for name in ("rmem_default", "wmem_default"):
-            path = SYSCTL_CORE / name
-            saved[path] = path.read_text()
-            if int(saved[path]) < size:
-                path.write_text(str(size))
-        yield
-    finally:
-        for path, value in saved.items():
-            path.write_text(value)
+    return host_settings.raised({"net.core.rmem_default": size, "net.core.wmem_default": size})
 
 
 @dataclass
@@ -131,8 +123,10 @@ class Fabric:
         self.send_socket_problem: str | None = None
 
     # -- bring-up ----------------------------------------------------------------------
-    def start(self, await_paths: Callable[[], None] | None = None) -> FabricTimes:
-        """Build, configure and check the fabric.
+    def start(self, await_paths: Callable[[], None] | None = None, *,
+              check: bool = True) -> FabricTimes:
+        """Build, configure and check the fabric (``check``: hosts reach each other on
+        every plane; off for a controller that is not ours).
 
         ``await_paths`` blocks until the controller has installed the paths; the first
         packets then cross the fabric (a ping on every plane) while the socket buffers are
@@ -148,16 +142,26 @@ class Fabric:
             topo=None, build=False, controller=None, autoSetMacs=False,
             autoStaticArp=False, waitConnected=False,
         )
-        net.addController(remote(f"{self.spec.prefix}c", ip="127.0.0.1",
-                                 port=self.controller_port))
+        # Mininet starts a node's shell when the node is added, deletes an interface of
+        # the same name before it makes a link, and a bridge before it adds one: the
+        # names below are the run's from that moment on (the run id was chosen so that
+        # no name with its prefix existed), so they are registered before Mininet acts.
+        controller = f"{self.spec.prefix}c"
+        register(self.run_id, "mininet", controller)
+        net.addController(remote(controller, ip="127.0.0.1", port=self.controller_port))
         for sw in self.spec.switches:
+            register(self.run_id, "mininet", sw.name)
+            register(self.run_id, "bridge", sw.name)
             net.addSwitch(
                 sw.name, cls=ovs_switch, dpid=f"{sw.dpid:016x}", datapath=self.caps.ovs_datapath,
                 protocols="OpenFlow13", failMode="secure", batch=True,
             )
         for host in self.spec.hosts:
+            register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         for lk in self.spec.links:
+            register(self.run_id, "link", lk.a_intf)
+            register(self.run_id, "link", lk.b_intf)
             params = {}
             if lk.kind == "host":
                 params["addr1"] = self.spec.host(lk.a).interface_by_name(lk.a_intf).mac
@@ -182,7 +186,8 @@ class Fabric:
                 t2 = time.monotonic()
                 await_paths()
                 self.times.paths_s = time.monotonic() - t2
-                self.check_reachability()
+                if check:
+                    self.check_reachability()
         if self.caps.ovs_datapath == "user" and await_paths is not None:
             # created small before this run (another bridge sent first): raise it in place
             self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER)
@@ -204,23 +209,23 @@ class Fabric:
         if done.returncode:
             raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
 
-    def switch_ports(self) -> list[tuple[str, float]]:
-        """Every switch port (root namespace) with the rate its egress is shaped to."""
-        ports = [(lk.b_intf, lk.mbps) for lk in self.spec.links]
-        ports += [(lk.a_intf, lk.mbps) for lk in self.spec.links if lk.kind == "uplink"]
-        return ports
+    def _switch_ports(self) -> list[tuple[str, float]]:
+        return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
 
     def _configure_switch_ports(self) -> None:
         """Shape every switch port (root namespace) with HTB + FIFO; offloads off."""
         ethtool = Ethtool() if self.caps.ovs_datapath == "user" else None
         try:
             with IPRoute() as ipr:
-                for ifname, mbps in self.switch_ports():
+                for ifname, mbps in self._switch_ports():
                     index = ipr.link_lookup(ifname=ifname)
                     if not index:
                         raise BringUpError(f"switch port {ifname} was not created")
-                    ipr.link("set", index=index[0], mtu=self.spec.mtu)
-                    self._shape(ipr, index[0], mbps)
+                    try:
+                        ipr.link("set", index=index[0], mtu=self.spec.mtu)
+                        self._shape(ipr, index[0], mbps)
+                    except NetlinkError as exc:
+                        raise BringUpError(f"switch port {ifname}: {exc}") from None
                     if ethtool:
                         features = ethtool.get_features(ifname)
                         for name, feature in features.features.items():
@@ -276,6 +281,11 @@ class Fabric:
         if done.returncode:
             raise BringUpError(f"RED queue on {ifname} failed: {done.stderr.strip()}")
 
+    @property
+    def host_link_mbps(self) -> dict[str, float]:
+        """Each host interface's link rate (explicit graphs may give links their own)."""
+        return {lk.a_intf: lk.mbps for lk in self.spec.links if lk.kind == "host"}
+
     def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
         """Shell lines that configure a host namespace: MTU, address, offloads, shaping."""
         cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
@@ -287,8 +297,9 @@ class Fabric:
             if self.caps.ovs_datapath == "user":
                 cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
             if self.caps.htb:
-                rate = f"{self.spec.link_mbps:g}mbit"
-                burst = burst_bytes(self.spec.link_mbps, self.spec.mtu)
+                mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
+                rate = f"{mbps:g}mbit"
+                burst = burst_bytes(mbps, self.spec.mtu)
                 leaf = (f"netem delay {self.spec.delay_ms:g}ms limit {self.queue_packets()}"
                         if self.delay_applied else f"bfifo limit {self.spec.queue_kb * 1000}")
                 cmds += [
@@ -330,15 +341,9 @@ class Fabric:
         return self.host(host).ping(ip, count=count, wait_s=wait_s)
 
     def port_roles(self) -> dict[str, str]:
-        """Each switch port's role: ``leaf_uplink``, ``spine_downlink`` or ``leaf_downlink``."""
-        roles = {}
-        for lk in self.spec.links:
-            if lk.kind == "uplink":
-                roles[lk.a_intf] = "leaf_uplink"
-                roles[lk.b_intf] = "spine_downlink"
-            else:
-                roles[lk.b_intf] = "leaf_downlink"
-        return roles
+        """Each switch port's role from the spec's graph (``leaf_uplink``,
+        ``spine_downlink``, ``leaf_downlink`` on a leaf-spine)."""
+        return self.spec.port_roles()
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
         """Egress counters of every switch port's root qdisc: bytes, packets, drops."""

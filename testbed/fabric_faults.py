@@ -5,11 +5,12 @@ variant's spec and named in the canonical short form (the name without the run
 prefix). The actions (:class:`FabricFaults`) act on real interfaces and processes:
 
 * ``link_down`` / ``link_up``: both veth ends of a link go down (both ends lose
-  carrier) or up. Targets: ``p0l0-p0s1`` (either order), ``n0-p0l0``, a switch port
-  ``p0l0e3``, or a host interface ``n0p0r0``.
+  carrier) or up. Targets: any link of the spec by its ends' short names in either
+  order (``p0l0-p0s1``, ``p0e0-p0a1`` in a fat-tree, ``l1-s1`` in an explicit graph,
+  ``n0-p0l0``), a switch port (``p0l0e3``), or a host interface (``n0p0r0``).
 * ``link_flap``: ``count`` down/up cycles of ``period_s``; expanded at validation into
   link_down/link_up faults, so each transition has its own record.
-* ``switch_fail`` / ``switch_restore``: every link of a leaf or spine down/up (the
+* ``switch_fail`` / ``switch_restore``: every link of any switch down/up (the
   neighbours see what they would see of a dead switch: carrier gone on every port).
 * ``plane_fail`` / ``plane_restore``: every switch of a plane (``p1`` or ``1``).
 * ``rail_fail`` / ``rail_restore``: one NIC of a node: ``n2p0r0`` (node 2, plane 0,
@@ -37,28 +38,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import Any
 
 from pyroute2 import IPRoute
 
+from testbed import fault_kinds
 from testbed.errors import ConfigError, HostError
+from testbed.fabric import HTB_MINOR, burst_bytes
 from testbed.faults import Fault
+from testbed.naming import forget, register, run_id_of
 from testbed.nft import port_loss_rules
 from testbed.procs import Helper
 from topologies.spec import FabricSpec, Link
-
-#: action -> kind of target it takes (None: no target)
-ACTIONS: dict[str, str | None] = {
-    "link_down": "link", "link_up": "link", "link_flap": "link",
-    "switch_fail": "switch", "switch_restore": "switch",
-    "plane_fail": "plane", "plane_restore": "plane",
-    "rail_fail": "rail", "rail_restore": "rail",
-    "controller_kill": None, "controller_restart": None,
-    "degrade": "link", "restore": "link",
-}
-FIELDS = {"at_s", "action", "target", "loss", "period_s", "count"}
 
 
 def short(spec: FabricSpec, name: str) -> str:
@@ -66,7 +59,8 @@ def short(spec: FabricSpec, name: str) -> str:
 
 
 def link_name(spec: FabricSpec, lk: Link) -> str:
-    """Canonical name of a link: ``p0l0-p0s1`` (uplink) or ``n0-p0l0`` (host link)."""
+    """Canonical name of a link: its ends' short names, the lower tier first:
+    ``p0l0-p0s1`` (a fabric link) or ``n0-p0l0`` (a host link)."""
     return f"{short(spec, lk.a)}-{short(spec, lk.b)}"
 
 
@@ -113,19 +107,9 @@ def _target(spec: FabricSpec, kind: str | None, value: Any, where: str) -> str:
     return text
 
 
-def _number(entry: dict, key: str, where: str, low: float, high: float | None,
-            default: float | None = None) -> float:
-    value = entry.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}.{key}", f"must be a number, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"{low:g}..{high:g}" if high is not None else f"{low:g} or more"
-        raise ConfigError(f"{where}.{key}", f"must be {bound}, got {value!r}")
-    return float(value)
-
-
 def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults") -> tuple[Fault, ...]:
-    """Validate a ``faults:`` list against ``spec``; raises :class:`ConfigError`."""
+    """Validate a ``faults:`` list against ``spec`` (every kind from
+    :mod:`testbed.fault_kinds`); raises :class:`ConfigError`."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -135,36 +119,25 @@ def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults") -> tuple[Fau
         at = f"{where}[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(at, "must be a mapping with at_s, action, target")
-        for key in entry:
-            if key not in FIELDS:
-                raise ConfigError(f"{at}.{key}",
-                                  f"unknown field (known: {', '.join(sorted(FIELDS))})")
-        action = entry.get("action")
-        if action not in ACTIONS:
-            raise ConfigError(f"{at}.action", f"unknown action {action!r} "
-                              f"(known: {', '.join(ACTIONS)})")
-        at_s = _number(entry, "at_s", at, 0, None)
-        target = _target(spec, ACTIONS[action], entry.get("target"), f"{at}.target")
-        for key in ("loss", "period_s", "count"):
-            wanted = (key == "loss" and action == "degrade") or (
-                key != "loss" and action == "link_flap")
-            if key in entry and not wanted:
-                raise ConfigError(f"{at}.{key}", f"not used by {action}")
-        if action == "degrade":
-            loss = _number(entry, "loss", at, 0.001, 1.0)
-            out.append(Fault(at_s, action, target, loss))
-        elif action == "link_flap":
-            period = _number(entry, "period_s", at, 0.05, 60, default=1.0)
-            count = entry.get("count", 3)
-            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
-                raise ConfigError(f"{at}.count", f"must be an integer 1..100, got {count!r}")
-            for n in range(count):
-                t = round(at_s + n * period, 6)
-                out.append(Fault(t, "link_down", target))
-                out.append(Fault(round(t + period / 2, 6), "link_up", target))
-        else:
-            out.append(Fault(at_s, action, target))
+        cls = fault_kinds.kind(entry.get("action"), f"{at}.action")
+        at_s = entry.get("at_s")
+        if isinstance(at_s, bool) or not isinstance(at_s, int | float) or at_s < 0:
+            raise ConfigError(f"{at}.at_s", f"must be a number of seconds, 0 or more, "
+                                            f"got {at_s!r}")
+        target = _target(spec, cls.TARGET, entry.get("target"), f"{at}.target")
+        params = fault_kinds.parameters(cls, entry, at)
+        out += cls().expand(float(at_s), target, params)
     return tuple(sorted(out, key=lambda f: f.at_s))
+
+
+def needs(faults: tuple[Fault, ...]) -> dict[str, str]:
+    """The kernel features the faults need: Capabilities field -> the first kind."""
+    out: dict[str, str] = {}
+    for f in faults:
+        feature = fault_kinds.kind(f.action).NEEDS
+        if feature:
+            out.setdefault(feature, f.action)
+    return out
 
 
 class FabricFaults:
@@ -178,21 +151,23 @@ class FabricFaults:
         self.on_restart = on_restart
         self._degraded: dict[str, list[tuple[str | None, str]]] = {}
 
-    def actions(self) -> dict[str, Callable[..., object]]:
-        return {
-            "link_down": lambda t: self._links([find_link(self.spec, t)], up=False),
-            "link_up": lambda t: self._links([find_link(self.spec, t)], up=True),
-            "switch_fail": lambda t: self._links(self._switch_links(t), up=False),
-            "switch_restore": lambda t: self._links(self._switch_links(t), up=True),
-            "plane_fail": lambda t: self._links(self._plane_links(t), up=False),
-            "plane_restore": lambda t: self._links(self._plane_links(t), up=True),
-            "rail_fail": lambda t: self._links([find_link(self.spec, t)], up=False),
-            "rail_restore": lambda t: self._links([find_link(self.spec, t)], up=True),
-            "controller_kill": lambda t: self.kill_controller(),
-            "controller_restart": lambda t: self.restart_controller(),
-            "degrade": self.degrade,
-            "restore": self.restore,
-        }
+    def actions(self, names: Iterable[str] = ()) -> dict[str, Callable[..., object]]:
+        """Every registered kind (and the plug-in kinds ``names``) bound to this fabric."""
+        kinds = {**fault_kinds.KINDS, **{n: fault_kinds.kind(n) for n in names}}
+        return {name: (lambda t, *args, c=cls, **p: c().apply(self, t, *args, **p))
+                for name, cls in kinds.items()}
+
+    def link(self, target: str) -> Link:
+        return find_link(self.spec, target)
+
+    def switch_links(self, name: str) -> list[Link]:
+        return self._switch_links(name)
+
+    def plane_links(self, plane: str) -> list[Link]:
+        return self._plane_links(plane)
+
+    def set_links(self, links: list[Link], *, up: bool) -> int:
+        return self._links(links, up=up)
 
     # -- links -------------------------------------------------------------------------
     def _switch_links(self, name: str) -> list[Link]:
@@ -215,7 +190,7 @@ class FabricFaults:
     def _switch_ends(self, links: list[Link], state: str) -> None:
         with IPRoute() as ipr:
             for lk in links:
-                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "uplink" else [])
+                ends = [lk.b_intf] + ([lk.a_intf] if lk.kind == "fabric" else [])
                 for name in ends:
                     index = ipr.link_lookup(ifname=name)
                     if not index:
@@ -236,7 +211,9 @@ class FabricFaults:
     # -- controller --------------------------------------------------------------------
     def kill_controller(self) -> int:
         """SIGKILL the controller's process group (a crash: no goodbye to the switches)."""
-        helper: Helper = self.live.controller
+        helper: Helper | None = self.live.controller
+        if helper is None:
+            raise HostError("the fabric runs with a remote controller, not ours")
         if not helper.alive():
             raise HostError("controller is not running")
         os.killpg(helper.pid, signal.SIGKILL)
@@ -245,7 +222,9 @@ class FabricFaults:
 
     def restart_controller(self) -> int:
         """Start the controller again with the same argv (same OpenFlow port)."""
-        old: Helper = self.live.controller
+        old: Helper | None = self.live.controller
+        if old is None:
+            raise HostError("the fabric runs with a remote controller, not ours")
         if old.alive():
             raise HostError("controller is still running")
         log = self.live.status.parent / "controller.log"
@@ -255,6 +234,59 @@ class FabricFaults:
         if self.on_restart:
             self.on_restart(new)
         return new.pid
+
+    # -- delay and rate ----------------------------------------------------------------
+    def _ends(self, target: str) -> list[tuple[str | None, str]]:
+        """Every end of a link: (host namespace or None for the root one, interface)."""
+        lk = find_link(self.spec, target)
+        return [(None, lk.b_intf), (lk.a if lk.kind == "host" else None, lk.a_intf)]
+
+    def _tc(self, host: str | None, argv: list[str]) -> None:
+        argv = ["tc", *argv]
+        done = (self.live.fabric.run(host, argv, timeout=10) if host is not None else
+                subprocess.run(argv, capture_output=True, text=True, timeout=10))
+        if done.returncode:
+            raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
+    def delay(self, target: str, delay_ms: float, jitter_ms: float = 0.0) -> float:
+        """netem delay (and jitter) as every end's egress queue, the link's buffer kept."""
+        fabric = self.live.fabric
+        for host, ifname in self._ends(target):
+            netem = ["netem", "delay", f"{delay_ms:g}ms"]
+            if jitter_ms:
+                netem.append(f"{jitter_ms:g}ms")
+            self._tc(host, ["qdisc", "replace", "dev", ifname, "parent",
+                            f"1:{HTB_MINOR:x}", "handle", f"{HTB_MINOR:x}:", *netem,
+                            "limit", str(fabric.queue_packets())])
+        return delay_ms
+
+    def undelay(self, target: str) -> int:
+        """Every end's own egress queue again (as the fabric built it)."""
+        fabric = self.live.fabric
+        lk = find_link(self.spec, target)
+        ends = self._ends(target)
+        for host, ifname in ends:
+            if fabric.red and host is None:
+                argv = fabric.red_argv(ifname, lk.mbps)[1:]
+                argv[1] = "replace"
+            else:
+                leaf = (["netem", "delay", f"{self.spec.delay_ms:g}ms", "limit",
+                         str(fabric.queue_packets())] if fabric.delay_applied else
+                        ["bfifo", "limit", str(self.spec.queue_kb * 1000)])
+                argv = ["qdisc", "replace", "dev", ifname, "parent", f"1:{HTB_MINOR:x}",
+                        "handle", f"{HTB_MINOR:x}:", *leaf]
+            self._tc(host, argv)
+        return len(ends)
+
+    def set_rate(self, target: str, mbps: float | None) -> float:
+        """The link's rate at every end (its HTB class), or its configured rate (None)."""
+        lk = find_link(self.spec, target)
+        rate = lk.mbps if mbps is None else mbps
+        for host, ifname in self._ends(target):
+            self._tc(host, ["class", "change", "dev", ifname, "parent", "1:", "classid",
+                            f"1:{HTB_MINOR:x}", "htb", "rate", f"{rate:g}mbit", "ceil",
+                            f"{rate:g}mbit", "burst", str(burst_bytes(rate, self.spec.mtu))])
+        return rate
 
     # -- loss --------------------------------------------------------------------------
     def _table(self, target: str, end: int) -> str:
@@ -272,6 +304,8 @@ class FabricFaults:
         for i, (host, ifname) in enumerate(ends):
             table = self._table(target, i)
             self._nft(host, ["-f", "-"], port_loss_rules(table, ifname, loss))
+            if host is None:  # in the root namespace (a host's table goes with its namespace)
+                register(run_id_of(table), "nft", f"netdev {table}")
             self.stack.callback(self._nft, host, ["delete", "table", "netdev", table], None,
                                 False)
             applied.append((host, table))
@@ -282,6 +316,8 @@ class FabricFaults:
         applied = self._degraded.pop(target, [])
         for host, table in applied:
             self._nft(host, ["delete", "table", "netdev", table], None)
+            if host is None:
+                forget(run_id_of(table), "nft", f"netdev {table}")
         return len(applied)
 
     def _nft(self, host: str | None, args: list[str], stdin: str | None,

@@ -4,8 +4,9 @@ The runner calls :func:`start` once traffic is starting and :meth:`FaultRun.stop
 before teardown; :meth:`FaultRun.entries` (after teardown) turns what was written into
 the run's ``faults`` entries (:mod:`testbed.resilience`). Probes: one
 ``traffic.probe`` process per (host, plane, flow) for two host pairs on different
-leaves, every plane, ``FLOWS`` UDP ports each (so the switches' ECMP hashing spreads
-them over the spines, and a cut spine link hits some of them), at ``RATE`` per second.
+switches of tier 0 (leaves, edge switches), every plane, ``FLOWS`` UDP ports each
+(so the switches' ECMP hashing spreads them over the spines, and a cut spine link hits
+some of them), at ``RATE`` per second.
 """
 
 from __future__ import annotations
@@ -29,37 +30,34 @@ RATE = 100.0  # probes per second per stream: 10 ms resolution for repair times
 FLOWS = 2
 
 
-def controller_args(controller: dict) -> list[str]:
-    """``python -m controllers`` options for a variant's controller section.
-
-    >>> controller_args({"fast_failover": True, "recompute": False, "health": {}})
-    ['--fast-failover']
-    >>> controller_args({"health": {"enabled": True, "interval_ms": 200}})
-    ['--health', '{"enabled": true, "interval_ms": 200}']
-    """
-    args = []
-    if controller.get("fast_failover"):
-        args.append("--fast-failover")
-    if controller.get("recompute"):
-        args.append("--recompute")
-    health = controller.get("health") or {}
-    if health.get("enabled"):
-        args += ["--health", json.dumps(health)]
-    return args
-
-
 def probe_pairs(spec) -> list[tuple[int, int]]:
-    """Two node pairs whose traffic crosses the spines: first/last and second/second-last.
+    """Up to two node pairs whose traffic crosses the fabric: each a host from the front
+    and one from the back attached (on plane 0) to different switches of tier 0, so
+    their traffic leaves the switch it started on; first/last and second/second-last
+    on a leaf-spine.
 
     >>> from topologies.leafspine import build_fabric
     >>> probe_pairs(build_fabric(prefix="tbdoc0", nodes=8, leaves_per_plane=2))
     [(0, 7), (1, 6)]
+    >>> from topologies.fattree import build_fattree
+    >>> probe_pairs(build_fattree(prefix="tbdoc0", k=4))  # other pods: the cores
+    [(0, 15), (1, 14)]
+    >>> probe_pairs(build_fabric(prefix="tbdoc0", nodes=8, leaves_per_plane=1))  # one switch
+    [(0, 7)]
     """
     n = len(spec.hosts)
-    pairs = [(0, n - 1)]
-    if n >= 4:
-        pairs.append((1, n - 2))
-    return pairs
+    edge = [h.interfaces[0].switch for h in spec.hosts]
+    pairs: list[tuple[int, int]] = []
+    used: set[int] = set()
+    for a in range(n):
+        if len(pairs) == (2 if n >= 4 else 1):
+            break
+        b = next((b for b in range(n - 1, a, -1)
+                  if b not in used and a not in used and edge[a] != edge[b]), None)
+        if b is not None:
+            pairs.append((a, b))
+            used |= {a, b}
+    return pairs or [(0, n - 1)]  # every host on one switch: still probe it
 
 
 @dataclass
@@ -92,7 +90,7 @@ def start(live, faults, *, out: Path, t0: float, duration_s: float,
           stack: ExitStack) -> FaultRun:
     """Start probes (now) and the fault schedule (``at_s`` counted from ``t0``)."""
     spec = live.spec
-    actions = FabricFaults(live, stack).actions()
+    actions = FabricFaults(live, stack).actions(names=[f.action for f in faults])
     run = FaultRun(live=live, out=out, schedule=Schedule(list(faults), actions), t0=t0)
     length = f"{duration_s + (t0 - time.time()) + 1:.3f}"
     for a, b in probe_pairs(spec):

@@ -18,11 +18,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from testbed.errors import ConfigError, TestbedError
 
-Action = Callable[..., object]  # (target) or (target, loss)
+Action = Callable[..., object]  # (target), (target, loss) or (target, **params)
 Hook = Callable[["FaultRecord"], None]
 
 
@@ -30,13 +30,15 @@ Hook = Callable[["FaultRecord"], None]
 class Fault:
     """One planned action: ``action`` on ``target``, ``at_s`` seconds after the start.
 
-    ``loss`` (a fraction) is passed on as a second argument to actions that take it.
+    ``loss`` (a fraction) is passed on as a second argument to actions that take it;
+    ``params`` as keyword arguments.
     """
 
     at_s: float
     action: str
     target: str
     loss: float | None = None
+    params: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -97,8 +99,8 @@ class Schedule:
             rec.started = time.time()
             try:
                 action = self.actions[fault.action]
-                rec.result = (action(fault.target) if fault.loss is None
-                              else action(fault.target, fault.loss))
+                rec.result = (action(fault.target, fault.loss) if fault.loss is not None
+                              else action(fault.target, **fault.params))
                 rec.ok = True
             except (TestbedError, OSError) as exc:
                 rec.error = str(exc)

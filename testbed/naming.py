@@ -1,30 +1,57 @@
 """Names of what a run creates: the ``tb`` prefix plus the run's short id.
 
-Everything on the host carries ``PREFIX + run_id`` so that ``testbed clean`` can find
-exactly what the testbed made, and nothing else.
+Everything on the host carries ``PREFIX + run_id``, and every name a run creates on the
+host is also *registered* in the run's folder (:func:`register`, right after creating
+it). ``testbed clean`` removes only registered names (or OVS bridges tagged with
+:data:`OVS_EXTERNAL_ID`), never a name merely because it looks like the testbed's: an
+interface ``tbface0`` that somebody else made is not ours. Processes are recorded with
+their start time (:func:`pid_record`), so a pid reused by another process is not ours
+either.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 PREFIX = "tb"
 RUN_ROOT = Path("/run/testbed")
 OVS_EXTERNAL_ID = "testbed_run"
-OWNER = "owner"  # file in a run folder: the pid of the process that runs it
+OWNER = "owner"  # file in a run folder: the pid (and start time) of the process that runs it
+NAMES = "names"  # file in a run folder: one "KIND NAME" line per name the run created
+#: file in a run folder without an owner: the process that registered its first name
+REGISTRAR = "registrar"
+#: kinds of registered names; an ``nft`` name is "FAMILY TABLE"
+KINDS = ("link", "netns", "bridge", "nft", "mininet")
 #: names the testbed gives to interfaces, namespaces and bridges: tb + 4 hex digits
 OWNED_NAME = re.compile(rf"^{PREFIX}[0-9a-f]{{4}}")
 
 
 def new_run_id() -> str:
-    """A short random id, unique among the runs alive on one host."""
+    """A short random id, unique among the runs on one host, whose prefix no name uses.
+
+    An id whose prefix starts an existing interface or namespace name is skipped, so a
+    run never creates a name that somebody else already uses.
+    """
     while True:
         run_id = secrets.token_hex(2)
-        if not (RUN_ROOT / run_id).exists():
+        if not (RUN_ROOT / run_id).exists() and not _prefix_in_use(run_prefix(run_id)):
             return run_id
+
+
+def _prefix_in_use(prefix: str) -> bool:
+    for folder in (Path("/sys/class/net"), Path("/run/netns")):
+        try:
+            if any(name.startswith(prefix) for name in os.listdir(folder)):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def run_prefix(run_id: str) -> str:
@@ -50,25 +77,156 @@ def is_owned(name: str) -> bool:
     return OWNED_NAME.match(name) is not None
 
 
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22), or None.
+
+    With the pid it names one process for the life of the host: a pid is reused, a
+    (pid, start time) pair is not.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # field 2 (comm) is in parentheses and may hold spaces; field 3 follows the last ")"
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[22 - 3])
+
+
+def pid_record(pid: int) -> str:
+    """Text of a pid file: ``PID START_TIME`` (see :func:`recorded_pid`)."""
+    return f"{pid} {start_time(pid)}\n"
+
+
+def recorded_pid(text: str) -> int | None:
+    """The pid of a pid file's text if that very process still runs, else None.
+
+    A file with only a pid (written by someone else, or before start times were
+    recorded) proves nothing and gives None.
+
+    >>> recorded_pid(pid_record(os.getpid())) == os.getpid()
+    True
+    >>> recorded_pid(f"{os.getpid()} 1"), recorded_pid(str(os.getpid())), recorded_pid("x")
+    (None, None, None)
+    """
+    try:
+        pid_text, start_text = text.split()
+        pid, started = int(pid_text), int(start_text)
+    except ValueError:
+        return None
+    return pid if start_time(pid) == started else None
+
+
 def claim(run_id: str) -> Path:
     """Create the run's folder and record this process as its owner (for ``clean``)."""
     folder = run_dir(run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / OWNER).write_text(str(os.getpid()))
+    (folder / OWNER).write_text(pid_record(os.getpid()))
     return folder
 
 
+def _alive(record: Path) -> int | None:
+    """The pid in an owner or registrar file if that process still runs, else None.
+
+    A bare pid (no start time: written by an older testbed) counts as alive while some
+    process has that pid: leaving a run alone is the safe side.
+    """
+    try:
+        text = record.read_text()
+    except OSError:
+        return None
+    pid = recorded_pid(text)
+    if pid is None and text.strip().isdigit() and Path(f"/proc/{text.strip()}").exists():
+        pid = int(text.strip())
+    return pid
+
+
 def live_runs() -> dict[str, int]:
-    """Run ids whose owner process is still alive, with the owner's pid."""
+    """Run ids whose owner (or, before a claim, registrar) process is still alive, with
+    its pid."""
     live = {}
-    for owner in RUN_ROOT.glob(f"*/{OWNER}"):
-        try:
-            pid = int(owner.read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if Path(f"/proc/{pid}").exists():
-            live[owner.parent.name] = pid
+    if not RUN_ROOT.is_dir():
+        return live
+    for folder in RUN_ROOT.iterdir():
+        for record in (OWNER, REGISTRAR):
+            pid = _alive(folder / record)
+            if pid is not None:
+                live[folder.name] = pid
+                break
     return live
+
+
+@contextmanager
+def _locked_names(run_id: str, mode: str) -> Iterator:
+    folder = run_dir(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / NAMES, mode) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield f
+
+
+def register(run_id: str, kind: str, name: str) -> None:
+    """Record that run ``run_id`` created ``name`` on this host; call right after creating it.
+
+    ``kind`` is one of :data:`KINDS`. Only registered names are removed by ``testbed
+    clean`` (with OVS bridges that carry the run's external id).
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind of name {kind!r}")
+    if not name or "\n" in name:
+        raise ValueError(f"bad name {name!r}")
+    folder = run_dir(run_id)
+    with _locked_names(run_id, "a") as f:
+        f.write(f"{kind} {name}\n")
+        if not (folder / OWNER).exists() and not (folder / REGISTRAR).exists():
+            # not claimed (a probe, a test): alive while this process is
+            (folder / REGISTRAR).write_text(pid_record(os.getpid()))
+
+
+def register_owned(kind: str, name: str) -> None:
+    """:func:`register` a name built from a run prefix, under the run id it carries."""
+    run_id = run_id_of(name)
+    if run_id is None:
+        raise ValueError(f"{name!r} carries no run prefix")
+    register(run_id, kind, name)
+
+
+def forget(run_id: str, kind: str, name: str) -> None:
+    """Drop a registration (the name was removed); the file goes when it is empty."""
+    path = run_dir(run_id) / NAMES
+    if not path.exists():
+        return
+    with _locked_names(run_id, "r+") as f:
+        lines = [line for line in f.read().splitlines() if line != f"{kind} {name}"]
+        f.seek(0)
+        f.truncate()
+        f.write("".join(line + "\n" for line in lines))
+    if not lines:
+        path.unlink(missing_ok=True)
+        registrar = path.parent / REGISTRAR
+        if registrar.exists() and recorded_pid(registrar.read_text()) == os.getpid():
+            registrar.unlink()
+        try:
+            path.parent.rmdir()  # a folder that held nothing else (no owner, no pid file)
+        except OSError:
+            pass
+
+
+def registered(run_id: str) -> dict[str, set[str]]:
+    """The names run ``run_id`` registered, by kind (empty when none).
+
+    >>> registered("zzzz")
+    {}
+    """
+    try:
+        text = (run_dir(run_id) / NAMES).read_text()
+    except OSError:
+        return {}
+    names: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        kind, _, name = line.partition(" ")
+        if kind in KINDS and name:
+            names.setdefault(kind, set()).add(name)
+    return names
 
 
 def run_id_of(name: str) -> str | None:

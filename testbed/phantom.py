@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from controllers.config import CLASSES, EcnClass
 from testbed.errors import BringUpError
+from testbed.naming import forget, register, run_id_of
 from topologies.spec import FabricSpec
 
 #: bytes per token of a phantom queue
@@ -69,8 +70,8 @@ class Port:
 
 
 def switch_ports(spec: FabricSpec) -> list[Port]:
-    """Every switch port of ``spec`` (each has an egress queue): leaf downlinks, and both
-    ends of every uplink, each at its link's rate.
+    """Every switch port of ``spec`` (each has an egress queue): the switch end of every
+    host link, and both ends of every fabric link, each at its link's rate.
 
     >>> from topologies.leafspine import build_fabric
     >>> spec = build_fabric(prefix="tbdoc0", planes=1, nodes=2, leaves_per_plane=1,
@@ -79,9 +80,7 @@ def switch_ports(spec: FabricSpec) -> list[Port]:
     [('tbdoc0p0l0e1', 20.0), ('tbdoc0p0l0e2', 20.0), ('tbdoc0p0s0e1', 20.0),
      ('tbdoc0p0l0e3', 20.0)]
     """
-    ports = [Port(lk.b_intf, float(lk.mbps)) for lk in spec.links]
-    ports += [Port(lk.a_intf, float(lk.mbps)) for lk in spec.links if lk.kind == "uplink"]
-    return ports
+    return [Port(p.ifname, p.mbps) for p in spec.switch_ports()]
 
 
 def quanta(kb: float) -> int:
@@ -239,8 +238,11 @@ def _nft(args: list[str], stdin: str | None = None) -> subprocess.CompletedProce
 
 
 def remove(table: str) -> None:
-    """Delete the table (a table already gone is fine)."""
+    """Delete the table (a table already gone is fine) and its registration."""
     _nft(["delete", "table", "netdev", table])
+    run_id = run_id_of(table)
+    if run_id is not None:
+        forget(run_id, "nft", f"netdev {table}")
 
 
 def install(spec: FabricSpec, classes: Mapping[str, EcnClass], drain: float,
@@ -256,6 +258,7 @@ def install(spec: FabricSpec, classes: Mapping[str, EcnClass], drain: float,
         remove(table)
         raise BringUpError(f"nftables phantom queues ({table}): "
                            f"{done.stderr.strip().splitlines()[0][:300]}")
+    register(run_id_of(spec.prefix), "nft", f"netdev {table}")
     stack.callback(remove, table)
     return table
 

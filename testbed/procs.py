@@ -1,7 +1,8 @@
 """Helper processes in their own process groups, stopped by group.
 
-Each process gets a pid file in the run folder so that ``testbed clean`` can find it
-even after the runner itself was killed.
+Each process gets a pid file in the run folder, with its start time, so that ``testbed
+clean`` can find it even after the runner itself was killed, and can tell it from a
+later process that got the same pid.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from testbed.errors import Interrupted
+from testbed.naming import pid_record
 
 
 class Helper:
@@ -50,7 +52,7 @@ class Helper:
             start_new_session=True,
         )
         pid_dir.mkdir(parents=True, exist_ok=True)
-        self.pid_file.write_text(str(self.proc.pid))
+        self.pid_file.write_text(pid_record(self.proc.pid))
 
     @property
     def pid(self) -> int:

@@ -217,6 +217,13 @@ def write(summary: dict, out: Path) -> Path:
         "hops' latencies (each hop is a fresh TCP connection, request and reply).",
         "",
     ]
+    missing = [f"- **{run['name']}**: " + "; ".join(
+        f"{field} has no value in seed(s) {', '.join(map(str, seeds))}"
+        for field, seeds in run["missing"].items())
+        for run in summary["runs"] if run.get("missing")]
+    if missing:
+        lines += ["Figures missing in some seeds have no median (shown as `-`), rather than "
+                  "a median of the seeds that had one:", "", *missing, ""]
     kind = experiments.get(summary.get("kind", experiments.DEFAULT_KIND))
     lines += kind.report_section(summary, out)
     lines += resilience_report.section(summary, out)

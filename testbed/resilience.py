@@ -11,7 +11,8 @@ Per fault, precisely:
     host that moved traffic (a chain hop that skipped or retried a plane; a training
     iteration that ran on fewer channels). None when nothing noticed.
 ``repair_ms``
-    from the constant-rate probes (sequence numbers, known send times): a stream is
+    from the constant-rate probes (sequence numbers, send times stamped when sent; a
+    lost probe's from the schedule): a stream is
     *repaired* at the earliest moment T (the fault start, or the send time of the probe
     after a lost one; never before the end of its last outage of ``BURST`` or more
     consecutive lost probes) from which to the end of the window it loses at most
@@ -21,23 +22,34 @@ Per fault, precisely:
     than ``CLEAN_LOSS`` in the window. Streams never repaired within the window are
     counted in ``unrepaired_streams``, and then repair_ms is None: the fabric did not
     repair it (the probes of a failed plane stay broken however well the hosts move
-    their own traffic; see the chain and training keys for that).
+    their own traffic; see the chain and training keys for that). Probes only sample
+    the path: the repair happened between the last lost probe and the first delivered
+    one, so repair_ms (the latter, an upper bound) is known to one probe interval,
+    ``repair_resolution_ms`` (10 ms at 100 probes/s), and is given in whole ms.
 ``lost_packets``
     probes sent in the window that never arrived (all streams).
 ``chains_failed`` / ``chains_delayed``
     chains in flight during the window (started before its end, ended after its start)
     that failed (error or time-out) / completed slower than the pre-fault p99.
 ``added_p99_ms``
-    p99 of those chains' latency minus the pre-fault p99.
+    p99 of those chains' latency minus the pre-fault p99 (of ``baseline_chains`` chains
+    that completed before the first fault; at least ``MIN_BASELINE``); over
+    ``window_chains`` completed chains.
 ``p99_recovery_ms``
-    start of the first 1 s bin (of chain start times, from the fault on) whose p99 is
-    within 10 % of the pre-fault p99, minus the fault start.
+    start of the first 1 s bin (of chain start times, from the fault on) of at least
+    ``MIN_BIN`` chains whose p99 (a failed chain counts as infinitely slow) is within 10 %
+    of the pre-fault p99, minus the fault start; ``p99_recovery_bin_chains`` chains were
+    in that bin. With few chains a bin's p99 is nearly its maximum.
+
+Every p99 here is the one of :func:`traffic.stats.percentiles` (linear interpolation
+between closest ranks), like every latency summary of the testbed.
 ``training_recovery_ms``
-    per rank, the end of its first iteration that ended after the fault with no lost
-    packet and no step time-out (goodput flowing again, at whatever rate the remaining
-    channels allow), minus the fault start, if an iteration of that rank that ended
-    earlier after the fault was hurt (else 0); the maximum over ranks; None if some rank
-    had no clean iteration within the window.
+    from the fault to the end of the last *hurt* iteration (one with a lost packet or a
+    step time-out) in flight during the window, over all ranks, provided each rank had a
+    clean iteration after its last hurt one; 0 only when no iteration in the window was
+    hurt; None when some rank's last iteration in the window was still hurt (training
+    not back within the window). A clean iteration between hurt ones does not end the
+    recovery: the training is back when it stops being hurt.
 """
 
 from __future__ import annotations
@@ -46,12 +58,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from traffic.stats import summary
+from traffic.stats import percentiles, summary
 
 DETECT_EVENTS = ("port_status", "recomputed", "drain")
 CLEAN_LOSS = 0.01
 BURST = 3  # consecutive lost probes (30 ms at 100/s): an outage, never just congestion
 BIN_S = 1.0
+MIN_BIN = 5  # chains in a bin for its p99 to count (with 5, the p99 is almost the max)
 P99_TOLERANCE = 1.10
 MIN_BASELINE = 20
 LATE_S = 0.6
@@ -59,15 +72,23 @@ LATE_S = 0.6
 
 @dataclass
 class ProbeStream:
-    """One probe stream (sender -> receiver): send schedule and arrived sequence numbers."""
+    """One probe stream (sender -> receiver): send schedule, arrived sequence numbers and
+    the send times stamped in the arrived probes."""
 
     t0: float
     rate: float
     sent: int
     received: set[int] = field(default_factory=set)
+    sent_at: dict[int, float] = field(default_factory=dict)
 
     def send_time(self, seq: int) -> float:
-        return self.t0 + seq / self.rate
+        """When the probe left: its stamp if it arrived, else its scheduled time."""
+        stamp = self.sent_at.get(seq)
+        return self.t0 + seq / self.rate if stamp is None else stamp
+
+    @property
+    def interval_ms(self) -> float:
+        return 1000.0 / self.rate
 
     def seqs_between(self, start: float, end: float) -> range:
         first = max(0, math.ceil((start - self.t0) * self.rate))
@@ -93,6 +114,8 @@ def probe_streams(lines: Iterable[dict]) -> dict[tuple[str, str], ProbeStream]:
         stream = streams.get((a["s"], a["d"]))
         if stream is not None:
             stream.received.add(a["q"])
+            if "t" in a:
+                stream.sent_at[a["q"]] = a["t"]
     return streams
 
 
@@ -103,7 +126,8 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
     >>> s = ProbeStream(t0=0.0, rate=100, sent=1000,
     ...                 received=set(range(1000)) - {210, 211, 212, 700})
     >>> probe_outcome({("a", "b"): s}, 2.0, 10.0)
-    {'lost_packets': 4, 'repair_ms': 130.0, 'unrepaired_streams': 0, 'streams': 1}
+    {'lost_packets': 4, 'repair_ms': 130.0, 'repair_resolution_ms': 10.0, \
+'unrepaired_streams': 0, 'streams': 1}
     >>> lossy = ProbeStream(t0=0.0, rate=10, sent=100, received=set(range(0, 100, 2)))
     >>> probe_outcome({("a", "b"): lossy}, 2.0, 10.0)["unrepaired_streams"]
     1
@@ -124,9 +148,11 @@ def probe_outcome(streams: dict[tuple[str, str], ProbeStream], start: float, end
     if unrepaired:
         repair = None
     else:
-        repair = round(max(repairs), 1) if repairs else 0.0
-    return {"lost_packets": lost, "repair_ms": repair, "unrepaired_streams": unrepaired,
-            "streams": len(streams)}
+        repair = float(round(max(repairs))) if repairs else 0.0
+    resolution = max((s.interval_ms for s in streams.values()), default=None)
+    return {"lost_packets": lost, "repair_ms": repair,
+            "repair_resolution_ms": round(resolution, 3) if resolution else None,
+            "unrepaired_streams": unrepaired, "streams": len(streams)}
 
 
 def _repaired_at(stream: ProbeStream, seqs: range, missing: list[int],
@@ -157,9 +183,10 @@ def _after_last_burst(missing: list[int]) -> int:
 
 
 def baseline(chains: list[dict], before: float) -> dict | None:
-    """Latency summary of the chains that completed before ``before`` (the first fault)."""
+    """Latency summary of the chains that completed before ``before`` (the first fault),
+    with ``chains``: how many."""
     lat = [c["latency_ms"] for c in chains if c["ok"] and c["end"] < before]
-    return summary(lat) if len(lat) >= MIN_BASELINE else None
+    return {**summary(lat), "chains": len(lat)} if len(lat) >= MIN_BASELINE else None
 
 
 def chain_outcome(chains: list[dict], start: float, end: float, base: dict | None) -> dict:
@@ -177,7 +204,8 @@ def chain_outcome(chains: list[dict], start: float, end: float, base: dict | Non
     failed = [c for c in inflight if not c["ok"]]
     done = [c for c in inflight if c["ok"]]
     out = {"chains_inflight": len(inflight), "chains_failed": len(failed),
-           "chains_delayed": None, "added_p99_ms": None, "p99_recovery_ms": None,
+           "chains_delayed": None, "added_p99_ms": None, "window_chains": len(done),
+           "p99_recovery_ms": None, "p99_recovery_bin_chains": None,
            "errors": sorted({str(c.get("error")) for c in failed})}
     if base is None:
         return out
@@ -189,16 +217,21 @@ def chain_outcome(chains: list[dict], start: float, end: float, base: dict | Non
     while t < end:
         in_bin = [c for c in chains if t <= c["start"] < t + BIN_S]
         bin_lat = [c["latency_ms"] if c["ok"] else math.inf for c in in_bin]
-        if len(bin_lat) >= 5 and _p99(bin_lat) <= base["p99"] * P99_TOLERANCE:
+        if len(bin_lat) >= MIN_BIN and p99(bin_lat) <= base["p99"] * P99_TOLERANCE:
             out["p99_recovery_ms"] = round((t - start) * 1000, 1)
+            out["p99_recovery_bin_chains"] = len(bin_lat)
             break
         t += BIN_S
     return out
 
 
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+def p99(values: list[float]) -> float:
+    """The p99 of :func:`traffic.stats.percentiles` (the testbed's one definition).
+
+    >>> p99([10.0] * 99 + [1000.0]), p99([1.0, 2.0, 3.0, 4.0, 5.0])
+    (19.9, 4.96)
+    """
+    return round(percentiles(values, [99])[0], 6)
 
 
 def training_outcome(iterations: list[dict], start: float, end: float) -> dict | None:
@@ -209,14 +242,13 @@ def training_outcome(iterations: list[dict], start: float, end: float) -> dict |
     recovery: float | None = 0.0
     for rank in sorted({r.get("rank", 0) for r in hit}):
         mine = [r for r in hit if r.get("rank", 0) == rank]
-        clean = sorted(r["end"] for r in mine
-                       if not r["packets_lost"] and not r["timeouts"])
-        if not clean:
+        hurt = [r["end"] for r in mine if r["packets_lost"] or r["timeouts"]]
+        if not hurt:
+            continue
+        if not any(r["end"] > max(hurt) for r in mine):  # still hurt at the window's end
             recovery = None
             break
-        hurt = any(r["end"] < clean[0] and (r["packets_lost"] or r["timeouts"]) for r in mine)
-        if hurt:
-            recovery = max(recovery, round((clean[0] - start) * 1000, 1))
+        recovery = max(recovery, round((max(hurt) - start) * 1000, 1))
     return {
         "training_lost_packets": sum(r["packets_lost"] for r in hit),
         "training_timeouts": sum(r["timeouts"] for r in hit),
@@ -259,6 +291,7 @@ def fault_entries(records: list[dict], *, end: float, chains: list[dict], hops: 
                  "window_s": round(stop - start, 3), "lateness_ms": rec.get("lateness_ms"),
                  "detect_ms": detect_ms, "detected_by": detected_by}
         entry.update(probe_outcome(streams, start, stop))
+        entry["baseline_chains"] = base["chains"] if base else 0
         entry.update(chain_outcome(chains, start, stop, base))
         entry.update(training_outcome(iterations, start, stop) or {})
         out.append(entry)

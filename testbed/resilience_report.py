@@ -20,20 +20,30 @@ DEFINITIONS = [
     "- **detect_ms**: from the fault to the first sign that a layer noticed it "
     "(controller port_status / recomputed / drain, a chain hop that skipped or retried a "
     "plane, a training iteration on fewer channels; `connected` after a restart).",
-    "- **repair_ms**: from the fault to the send time of the first probe delivered after "
-    "the last lost one, the maximum over probe streams that lost probes (100 probes/s per "
-    "stream, host pairs on different leaves, every plane), once loss has stopped (at most "
-    "1 % lost from then on); 0 when no probe was lost; `-` when some stream was never "
+    "- **repair_ms**: from the fault to the send time (stamped when sent) of the first "
+    "probe delivered after the last lost one, the maximum over probe streams that lost "
+    "probes (100 probes/s per stream, host pairs on different leaves, every plane), once "
+    "loss has stopped (at most 1 % lost from then on). The repair happened somewhere "
+    "between the last lost probe and that first delivered one, so the figure is an upper "
+    "bound known to one probe interval, its resolution (res.; 10 ms at 100/s): 8 (res. "
+    "10) means between 0 and 8 ms, and cannot tell 8.2 from 8.9 ms. 0 when no probe was "
+    "lost; `-` when some stream was never "
     "repaired within the window (`unrepaired`: e.g. the probes pinned to a failed plane, "
     "which no layer can move; hosts' own traffic is judged by the chain and training "
     "columns).",
     "- **lost**: probes sent in the window that never arrived.",
     "- **chains failed / delayed**: chains in flight in the window that failed (error or "
     "time-out) / completed above the pre-fault p99; **+p99**: their p99 minus the "
-    "pre-fault p99; **p99 back**: first 1 s bin after the fault whose p99 is within 10 % of "
-    "the pre-fault p99.",
-    "- **training back**: from the fault to the end of the first iteration after it with "
-    "no lost packet and no step time-out (0: no iteration was hurt).",
+    "pre-fault p99 (n: completed chains in the window; the pre-fault p99 is over the chains "
+    "completed before the first fault, at least 20, given with the table); **p99 back**: "
+    "start of the first 1 s bin after the fault, of at least 5 chains (n), whose p99 (a "
+    "failed chain counts as infinitely slow) is within 10 % of the pre-fault p99. Every p99 "
+    "is interpolated between closest ranks (as numpy's default); a bin of few chains has a "
+    "p99 close to its slowest chain.",
+    "- **training back**: from the fault to the end of the last iteration in the window "
+    "that lost a packet or hit a step time-out (any rank), once every rank had a clean "
+    "iteration after it; 0 only when no iteration in the window was hurt; `-` when some "
+    "rank was still hurt at the end of the window.",
 ]
 
 
@@ -45,6 +55,19 @@ def _fmt(v, digits: int = 0) -> str:
     return str(v)
 
 
+def _repair(f: dict) -> str:
+    """repair_ms in whole ms with the probes' resolution: ``8 (res. 10)``."""
+    v, res = f["repair_ms"], f.get("repair_resolution_ms")
+    if v is None or not v or res is None:
+        return _fmt(v)
+    return f"{_fmt(v)} (res. {res:g})"
+
+
+def _with_n(v, n, digits: int = 0) -> str:
+    """A figure with the number of samples it rests on: ``12.3 (n=40)``."""
+    return _fmt(v, digits) if v is None or n is None else f"{_fmt(v, digits)} (n={n})"
+
+
 def fault_table(summary: dict) -> list[str]:
     rows = ["| variant | fault | at s | detect ms | by | repair ms | unrepaired | lost | "
             "chains failed | delayed | +p99 ms | p99 back ms | training back ms |",
@@ -52,10 +75,16 @@ def fault_table(summary: dict) -> list[str]:
     for f in summary.get("faults", []):
         rows.append("| " + " | ".join([
             f["variant"], f"{f['fault']} {f['target']}", _fmt(f["at_s"], 1),
-            _fmt(f["detect_ms"], 1), _fmt(f["detected_by"]), _fmt(f["repair_ms"], 1),
+            _fmt(f["detect_ms"], 1), _fmt(f["detected_by"]), _repair(f),
             _fmt(f["unrepaired_streams"]), _fmt(f["lost_packets"]), _fmt(f["chains_failed"]),
-            _fmt(f["chains_delayed"]), _fmt(f["added_p99_ms"], 1),
-            _fmt(f["p99_recovery_ms"]), _fmt(f.get("training_recovery_ms"))]) + " |")
+            _fmt(f["chains_delayed"]), _with_n(f["added_p99_ms"], f.get("window_chains"), 1),
+            _with_n(f["p99_recovery_ms"], f.get("p99_recovery_bin_chains")),
+            _fmt(f.get("training_recovery_ms"))]) + " |")
+    baselines = sorted({(f["variant"], f["baseline_chains"]) for f in summary.get("faults", [])
+                        if f.get("baseline_chains")})
+    if baselines:
+        rows += ["", "Pre-fault p99 over " + ", ".join(f"{n} chains ({v})" for v, n in baselines)
+                 + "."]
     return rows
 
 

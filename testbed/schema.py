@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from testbed import experiments
 from testbed.scenario import Head
@@ -24,6 +24,11 @@ def _schema(value: Any, defs: dict) -> dict:
     schema dict whose ``items`` / ``properties`` may hold models."""
     if isinstance(value, type) and issubclass(value, BaseModel):
         schema = value.model_json_schema(ref_template="#/$defs/{model}", by_alias=True)
+        defs.update(schema.pop("$defs", {}))
+        return schema
+    if not isinstance(value, dict):  # a type such as list[Workload]: pydantic's adapter
+        schema = TypeAdapter(value).json_schema(ref_template="#/$defs/{model}",
+                                                by_alias=True)
         defs.update(schema.pop("$defs", {}))
         return schema
     if isinstance(value, dict):

@@ -12,8 +12,17 @@ from pathlib import Path
 from statistics import mean
 
 from testbed.results import read_jsonl
+from topologies.spec import ordered_roles
 
-ROLES = ("leaf_uplink", "spine_downlink", "leaf_downlink")
+
+def roles_of(samples: list[dict]) -> list[str]:
+    """The port roles in ``samples``, in report order (a leaf-spine's: leaf uplink, spine
+    downlink, leaf downlink; other graphs' by tier from the top).
+
+    >>> roles_of([{"role": "leaf_downlink"}, {"role": "leaf_uplink"}])
+    ['leaf_uplink', 'leaf_downlink']
+    """
+    return ordered_roles({s["role"] for s in samples})
 
 
 def _by_time(samples: list[dict]) -> dict[float, list[dict]]:
@@ -24,7 +33,8 @@ def _by_time(samples: list[dict]) -> dict[float, list[dict]]:
 
 
 def uplink_imbalance(samples: list[dict]) -> list[float]:
-    """Per sample time and leaf: busiest minus idlest uplink utilisation.
+    """Per sample time and switch: busiest minus idlest uplink utilisation (the uplinks
+    of a leaf, of an edge or aggregation switch).
 
     >>> rows = [{"t": 1, "switch": "l0", "role": "leaf_uplink", "util": u} for u in (0.9, 0.1)]
     >>> uplink_imbalance(rows)
@@ -32,7 +42,7 @@ def uplink_imbalance(samples: list[dict]) -> list[float]:
     """
     groups: dict[tuple, list[float]] = defaultdict(list)
     for s in samples:
-        if s["role"] == "leaf_uplink":
+        if s["role"].endswith("_uplink"):
             groups[(s["t"], s["switch"])].append(s["util"])
     return [round(max(u) - min(u), 4) for u in groups.values() if len(u) > 1]
 
@@ -74,7 +84,7 @@ def summarize(telemetry_file: Path, events_file: Path | None = None) -> dict:
     for s in samples:
         first.setdefault(s["ifname"], s)
         last[s["ifname"]] = s
-    for role in ROLES:
+    for role in roles_of(samples):
         rows = [s for s in samples if s["role"] == role]
         if not rows:
             continue
@@ -110,7 +120,7 @@ def plot(samples: list[dict], path: Path, title: str) -> Path | None:
 
     t0 = min(s["t"] for s in samples)
     fig, (ax_u, ax_q) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    for role in ROLES:
+    for role in roles_of(samples):
         series = _by_time([s for s in samples if s["role"] == role])
         if not series:
             continue
@@ -149,7 +159,7 @@ def section(variant_dir: Path, title: str,
                      f"{r['peak_backlog_bytes'] / 1000:.1f} | {r['qdisc_drops']:,} |")
     imb = summary["uplink_imbalance"]
     if imb["mean"] is not None:
-        lines += ["", f"Leaf uplink imbalance (busiest minus idlest uplink of a leaf): mean "
+        lines += ["", f"Uplink imbalance (busiest minus idlest uplink of a switch): mean "
                       f"{imb['mean']:.2f}, max {imb['max']:.2f}."]
     events = _events(variant_dir)
     acts = [f"{events[name]} {word}" for name, word in

@@ -9,9 +9,10 @@ planes the way a multi-plane NIC spreads it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from testbed import chains, layout
 from testbed.chains import SERVICE_PORT, SERVICES, TRAFFIC, Service
 from testbed.errors import BringUpError
 from testbed.fabric import Fabric
+from testbed.faults import Fault, Schedule
 from testbed.procs import Helper, wait_for
 from topologies.spec import FabricSpec
 from traffic.agent_plan import default_plan
@@ -152,3 +154,152 @@ def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
         return None
     lines = [ln for ln in summary.read_text().splitlines() if ln.startswith("{")]
     return json.loads(lines[-1]) if lines else None
+
+
+# -- the generic workloads list: commands, iperf3 pairs, replays --------------------------
+OUTPUT = {"command": "command.out", "iperf3": "iperf3.json", "replay": "replay.json"}
+PLACEHOLDER = re.compile(r"\{n(\d+)(?:\.p(\d+))?\}")
+IPERF_BASE_PORT = 5201
+
+
+def expand(arg: str, spec: FabricSpec) -> str:
+    """``{n5}`` -> host n5's address on plane 0 (rail 0), ``{n5.p1}`` on plane 1.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> spec = build_fabric(prefix="tbdoc0", planes=2, nodes=4)
+    >>> expand("ping -c1 {n3} {n2.p1}", spec)
+    'ping -c1 10.0.0.4 10.1.0.3'
+    """
+    def address(match: re.Match) -> str:
+        node, plane = int(match.group(1)), int(match.group(2) or 0)
+        return spec.hosts[node].interface(plane, 0).ip
+    return PLACEHOLDER.sub(address, arg)
+
+
+@dataclass
+class Started:
+    """One workload entry and the processes that run it."""
+
+    index: int
+    entry: dict
+    procs: list[Helper] = field(default_factory=list)
+    started: float | None = None
+    error: str | None = None
+
+
+class ExtraWorkloads:
+    """The ``workloads:`` entries other than agents and training, started on time."""
+
+    def __init__(self, fabric: Fabric, entries: list[dict], *, out: Path, pid_dir: Path,
+                 stack: ExitStack) -> None:
+        self.fabric, self.out, self.pid_dir, self.stack = fabric, out, pid_dir, stack
+        self.items = [Started(i, e) for i, e in enumerate(entries)]
+        self.schedule: Schedule | None = None
+
+    def _host(self, index: int):
+        return self.fabric.host(self.fabric.spec.hosts[index].name)
+
+    def _spawn(self, item: Started, name: str, host: int, argv: list[str],
+               stdout_file: Path | None = None) -> Helper:
+        proc = self._host(host).spawn(
+            f"wl{item.index}-{name}", argv, pid_dir=self.pid_dir,
+            log=self.out / f"workload-{item.index}-{name}.log", env=chains.helper_env(),
+            stdout_file=stdout_file)
+        self.stack.callback(proc.stop)
+        item.procs.append(proc)
+        return proc
+
+    def start(self, t0: float) -> None:
+        """iperf3 servers now; every entry's own process at ``t0 + at_s``."""
+        spec = self.fabric.spec
+        for item in self.items:
+            e = item.entry
+            if e["kind"] == "iperf3":
+                server = spec.hosts[e["server"]].interface(e["plane"], 0).ip
+                self._spawn(item, "server", e["server"],
+                            ["iperf3", "-s", "-1", "-B", server, "-p",
+                             str(IPERF_BASE_PORT + item.index)])
+        faults = [Fault(item.entry["at_s"], "start", str(item.index)) for item in self.items]
+        self.schedule = Schedule(faults, {"start": lambda i: self._start(self.items[int(i)])})
+        self.schedule.start(t0)
+
+    def _start(self, item: Started) -> None:
+        e, spec = item.entry, self.fabric.spec
+        item.started = time.time()
+        if e["kind"] == "command":
+            self._spawn(item, "command", e["host"], [expand(a, spec) for a in e["argv"]],
+                        stdout_file=self.out / f"workload-{item.index}-command.out")
+        elif e["kind"] == "iperf3":
+            server = spec.hosts[e["server"]].interface(e["plane"], 0).ip
+            client = spec.hosts[e["client"]].interface(e["plane"], 0).ip
+            argv = ["iperf3", "-c", server, "-B", client, "-p",
+                    str(IPERF_BASE_PORT + item.index), "-t", f"{e['seconds']:g}", "-J",
+                    "-P", str(e["parallel"]), "--connect-timeout", "3000"]
+            if e["udp"]:
+                argv.append("-u")
+            if e["rate_mbps"]:
+                argv += ["-b", f"{e['rate_mbps']:g}M"]
+            self._spawn(item, "client", e["client"], argv,
+                        stdout_file=self.out / f"workload-{item.index}-iperf3.json")
+        elif e["kind"] == "replay":
+            iface = spec.hosts[e["host"]].interface(e["plane"], e["rail"]).name
+            rate = (["--pps", f"{e['pps']:g}"] if e["pps"] else
+                    ["--mbps", f"{e['mbps']:g}"] if e["mbps"] else ["--topspeed"])
+            self._spawn(item, "replay", e["host"],
+                        [*TRAFFIC, "replay", "--iface", iface, "--pcap", e["pcap"],
+                         "--loop", str(e["loop"]), *rate],
+                        stdout_file=self.out / f"workload-{item.index}-replay.json")
+
+    def wait(self, until: float) -> None:
+        """Until every process that ends by itself has ended, or ``until`` (epoch)."""
+        def done() -> bool:
+            started = all(item.started for item in self.items)
+            return started and not any(item.procs[-1].alive() for item in self.items
+                                       if item.procs)
+        wait_for(lambda: time.time() >= until or done(), max(0.0, until - time.time()) + 1,
+                 interval=0.2)
+
+    def stop(self) -> list[dict]:
+        """Stop what still runs and return the ``workloads`` records of the run."""
+        if self.schedule:
+            self.schedule.stop()
+            self.schedule.join(5)
+        return [self._record(item) for item in self.items]
+
+    def _record(self, item: Started) -> dict:
+        e = item.entry
+        main = item.procs[-1] if item.procs and item.started else None
+        ran_out = main is not None and main.alive()
+        code = main.stop() if main is not None else None
+        for proc in item.procs[:-1]:
+            proc.stop()
+        rec = {"index": item.index, "kind": e["kind"], "at_s": e["at_s"],
+               "started": item.started is not None,
+               "exit_status": None if ran_out else code,
+               "stopped_at_end": ran_out}
+        rec.update({k: e[k] for k in ("host", "client", "server") if k in e})
+        result = self.out / f"workload-{item.index}-{OUTPUT[e['kind']]}"
+        if e["kind"] == "iperf3":
+            rec["goodput_mbps"] = _iperf3_goodput(result)
+        elif e["kind"] == "replay":
+            rec["replay"] = _last_json(result)
+        rec["output"] = result.name
+        return rec
+
+
+def _last_json(path: Path) -> dict | None:
+    try:
+        lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+
+
+def _iperf3_goodput(path: Path) -> float | None:
+    try:
+        end = json.loads(path.read_text())["end"]
+    except (OSError, ValueError, KeyError):
+        return None
+    summary = end.get("sum_received") or end.get("sum") or {}
+    bps = summary.get("bits_per_second")
+    return round(bps / 1e6, 3) if bps is not None else None

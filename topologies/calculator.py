@@ -1,4 +1,5 @@
-"""Fabric calculator: how far a non-blocking two-tier fabric reaches, single- vs multi-plane.
+"""Fabric calculator: how far a non-blocking fabric reaches, single- vs multi-plane, two
+or three tiers.
 
 A switch of capacity T can be cut into ports of any speed. If each GPU's bandwidth G is
 split evenly over P planes, every plane needs ports of only G/P, so the same switch has
@@ -13,6 +14,18 @@ the reach by P^2.
 (512, 131072, 64.0)
 >>> r["single_plane_tiers_for_same_gpus"], r["single_plane_switch_hops_for_same_gpus"]
 (4, 7)
+
+The other way to grow a single plane is a third tier: a k-ary three-tier fat-tree
+(edge, aggregation, core; Al-Fares et al.) reaches k^3/4 hosts, but every path between
+pods crosses 5 switches instead of 3, each with its queue and its share of jitter. With
+the same switch, 8 planes of two tiers reach twice as many GPUs as one three-tier plane,
+in 3 switch hops:
+
+>>> t = r["single_plane_three_tier"]
+>>> t["radix"], t["max_gpus"], t["switches"], t["switch_hops"], r["multi_plane"]["switch_hops"]
+(64, 65536, 5120, 5, 3)
+>>> r["multi_plane_vs_three_tier"]
+2.0
 """
 
 from __future__ import annotations
@@ -44,6 +57,25 @@ def _plane_design(switch_gbps: float, gpu_gbps: float, planes: int) -> dict:
         "switch_hops": 3,  # leaf, spine, leaf
         "link_hops": 4,
         "bisection_tbps": hosts * gpu_gbps / 2 / 1000,
+    }
+
+
+def three_tier_design(radix: int) -> dict:
+    """A single plane of radix-``radix`` switches grown to three tiers: a k-ary fat-tree.
+
+    >>> d = three_tier_design(4)  # the Hedera testbed: 16 hosts, 20 switches
+    >>> d["max_gpus"], d["switches"], d["switch_hops"], d["pods"]
+    (16, 20, 5, 4)
+    """
+    k = radix - radix % 2
+    return {
+        "radix": k,
+        "tiers": 3,
+        "pods": k,
+        "max_gpus": k ** 3 // 4,
+        "switches": 5 * k * k // 4,  # k pods of k/2 edge + k/2 aggregation, (k/2)^2 cores
+        "switch_hops": 5,  # edge, aggregation, core, aggregation, edge
+        "link_hops": 6,
     }
 
 
@@ -82,6 +114,7 @@ def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int,
     single = _plane_design(switch_gbps, gpu_gbps, 1)
     multi = _plane_design(switch_gbps, gpu_gbps, planes)
     tiers = tiers_needed(single["radix"], multi["max_gpus"])
+    three = three_tier_design(single["radix"])
     return {
         "switch_tbps": switch_tbps,
         "gpu_gbps": gpu_gbps,
@@ -93,6 +126,8 @@ def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int,
         "multi_plane": multi,
         "single_plane_tiers_for_same_gpus": tiers,
         "single_plane_switch_hops_for_same_gpus": 2 * tiers - 1,
+        "single_plane_three_tier": three,
+        "multi_plane_vs_three_tier": multi["max_gpus"] / three["max_gpus"],
     }
 
 
@@ -119,4 +154,12 @@ def format_table(result: dict) -> str:
         f"multi-plane reach: {result['reach_ratio']:g}x single-plane; a single plane needs "
         f"{tiers} tiers ({2 * tiers - 1} switch hops) for {result['max_gpus']:,} GPUs"
     )
+    three = result["single_plane_three_tier"]
+    lines.append(
+        f"a third tier instead (single plane, k={three['radix']} fat-tree): "
+        f"{three['max_gpus']:,} GPUs, {three['switches']:,} switches, "
+        f"{three['switch_hops']} switch hops; {result['planes']} planes of two tiers reach "
+        f"{result['multi_plane_vs_three_tier']:g}x that in {multi['switch_hops']} hops "
+        f"({three['switch_hops'] - multi['switch_hops']} queues, and their jitter, fewer "
+        "on every path)")
     return "\n".join(lines)

@@ -13,17 +13,25 @@ every spine of its plane; the uplink rate follows from the oversubscription rati
 {'switches': 12, 'hosts': 4, 'links': 32}
 >>> h = spec.hosts[3]
 >>> intf = h.interface(plane=1, rail=0)
->>> intf.name, intf.ip, intf.leaf
+>>> intf.name, intf.ip, intf.switch
 ('tbdemon3p1r0', '10.1.0.4', 'tbdemop1l2')
->>> spec.uplink_mbps  # 2 nodes per leaf at 100 Mb/s over 2 spines, 1:1
+>>> spec.params["uplink_mbps"]  # 2 nodes per leaf at 100 Mb/s over 2 spines, 1:1
 100.0
 >>> build_fabric(prefix="tbdemo", rails=2, nodes=4, leaves_per_plane=4, spines_per_plane=2,
-...              link_mbps=100, oversubscription=4).uplink_mbps
+...              link_mbps=100, oversubscription=4).params["uplink_mbps"]
 25.0
+
+In a scenario file this is the default builder (``builder: leaf-spine``), with the
+parameters of :class:`Params` (whose defaults are the scenario's: 2 planes of 2 leaves
+and 2 spines, 8 nodes); :func:`build_fabric` keeps its own keyword defaults for callers
+in code.
 """
 
 from __future__ import annotations
 
+from pydantic import Field
+
+from topologies.params import Section
 from topologies.spec import (
     IFNAME_MAX,
     FabricSpec,
@@ -37,6 +45,30 @@ from topologies.spec import (
 MAX_PLANES = 16
 MAX_RAILS = 16
 MAX_NODES = 250
+NAME = "leaf-spine"
+
+
+class Params(Section):
+    """The ``topology:`` section of a leaf-spine scenario (``builder: leaf-spine``)."""
+
+    planes: int = Field(2, ge=1, le=MAX_PLANES, description="independent planes; every "
+                        "NIC has one port on each")
+    rails: int = Field(1, ge=1, le=MAX_RAILS, description="NICs per node (rail-optimized)")
+    nodes: int = Field(8, ge=2, le=MAX_NODES, description="GPU nodes (hosts)")
+    leaves_per_plane: int = Field(2, ge=1, le=64, description="leaves of each plane")
+    spines_per_plane: int = Field(2, ge=1, le=64, description="spines of each plane")
+    oversubscription: float = Field(1.0, ge=1, description="leaf downlink : uplink "
+                                    "capacity (1 is non-blocking)")
+    link_mbps: float = Field(100.0, ge=1, le=10000, description="host link rate, Mb/s")
+    mtu: int = Field(9000, ge=1280, le=9000, description="every link's MTU")
+    queue_kb: int = Field(64, ge=1, le=100_000, description="egress buffer of every port, KB")
+    delay_ms: float = Field(0.0, ge=0, le=1000, description="one-way delay of every link "
+                            "(where the kernel has netem)")
+
+
+def build(params: Params, prefix: str) -> FabricSpec:
+    """The spec of a validated ``topology:`` section."""
+    return build_fabric(prefix=prefix, **params.model_dump())
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -55,12 +87,18 @@ def _check_positive(name: str, value: object) -> float:
     return float(value)
 
 
-def _mac(plane: int, rail: int, node: int) -> str:
+def mac(plane: int, rail: int, node: int) -> str:
+    """A host interface's MAC (locally administered), from where it is cabled."""
     return f"02:7b:{plane:02x}:{rail:02x}:{node >> 8:02x}:{node & 0xFF:02x}"
 
 
-def _dpid(plane: int, role: str, index: int) -> int:
-    return (plane + 1) << 16 | (1 if role == "spine" else 0) << 12 | (index + 1)
+def dpid(plane: int, tier: int, index: int) -> int:
+    """Datapath id of switch ``index`` of ``tier`` on ``plane`` (every builder's).
+
+    >>> hex(dpid(0, 1, 2))
+    '0x11003'
+    """
+    return (plane + 1) << 16 | tier << 12 | (index + 1)
 
 
 def build_fabric(
@@ -127,9 +165,10 @@ def build_fabric(
                 Switch(
                     name=f"{prefix}p{plane}l{i}",
                     role="leaf",
+                    tier=0,
                     plane=plane,
                     index=i,
-                    dpid=_dpid(plane, "leaf", i),
+                    dpid=dpid(plane, 0, i),
                     rail=i % rails,
                     group=i // rails,
                 )
@@ -139,9 +178,10 @@ def build_fabric(
                 Switch(
                     name=f"{prefix}p{plane}s{i}",
                     role="spine",
+                    tier=1,
                     plane=plane,
                     index=i,
-                    dpid=_dpid(plane, "spine", i),
+                    dpid=dpid(plane, 1, i),
                 )
             )
 
@@ -160,9 +200,9 @@ def build_fabric(
                     rail=rail,
                     ip=f"10.{plane}.{rail}.{node + 1}",
                     prefixlen=24,
-                    mac=_mac(plane, rail, node),
-                    leaf=leaf,
-                    leaf_port=port,
+                    mac=mac(plane, rail, node),
+                    switch=leaf,
+                    switch_port=port,
                 )
                 interfaces.append(intf)
                 links.append(
@@ -197,25 +237,24 @@ def build_fabric(
                         b_port=spine_port,
                         b_intf=f"{spine}e{spine_port}",
                         mbps=uplink_mbps,
-                        kind="uplink",
+                        kind="fabric",
                         plane=plane,
                     )
                 )
 
     return FabricSpec(
         prefix=prefix,
+        builder=NAME,
         planes=planes,
         rails=rails,
         nodes=nodes,
-        leaves_per_plane=leaves,
-        spines_per_plane=spines,
-        oversubscription=ratio,
         link_mbps=link_mbps,
-        uplink_mbps=uplink_mbps,
         mtu=mtu,
         queue_kb=queue_kb,
         delay_ms=float(delay_ms),
         hosts=tuple(hosts),
         switches=tuple(switches),
         links=tuple(links),
+        params={"leaves_per_plane": leaves, "spines_per_plane": spines,
+                "oversubscription": ratio, "uplink_mbps": uplink_mbps},
     )

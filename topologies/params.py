@@ -148,8 +148,9 @@ def _data_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
         elif part == "[key]" or not isinstance(node, dict | list):
             continue
         elif isinstance(node, dict) and isinstance(part, str) and (
-                not part.isidentifier() or part[:1].isupper() or later in node):
-            continue  # a union member's tag
+                not part.isidentifier() or part[:1].isupper() or later in node
+                or part in [v for v in node.values() if isinstance(v, str)]):
+            continue  # a union member's tag (a type's name, or a discriminator's value)
         path.append(part)
     return tuple(path)
 
@@ -159,6 +160,13 @@ def first_error(model: type[BaseModel], exc: ValidationError, where: str = "",
     """The first problem of a validation as a :class:`ParamError` naming its field."""
     error = exc.errors(include_url=False)[0]
     loc = tuple(error["loc"]) if data is None else _data_path(tuple(error["loc"]), data)
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        ctx = error.get("ctx") or {}
+        key = str(ctx.get("discriminator", "kind")).strip("'")
+        if error["type"] == "union_tag_not_found":
+            return ParamError(join(where, (*loc, key)), "missing: required")
+        return ParamError(join(where, (*loc, key)),
+                          f"must be one of {ctx.get('expected_tags')}, got {ctx.get('tag')!r}")
     if error["type"] == "extra_forbidden":
         known = _known(model, loc[:-1])
         return ParamError(join(where, loc), f"unknown field (known: {', '.join(known)})")

@@ -1,18 +1,31 @@
 """The topology spec: plain data that Mininet, the controller and the reports all read.
 
-A spec is built once (see :mod:`topologies.leafspine`), serialized to JSON for the
-controller process, and read back with :func:`FabricSpec.from_dict`.
+A spec is a graph: switches by ``tier`` (0 attaches hosts: a leaf or an edge switch;
+1 a spine or aggregation switch; 2 a core switch; explicit graphs may say otherwise)
+with a free ``role`` word, hosts with one interface per (plane, rail), and links that
+are either ``host`` links (a host interface to a switch port) or ``fabric`` links
+(switch to switch, ``a`` the lower-tier end). Builders (:mod:`topologies.build`) make
+one; it is serialized to JSON for the controller process and read back with
+:func:`FabricSpec.from_dict`.
+
+A port's role follows from the graph: ``{switch role}_{direction}``, the direction
+``uplink`` (the neighbour is of a higher tier), ``downlink`` (a lower tier, or a host)
+or ``peer`` (the same tier). On a leaf-spine these are ``leaf_uplink``,
+``spine_downlink`` and ``leaf_downlink``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from topologies.params import ParamError
 
 IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
+#: the tier of switches that attach hosts
+EDGE_TIER = 0
 
 
 class TopologyError(ParamError):
@@ -21,7 +34,8 @@ class TopologyError(ParamError):
 
 @dataclass(frozen=True)
 class HostInterface:
-    """One NIC port of a node: rail ``rail`` on plane ``plane``."""
+    """One NIC port of a node: rail ``rail`` on plane ``plane``, cabled to port
+    ``switch_port`` of ``switch``."""
 
     name: str
     plane: int
@@ -29,13 +43,13 @@ class HostInterface:
     ip: str
     prefixlen: int
     mac: str
-    leaf: str
-    leaf_port: int
+    switch: str
+    switch_port: int
 
 
 @dataclass(frozen=True)
 class Host:
-    """A GPU node: one namespace with ``planes * rails`` interfaces."""
+    """A GPU node: one namespace with one interface per (plane, rail) it is cabled to."""
 
     name: str
     node: int
@@ -57,10 +71,13 @@ class Host:
 
 @dataclass(frozen=True)
 class Switch:
-    """A leaf or spine of one plane. Leaves serve one rail of one node group."""
+    """A switch of one plane: its ``tier`` places it in the graph, ``role`` names it
+    (leaf, spine, edge, aggregation, core, switch). Rail-optimized leaves say which rail
+    and node group they serve."""
 
     name: str
-    role: str  # "leaf" or "spine"
+    role: str
+    tier: int
     plane: int
     index: int
     dpid: int
@@ -70,7 +87,10 @@ class Switch:
 
 @dataclass(frozen=True)
 class Link:
-    """A cable: ``a`` side port ``a_port`` (interface ``a_intf``) to ``b`` side."""
+    """A cable: ``a`` side port ``a_port`` (interface ``a_intf``) to ``b`` side.
+
+    ``kind`` is ``host`` (``a`` a host, ``b`` its switch) or ``fabric`` (switch to
+    switch, ``a`` the end of the lower tier)."""
 
     a: str
     a_port: int
@@ -79,36 +99,63 @@ class Link:
     b_port: int
     b_intf: str
     mbps: float
-    kind: str  # "host" (node to leaf) or "uplink" (leaf to spine)
+    kind: str
     plane: int
 
 
 @dataclass(frozen=True)
+class SwitchPort:
+    """One switch port: the link behind it, its rate and its role."""
+
+    switch: str
+    port: int
+    ifname: str
+    mbps: float
+    role: str
+    #: the node at the other end (a switch or a host)
+    peer: str
+
+
+def direction(mine: int, theirs: int | None) -> str:
+    """Direction of a port from its switch's tier and the neighbour's (None: a host).
+
+    >>> direction(0, None), direction(0, 1), direction(1, 0), direction(1, 1)
+    ('downlink', 'uplink', 'downlink', 'peer')
+    """
+    if theirs is None or theirs < mine:
+        return "downlink"
+    return "uplink" if theirs > mine else "peer"
+
+
+@dataclass(frozen=True)
 class FabricSpec:
-    """A multi-plane, rail-optimized two-tier leaf-spine fabric, as data."""
+    """A fabric as data: hosts, switches by tier, links; ``builder`` made it, with the
+    builder's own figures (``leaves_per_plane``, ``k``, ...) in ``params``."""
 
     prefix: str
+    builder: str
     planes: int
     rails: int
     nodes: int
-    leaves_per_plane: int
-    spines_per_plane: int
-    oversubscription: float
     link_mbps: float
-    uplink_mbps: float
     mtu: int
     queue_kb: int
     delay_ms: float
     hosts: tuple[Host, ...]
     switches: tuple[Switch, ...]
     links: tuple[Link, ...] = field(default_factory=tuple)
+    params: dict = field(default_factory=dict)
 
     # -- lookups -------------------------------------------------------------------
+    @cached_property
+    def _switch_by_name(self) -> dict[str, Switch]:
+        return {sw.name: sw for sw in self.switches}
+
     def switch(self, name: str) -> Switch:
-        for sw in self.switches:
-            if sw.name == name:
-                return sw
-        raise KeyError(name)
+        return self._switch_by_name[name]
+
+    def is_switch(self, name: str) -> bool:
+        return name in self._switch_by_name
 
     def switch_by_dpid(self, dpid: int) -> Switch:
         for sw in self.switches:
@@ -122,16 +169,6 @@ class FabricSpec:
                 return h
         raise KeyError(name)
 
-    def uplink_ports(self, leaf: str) -> list[int]:
-        """Ports of ``leaf`` that lead to spines, in spine order."""
-        return [lk.a_port for lk in self.links if lk.kind == "uplink" and lk.a == leaf]
-
-    def spine_port_to(self, spine: str, leaf: str) -> int:
-        for lk in self.links:
-            if lk.kind == "uplink" and lk.a == leaf and lk.b == spine:
-                return lk.b_port
-        raise KeyError(f"no link {spine} -> {leaf}")
-
     def interfaces(self, plane: int | None = None) -> list[HostInterface]:
         return [
             intf
@@ -140,12 +177,66 @@ class FabricSpec:
             if plane is None or intf.plane == plane
         ]
 
+    def uplink_ports(self, switch: str) -> list[int]:
+        """Ports of ``switch`` that lead to a higher tier, in link order."""
+        return [p.port for p in self.switch_ports()
+                if p.switch == switch and p.role.endswith("_uplink")]
+
+    def port_to(self, switch: str, neighbour: str) -> int:
+        """The port of ``switch`` cabled to ``neighbour`` (the first, if several)."""
+        for p in self.switch_ports():
+            if p.switch == switch and p.peer == neighbour:
+                return p.port
+        raise KeyError(f"no link {switch} -> {neighbour}")
+
     def counts(self) -> dict[str, int]:
         return {
             "switches": len(self.switches),
             "hosts": len(self.hosts),
             "links": len(self.links),
         }
+
+    # -- ports and their roles -------------------------------------------------------
+    @cached_property
+    def _switch_ports(self) -> tuple[SwitchPort, ...]:
+        def end(switch: str, port: int, ifname: str, peer: str, mbps: float) -> SwitchPort:
+            sw = self.switch(switch)
+            theirs = self.switch(peer).tier if self.is_switch(peer) else None
+            return SwitchPort(switch, port, ifname, float(mbps),
+                              f"{sw.role}_{direction(sw.tier, theirs)}", peer)
+
+        ports = [end(lk.b, lk.b_port, lk.b_intf, lk.a, lk.mbps) for lk in self.links]
+        ports += [end(lk.a, lk.a_port, lk.a_intf, lk.b, lk.mbps)
+                  for lk in self.links if lk.kind == "fabric"]
+        return tuple(ports)
+
+    def switch_ports(self) -> list[SwitchPort]:
+        """Every switch port: the ``b`` end of every link, then the ``a`` end of every
+        fabric link."""
+        return list(self._switch_ports)
+
+    def port_roles(self) -> dict[str, str]:
+        """Each switch port's role by interface name, e.g. ``leaf_uplink``.
+
+        >>> from topologies.leafspine import build_fabric
+        >>> spec = build_fabric(prefix="tbdoc0", nodes=2, leaves_per_plane=1,
+        ...                     spines_per_plane=1)
+        >>> spec.port_roles()  # doctest: +NORMALIZE_WHITESPACE
+        {'tbdoc0p0l0e1': 'leaf_downlink', 'tbdoc0p0l0e2': 'leaf_downlink',
+         'tbdoc0p0s0e1': 'spine_downlink', 'tbdoc0p0l0e3': 'leaf_uplink'}
+        """
+        return {p.ifname: p.role for p in self._switch_ports}
+
+    def roles(self) -> list[str]:
+        """The port roles present, leaf-spine order first (uplink, spine downlink, leaf
+        downlink), then by tier from the top.
+
+        >>> from topologies.leafspine import build_fabric
+        >>> build_fabric(prefix="tbdoc0", nodes=2).roles()
+        ['leaf_uplink', 'spine_downlink', 'leaf_downlink']
+        """
+        return ordered_roles(set(self.port_roles().values()),
+                             {sw.role: sw.tier for sw in self.switches})
 
     # -- serialization -------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -175,3 +266,34 @@ class FabricSpec:
     @classmethod
     def from_json(cls, path: Path) -> FabricSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+#: the leaf-spine's roles, in the order every report has shown them
+LEAF_SPINE_ROLES = ("leaf_uplink", "spine_downlink", "leaf_downlink")
+_DIRECTIONS = ("uplink", "peer", "downlink")
+#: the tier of the builders' role words, for ordering roles without a spec at hand
+ROLE_TIERS = {"leaf": 0, "edge": 0, "switch": 0, "spine": 1, "aggregation": 1, "core": 2}
+
+
+def ordered_roles(roles: set[str], tiers: dict[str, int] | None = None) -> list[str]:
+    """Port roles in report order: the leaf-spine's three as always, then the others by
+    their switch's tier from the top (``tiers``: switch role -> tier, defaults
+    :data:`ROLE_TIERS`), uplinks first.
+
+    >>> ordered_roles({"leaf_downlink", "leaf_uplink", "spine_downlink"})
+    ['leaf_uplink', 'spine_downlink', 'leaf_downlink']
+    >>> ordered_roles({"edge_uplink", "core_downlink", "edge_downlink",
+    ...                "aggregation_uplink", "aggregation_downlink"})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['core_downlink', 'aggregation_uplink', 'aggregation_downlink', 'edge_uplink',
+     'edge_downlink']
+    """
+    tiers = {**ROLE_TIERS, **(tiers or {})}
+    known = [r for r in LEAF_SPINE_ROLES if r in roles]
+
+    def key(role: str) -> tuple:
+        switch_role, _, way = role.rpartition("_")
+        rank = _DIRECTIONS.index(way) if way in _DIRECTIONS else len(_DIRECTIONS)
+        return (-tiers.get(switch_role, 0), switch_role, rank)
+
+    return known + sorted((r for r in roles if r not in LEAF_SPINE_ROLES), key=key)

@@ -15,8 +15,16 @@ and an estimate ``alpha`` of how congested the path is:
 
 Rates stay within ``[min_rate_mbps, line rate]``.  Everything here is pure: time is
 passed in (seconds, any monotonic origin), so the law is unit-tested with synthetic
-CNP sequences.  Defaults are the hardware's, scaled from 40 Gb/s to the testbed's
-20 Mb/s links and millisecond-resolution sender loop.
+CNP sequences.
+
+The defaults are not the paper's. The paper runs 40 Gb/s NICs with ``g = 1/256`` and
+55 us rate-increase and alpha timers. The sender here is a Python loop with millisecond
+resolution on 20 Mb/s links, so the timers are 2 ms (about 36 times longer) and the
+byte counter and rate steps are sized for those links. With 2 ms alpha steps,
+``g = 1/256`` would make alpha settle over about 256 x 2 ms = 0.5 s, longer than a
+training iteration; ``g = 1/16`` brings that back to 16 x 2 ms = 32 ms, the same order
+as the paper's 256 x 55 us = 14 ms. Set ``training.dcqcn.g: 0.00390625`` for the
+paper's value.
 """
 
 from __future__ import annotations

@@ -102,6 +102,37 @@ def _check_ethernet(linktypes: list[int], ifid: int) -> None:
         raise PcapError(f"link type {linktypes[ifid]} is not Ethernet")
 
 
+def read_records(path: str | Path) -> tuple[list[tuple[int, int, bytes]], bool]:
+    """Every frame with its timestamp: ``([(seconds, fraction, frame)], nanosecond)``.
+
+    Classic pcap keeps its timestamps (``fraction`` in micro- or nanoseconds, as the
+    file says); pcapng frames come with zero timestamps.
+    """
+    data = Path(path).read_bytes()
+    endian = _PCAP_MAGICS.get(data[:4])
+    if endian is None:
+        return [(0, 0, frame) for frame in read_frames(path)], False
+    frames = _read_pcap(data, endian)  # checks the file
+    rec = struct.Struct(endian + "IIII")
+    out, off = [], 24
+    for frame in frames:
+        sec, frac, _, _ = rec.unpack_from(data, off)
+        out.append((sec, frac, frame))
+        off += 16 + len(frame)
+    return out, data[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+
+
+def write_records(path: str | Path, records: list[tuple[int, int, bytes]],
+                  nanosecond: bool = False) -> None:
+    """Write ``(seconds, fraction, frame)`` records as a classic pcap of Ethernet frames."""
+    magic = 0xA1B23C4D if nanosecond else 0xA1B2C3D4
+    parts = [struct.pack("<IHHiIII", magic, 2, 4, 0, 0, 262144, LINKTYPE_ETHERNET)]
+    for sec, frac, frame in records:
+        parts.append(struct.pack("<IIII", sec, frac, len(frame), len(frame)))
+        parts.append(bytes(frame))
+    Path(path).write_bytes(b"".join(parts))
+
+
 def write_pcap(path: str | Path, frames: list[bytes]) -> None:
     """Write frames as a classic microsecond pcap (timestamps zero); for tests and benches."""
     hdr = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, LINKTYPE_ETHERNET)

@@ -1,9 +1,11 @@
 """Constant-rate UDP probes with sequence numbers and send timestamps.
 
 One process per region sends to every peer at ``rate`` packets per second (one
-sequence space per peer) and logs every probe it receives. Send times follow the
-schedule ``t0 + seq / rate`` exactly (late ticks are sent at once), so a lost
-probe's send time is known even though it never arrived.
+sequence space per peer) and logs every probe it receives. Probes are due on the
+schedule ``t0 + seq / rate`` (late ticks are sent at once), so a lost probe's send
+time is known even though it never arrived; each probe carries the time it actually
+left (read just before it is sent), so the late burst of a stalled sender shows as late
+instead of on time.
 
 Output, JSON lines: first ``{"start": NAME, "t0": .., "rate": .., "peers": [...]}``,
 then one ``{"s": src, "d": dst, "q": seq, "t": sent, "r": received}`` per arrival,
@@ -83,7 +85,7 @@ def run(name: str, bind: str, peers: dict[str, str], rate: float, duration: floa
                 if now >= due:
                     for peer, addr in peers.items():
                         try:
-                            sock.sendto(encode(seq, due, name), (addr, port))
+                            sock.sendto(encode(seq, time.time(), name), (addr, port))
                             sent[peer] += 1
                         except OSError:  # no route while the backbone converges
                             sent[peer] += 1

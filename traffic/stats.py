@@ -8,6 +8,8 @@ Kept dependency-free so the generators run in bare host namespaces.
 
 >>> percentiles([1, 2, 3, 4], [0, 50, 100])
 [1.0, 2.5, 4.0]
+>>> percentiles([1, 2, math.inf], [50, 75, 100])
+[2.0, inf, inf]
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ def percentiles(values: Iterable[float], qs: Sequence[float]) -> list[float]:
             raise ValueError(f"percentile {q} is outside [0, 100]")
         rank = q / 100 * last
         low = math.floor(rank)
-        high = min(low + 1, last)
-        out.append(data[low] + (rank - low) * (data[high] - data[low]))
+        lo, hi = data[low], data[min(low + 1, last)]
+        # as written above; the guard keeps an infinite value (a failed chain) from
+        # turning 0 * inf into NaN
+        out.append(lo if rank == low or lo == hi else lo + (rank - low) * (hi - lo))
     return out
 
 

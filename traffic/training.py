@@ -41,6 +41,7 @@ from traffic.multipath import live_channels
 from traffic.patterns import sources
 from traffic.rawsock import RawSender, TokenBucket
 from traffic.reorder import MessageAssembly
+from traffic.stats import percentiles
 
 log = logging.getLogger("traffic.training")
 
@@ -606,7 +607,7 @@ class RingRank:
             "goodput_mbps": round(total("bytes_received") * 8 / comm_s / 1e6, 3)
             if comm_s > 0 else 0.0,
             "mean_iteration_ms": round(sum(iter_ms) / len(iter_ms), 3) if iter_ms else None,
-            "median_iteration_ms": iter_ms[len(iter_ms) // 2] if iter_ms else None,
+            "median_iteration_ms": round(percentiles(iter_ms, [50])[0], 3) if iter_ms else None,
             "max_iteration_ms": iter_ms[-1] if iter_ms else None,
             "enobufs": sum(s.enobufs for s in self.senders),
         }

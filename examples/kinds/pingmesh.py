@@ -10,6 +10,7 @@ runs through ``testbed run`` like every other kind.
 from __future__ import annotations
 
 import re
+import shutil
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from pydantic import Field
 
 from testbed.experiments import base
 from testbed.hosts import NetnsHost, RootHost
-from testbed.naming import new_run_id, run_prefix
+from testbed.naming import claim, new_run_id, register, run_dir, run_prefix
 from testbed.results import write_json
 from topologies.params import Section
 
@@ -48,19 +49,24 @@ class PingMeshExperiment(base.Experiment):
                     ctx: base.RunContext) -> dict:
         run_id = ctx.run_id or new_run_id()
         prefix = run_prefix(run_id)
+        made = not run_dir(run_id).exists()
+        claim(run_id)  # the run folder where its names are registered, owned by us
         bridge, root = f"{prefix}br", RootHost()
         rtts: dict[str, float | None] = {}
         with ExitStack() as stack:
             root.check(["ip", "link", "add", bridge, "type", "bridge"])
+            register(run_id, "link", bridge)  # so that `testbed clean` may remove it
             stack.callback(root.run, ["ip", "link", "del", bridge])
             root.check(["ip", "link", "set", bridge, "up"])
             hosts = []
             for i in range(self.cfg.hosts):
                 ns = f"{prefix}h{i}"
                 root.check(["ip", "netns", "add", ns])
+                register(run_id, "netns", ns)
                 stack.callback(root.run, ["ip", "netns", "del", ns])
                 root.check(["ip", "link", "add", f"{ns}a", "type", "veth", "peer", "name",
                             f"{ns}b", "netns", ns])
+                register(run_id, "link", f"{ns}a")
                 root.check(["ip", "link", "set", f"{ns}a", "master", bridge, "up"])
                 host = NetnsHost(ns)
                 host.check(["ip", "addr", "add", f"10.9.0.{i + 1}/24", "dev", f"{ns}b"])
@@ -73,6 +79,8 @@ class PingMeshExperiment(base.Experiment):
                                         "-i", "0.2", "-W", "1", f"10.9.0.{j + 1}"])
                         match = RTT.search(done.stdout)
                         rtts[f"h{i}>h{j}"] = float(match.group(1)) if match else None
+        if made:
+            shutil.rmtree(run_dir(run_id), ignore_errors=True)
         write_json(out / "rtts.json", rtts)
         ok = sum(v is not None for v in rtts.values())
         ctx.progress(f"{tag}: {ok}/{len(rtts)} pairs answered")

@@ -68,20 +68,20 @@ def window(log: PairLog, start: float, end: float) -> dict:
     lo, hi = log.seq_at(start), log.seq_at(end)
     if log.sent is not None:
         hi = min(hi, log.sent)
-    got: set[int] = set()
+    got: dict[int, float] = {}  # arrived sequence numbers and when they were sent
     reordered = 0
     top = -1
-    for seq, _sent, _recv in log.arrivals:
+    for seq, sent, _recv in log.arrivals:
         if lo <= seq < hi:
             if seq < top:
                 reordered += 1
             top = max(top, seq)
-            got.add(seq)
-    lost = sorted(set(range(lo, hi)) - got)
+            got[seq] = sent
+    lost = sorted(set(range(lo, hi)) - set(got))
     restore_s = 0.0
-    if lost:
+    if lost:  # the first probe through after the last loss, when it was really sent
         after = [s for s in got if s > lost[-1]]
-        restore_s = (log.sent_at(min(after)) - start) if after else math.inf
+        restore_s = (got[min(after)] - start) if after else math.inf
     return {"expected": max(0, hi - lo), "received": len(got), "lost": len(lost),
             "reordered": reordered, "restore_s": restore_s,
             "first_lost_s": (log.sent_at(lost[0]) - start) if lost else None}

@@ -26,10 +26,21 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import BringUpError, HostError
+from testbed.naming import register_owned
 from testbed.nft import loss_rules, port_loss_rules
 from topologies.backbone import Backbone, Link
 
-from .frr import DAEMONS, FrrDaemon, Router, RouterInterface, RouterPaths, Timers, vtysh
+from .frr import (
+    BASE_ASN,
+    DAEMONS,
+    BgpNeighbor,
+    FrrDaemon,
+    Router,
+    RouterInterface,
+    RouterPaths,
+    Timers,
+    vtysh,
+)
 
 SITE_IF = "site0"
 SITE_PEER = "site1"
@@ -37,9 +48,19 @@ FAIL_TABLE = "tbfail"
 PROBE_NET = "172.16.{r}.0/24"
 
 
+def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` whose time-out or missing program is a :class:`HostError`."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, input=stdin, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise HostError(f"{' '.join(argv)}: no answer in 30 s") from None
+    except OSError as exc:
+        raise HostError(f"{' '.join(argv)}: {exc}") from None
+
+
 def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
     argv = ["ip"] + (["-n", netns] if netns else []) + args
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    done = _run(argv)
     if check and done.returncode:
         raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
     return done.stdout
@@ -64,7 +85,13 @@ def _batch(lines: list[str], tool: str = "ip") -> None:
         procs.append((proc, "\n".join(cmds) + "\n"))
     errors = []
     for proc, text in procs:
-        _, err = proc.communicate(text, timeout=60)
+        try:
+            _, err = proc.communicate(text, timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            errors.append(f"{' '.join(proc.args)}: no answer in 60 s")
+            continue
         if proc.returncode:
             errors.append(err.strip())
     if errors:
@@ -73,8 +100,7 @@ def _batch(lines: list[str], tool: str = "ip") -> None:
 
 def _in_ns(netns: str, argv: list[str], check: bool = True,
            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["ip", "netns", "exec", netns, *argv], capture_output=True, text=True,
-                          input=stdin, timeout=30)
+    done = _run(["ip", "netns", "exec", netns, *argv], stdin)
     if check and done.returncode:
         raise HostError(f"{netns}: {' '.join(argv)}: {done.stderr.strip()}")
     return done
@@ -94,6 +120,8 @@ class BackboneNet:
         self.link_of = {self.ifname(name, side): name for name in self.links for side in "ab"}
         self.shaped = False
         self.delay_applied = False
+        self.protocol = "ospfd"
+        self.bfd = True
         self.secure = (SecureLinks(self, macsec, macsec_backend)
                        if macsec and macsec.get("enabled") else None)
 
@@ -139,6 +167,7 @@ class BackboneNet:
         for node in self.bb.nodes:
             ns = self.ns(node)
             _ip(["netns", "add", ns])
+            register_owned("netns", ns)
             self.stack.callback(_ip, ["netns", "del", ns], None, False)
         for node in self.bb.nodes:
             _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
@@ -191,21 +220,35 @@ class BackboneNet:
         _batch(lines, tool="tc")
         self.shaped, self.delay_applied = True, delay
 
-    def routers(self, timers: Timers) -> list[Router]:
+    def asn(self, node: str) -> int:
+        """The node's own AS (BGP): one private ASN per PoP and region."""
+        return BASE_ASN + list(self.bb.nodes).index(node)
+
+    def routers(self, timers: Timers, *, bfd: bool = True) -> list[Router]:
         out = []
         for node in self.bb.nodes:
-            intfs = [RouterInterface(self.ifname(lk.name, "a" if lk.a == node else "b"),
-                                     cost=self.cost(lk)) for lk in self.bb.links_of(node)]
+            intfs, peers = [], []
+            for lk in self.bb.links_of(node):
+                side, other = ("a", "b") if lk.a == node else ("b", "a")
+                ifname = self.ifname(lk.name, side)
+                intfs.append(RouterInterface(ifname, cost=self.cost(lk)))
+                peer = lk.b if side == "a" else lk.a
+                peers.append(BgpNeighbor(self.link_addr(lk.name, other), self.asn(peer), ifname))
             intfs.append(RouterInterface("lo", passive=True))
             region = node not in {p.name for p in self.bb.pops}
+            networks = [f"{self.loopback(node)}/32"]
             if region:
                 intfs.append(RouterInterface(SITE_IF, passive=True))
+                networks.append(self.region_addr(node).rsplit(".", 1)[0] + ".0/24")
             out.append(Router(node, self.ns(node), self.loopback(node), tuple(intfs), timers,
-                              transit=not region))
+                              transit=not region, bfd=bfd, asn=self.asn(node),
+                              neighbors=tuple(peers), networks=tuple(networks)))
         return out
 
-    def start_routing(self, timers: Timers, timeout: float = 20.0) -> None:
-        """Render, dry-run, then start zebra, bfdd and ospfd in every namespace."""
+    def start_routing(self, timers: Timers, timeout: float = 20.0,
+                      daemons: tuple[type[FrrDaemon], ...] = DAEMONS) -> None:
+        """Render, dry-run, then start the daemons (zebra, bfdd, ospfd by default; or
+        bgpd instead of ospfd) in every namespace, each level once the last is ready."""
         import shutil
 
         from testbed.procs import wait_for
@@ -213,15 +256,17 @@ class BackboneNet:
         frr_root = self.folder / "frr"
         helper_dir = self.folder / "pids"
         helper_dir.mkdir(parents=True, exist_ok=True)
-        for router in self.routers(timers):
+        self.protocol = "bgpd" if any(d.NAME == "bgpd" for d in daemons) else "ospfd"
+        self.bfd = any(d.NAME == "bfdd" for d in daemons)
+        for router in self.routers(timers, bfd=self.bfd):
             paths = RouterPaths(frr_root / router.name)
             paths.root.mkdir(parents=True, exist_ok=True)
             shutil.chown(paths.root, "frr", "frr")
-            self.daemons[router.name] = [cls(router, paths) for cls in DAEMONS]
+            self.daemons[router.name] = [cls(router, paths) for cls in daemons]
             for d in self.daemons[router.name]:
                 d.write()
                 d.dry_run()
-        for level in range(len(DAEMONS)):
+        for level in range(len(daemons)):
             started = []
             for daemons in self.daemons.values():
                 d = daemons[level]
@@ -259,12 +304,15 @@ class BackboneNet:
         return vtysh(d.router, d.paths, command)
 
     def adjacency_gaps(self) -> list[str]:
-        """Links whose two ends do not both see a Full OSPF adjacency, by name.
+        """Links whose two ends do not both see a Full OSPF adjacency (or an Established
+        BGP session), by name.
 
         FIBs can stay quiet for a while before the last adjacencies form (with the
         userspace MACsec forwarders, start-up takes tens of seconds): a run must not
         take the routes of a half-formed topology for the settled ones.
         """
+        if self.protocol == "bgpd":
+            return self._session_gaps()
         full: dict[str, set[str]] = {}
         for node in self.daemons:
             try:
@@ -278,13 +326,40 @@ class BackboneNet:
                 if self.ifname(name, "a") not in full.get(lk.a, set())
                 or self.ifname(name, "b") not in full.get(lk.b, set())]
 
+    def established(self, node: str) -> set[str]:
+        """Peer addresses of ``node``'s Established BGP sessions."""
+        try:
+            summary = json.loads(self.vty(node, "show bgp ipv4 unicast summary json") or "{}")
+        except json.JSONDecodeError:
+            return set()
+        return {addr for addr, peer in summary.get("peers", {}).items()
+                if peer.get("state") == "Established"}
+
+    def _session_gaps(self) -> list[str]:
+        up = {node: self.established(node) for node in self.daemons}
+        return [name for name, (_, lk) in self.links.items()
+                if self.link_addr(name, "b") not in up.get(lk.a, set())
+                or self.link_addr(name, "a") not in up.get(lk.b, set())]
+
     def bfd_gaps(self) -> list[str]:
-        """Full OSPF adjacencies without a BFD session that is up, as ``node:peer``.
+        """Full OSPF adjacencies (Established BGP sessions) without a BFD session that is
+        up, as ``node:peer``; none when the backbone runs without bfdd.
 
         Such an adjacency only goes down after the OSPF dead interval when its
         neighbour hangs (carrier up), so a run must not start with any.
         """
+        if not self.bfd:
+            return []
         gaps = []
+        if self.protocol == "bgpd":
+            for node in self.daemons:
+                try:
+                    peers = json.loads(self.vty(node, "show bfd peers json") or "[]")
+                except json.JSONDecodeError:
+                    peers = []
+                up = {p.get("peer") for p in peers if p.get("status") == "up"}
+                gaps += [f"{node}:{a}" for a in sorted(self.established(node) - up)]
+            return gaps
         for node in self.daemons:
             try:
                 nbrs = json.loads(self.vty(node, "show ip ospf neighbor json") or "{}")

@@ -1,9 +1,10 @@
-"""The backbone kind: real FRR (OSPF + BFD + ECMP), faults on a schedule.
+"""The backbone kind: real FRR (OSPF or eBGP, BFD, ECMP), faults on a schedule.
 
 :func:`validate` checks a scenario's ``backbone:`` section (:class:`BackboneSection`
 for its shape) and the design rule (pure). The kind builds the backbone (the library
 :mod:`testbed.backbone`) once per timer variant (e.g. ``default``
-and ``fast``), starts zebra, bfdd and ospfd in every PoP and region namespace,
+and ``fast``), starts zebra, bfdd and ospfd (``daemons``: or bgpd instead of ospfd) in
+every PoP and region namespace,
 waits until every region reaches every other, then runs probes between every pair
 of regions, the replication flows (iperf3) and the fault schedule. Figures come
 from the probe records and the routing-table events (``ip monitor route``); see
@@ -27,7 +28,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from testbed.backbone import analysis, secure
-from testbed.backbone.frr import Timers
+from testbed.backbone.bringup import bring_up as backbone_bring_up
+from testbed.backbone.frr import ALL_DAEMONS, PROTOCOLS, Timers, daemon_classes
 from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
@@ -132,6 +134,10 @@ class BackboneSection(Section):
     faults: list[BackboneFault] = Field(default_factory=list)
     replication: list[ReplicationFlow] = Field(default_factory=list)
     shape: bool = True
+    daemons: list[Literal[tuple(ALL_DAEMONS)]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["zebra", "bfdd", "ospfd"],
+        description="FRR daemons in every router: zebra, optionally bfdd, and one routing "
+                    "protocol: ospfd (OSPF) or bgpd (eBGP, an AS per PoP and region)")
     macsec: BackboneMacsec | bool | None = None
     probe_rate_pps: float = Field(200, ge=10, le=2000)
     converge_timeout_s: float = Field(90, ge=5, le=300)
@@ -196,6 +202,21 @@ def _timers(value: Any, where: str) -> dict[str, dict]:
     return out
 
 
+def _daemons(value: list[str] | None, where: str) -> list[str]:
+    """zebra, optionally bfdd, and exactly one routing protocol (in start order)."""
+    names = list(value) if value is not None else ["zebra", "bfdd", "ospfd"]
+    field = f"{where}.daemons"
+    if len(set(names)) != len(names):
+        raise ConfigError(field, f"names a daemon twice: {names}")
+    if "zebra" not in names:
+        raise ConfigError(field, "needs zebra (it installs the routes in the kernel)")
+    protocols = [n for n in names if n in PROTOCOLS]
+    if len(protocols) != 1:
+        raise ConfigError(field, f"needs exactly one routing protocol of "
+                                 f"{', '.join(PROTOCOLS)}, got {protocols or 'none'}")
+    return [d.NAME for d in daemon_classes(names)]
+
+
 def _targets(bb: Backbone, kind: str) -> set[str]:
     if kind == "link":
         return {lk.name for lk in bb.all_links}
@@ -235,6 +256,7 @@ def validate(section: dict, where: str = "backbone") -> dict:
     if not isinstance(cfg["shape"], bool):
         raise ConfigError(f"{where}.shape", "must be true or false")
     cfg["timers"] = _timers(section.get("timers"), where)
+    cfg["daemons"] = _daemons(section.get("daemons"), where)
     cfg["macsec"] = secure.validate(section.get("macsec"), f"{where}.macsec")
     regions = {r.name for r in bb.regions}
     flows = []
@@ -287,24 +309,6 @@ def check_timing(cfg: dict, duration_s: float, where: str = "backbone") -> None:
 
 
 # running -------------------------------------------------------------------
-def _settled(net: BackboneNet, quiet_s: float, timeout_s: float) -> bool:
-    """Wait until no router's FIB has changed for ``quiet_s`` (SPF and FIB installs done).
-
-    "Every region has a route" is reached while adjacencies still come up, over paths
-    that are not yet the best ones; the path before a fault must be the settled one.
-    """
-    deadline = time.monotonic() + timeout_s
-    last, since = net.fib(), time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.25)
-        now = net.fib()
-        if now != last:
-            last, since = now, time.monotonic()
-    return True
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -374,28 +378,11 @@ class Variant:
         regions = [r.name for r in self.bb.regions]
         with ExitStack() as stack:
             stack.callback(shutil.rmtree, self.folder, True)
-            net = BackboneNet(self.bb, self.prefix, self.folder, stack, macsec=self.cfg["macsec"],
-                              macsec_backend=self.macsec_backend)
-            net.build(shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem)
-            net.start_routing(self.timers)
-            if not wait_for(net.converged, self.cfg["converge_timeout_s"], 0.25):
-                raise BringUpError(f"backbone did not converge in "
-                                   f"{self.cfg['converge_timeout_s']:g} s")
-            if not wait_for(lambda: not net.adjacency_gaps(), self.cfg["converge_timeout_s"],
-                            0.25):
-                raise BringUpError("OSPF adjacencies not Full on links: "
-                                   + ", ".join(net.adjacency_gaps()))
-            # every adjacency must have its BFD session up, or a hung neighbour is only
-            # noticed after the OSPF dead interval
-            if not wait_for(lambda: not net.bfd_gaps(), self.cfg["converge_timeout_s"], 0.25):
-                raise BringUpError("OSPF adjacencies without a BFD session up: "
-                                   + ", ".join(net.bfd_gaps()))
-            start_s = round(time.monotonic() - t_start, 3)
-            self.progress(f"  {self.name}: {len(self.bb.nodes)} routers converged "
-                          f"in {start_s:g} s")
-            if not _settled(net, self.cfg["settle_s"], self.cfg["converge_timeout_s"]):
-                raise BringUpError(f"routing did not settle for {self.cfg['settle_s']:g} s "
-                                   f"within {self.cfg['converge_timeout_s']:g} s")
+            net, start_s = backbone_bring_up(
+                self.bb, prefix=self.prefix, folder=self.folder, stack=stack, cfg=self.cfg,
+                timers=self.timers, macsec_backend=self.macsec_backend,
+                shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem,
+                progress=self.progress, name=self.name, t_start=t_start)
             stack.enter_context(self.watch(watched_links(net)))  # the measured window
             for node in self.bb.nodes:
                 self._helper(stack, f"mon-{node}", ["ip", "-n", net.ns(node), "-ts", "monitor",
@@ -677,7 +664,8 @@ class BackboneExperiment(base.Experiment):
     def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
                     ctx: base.RunContext) -> dict:
         assert self.folder is not None
-        ctx.progress(f"{tag}: timers {self.cfg['timers'][variant.name]}")
+        ctx.progress(f"{tag}: {', '.join(self.cfg['daemons'])}; timers "
+                     f"{self.cfg['timers'][variant.name]}")
         return Variant(variant.name, self.cfg, self.bb, out=out, root=ctx.root,
                        folder=self.folder, prefix=run_prefix(self.run_id),
                        duration_s=ctx.duration_s, caps=ctx.caps,
@@ -700,6 +688,8 @@ class BackboneExperiment(base.Experiment):
             "encrypted": bool(cfg["macsec"]["enabled"]),
             "macsec": _macsec_summary(cfg["macsec"], runs),
             "timers": cfg["timers"],
+            "daemons": cfg["daemons"],
+            "protocol": next(d for d in cfg["daemons"] if d in PROTOCOLS),
             "failovers": {e["name"]: e["failovers"] for e in runs},
             "restores": {e["name"]: e["restores"] for e in runs},
             "replication": {e["name"]: e["replication"] for e in runs},
@@ -745,7 +735,8 @@ def report_section(backbone: dict, out: Path) -> list[str]:
     for variant, failovers in backbone["failovers"].items():
         timers = backbone["timers"][variant]
         lines += [f"### {variant} timers (BFD {timers['bfd_ms']:g} ms x "
-                  f"{timers['bfd_multiplier']:g}, OSPF hello {timers['hello_s']:g} s / "
+                  f"{timers['bfd_multiplier']:g}, {_protocol(backbone)} hello "
+                  f"{timers['hello_s']:g} s / "
                   f"dead {timers['dead_s']:g} s)", "",
                   "| fault | at s | detect ms | restore ms | lost probes | reordered | "
                   "reachability after |",
@@ -786,6 +777,11 @@ def _macsec_lines(macsec: dict | None) -> list[str]:
                      f"{sum(t.get(k, 0) for k in bad)} | "
                      f"{'-' if not v['forwarder_cpu_s'] else f'{cpu:g}'} | {sample} |")
     return [*lines, ""]
+
+
+def _protocol(backbone: dict) -> str:
+    return {"bgpd": "BGP keepalive/hold", "ospfd": "OSPF"}.get(backbone.get("protocol"),
+                                                               "OSPF")
 
 
 def _cell(value: float | None) -> str:

@@ -15,9 +15,9 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from testbed import fault_run, layout, ovs_socket, phantom, telemetry_report, workloads
 from testbed.bringup import bring_up, queue_summary
@@ -33,15 +33,18 @@ from testbed.experiments.fabric_schema import (
     FaultEntry,
     Name,
     Training,
+    Workload,
+    Workloads,
 )
 from testbed.fabric import OVS_SOCKET_BUFFER, Fabric
-from testbed.fabric_faults import parse_faults
+from testbed.fabric_faults import needs, parse_faults
 from testbed.faults import Fault
 from testbed.fidelity import WatchedLink
+from testbed.lab import capture
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, training_entry
-from topologies.build import TOPOLOGY_SCHEMA, build_topology
-from topologies.params import ParamError, Section, join
+from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
+from topologies.params import ParamError, Section
 from topologies.spec import FabricSpec
 from traffic.roce import OVERHEAD as ROCE_OVERHEAD
 
@@ -58,6 +61,9 @@ class VariantSection(Section):
     agents: dict[str, Any] | None = None
     training: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None
+    workloads: list[dict[str, Any]] | None = Field(
+        None, description="replaces the scenario's workloads list")
+    capture: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,10 @@ class Variant:
     training: dict[str, Any]
     reference: bool = False  # the non-blocking reference the report compares against
     faults: tuple[Fault, ...] = ()
+    #: ``workloads`` entries other than agents and training, host references resolved
+    workloads: tuple[dict, ...] = ()
+    #: ports captured for the whole variant (short names: ``p0l0e3``, ``n0p0r0``)
+    capture: tuple[str, ...] = ()
 
     def fabric(self, prefix: str) -> FabricSpec:
         return build_topology(self.topology, prefix)
@@ -96,7 +106,33 @@ def watched_ports(fabric: Fabric) -> list[WatchedLink]:
     in_flight = spec.delay_ms / 1000 if fabric.delay_applied else 0.0
     return [WatchedLink(None, ifname, mbps,
                         int(mbps * 1e6 / 8 * in_flight) + 2 * spec.mtu if in_flight else 0)
-            for ifname, mbps in fabric.switch_ports()]
+            for ifname, mbps in ((p.ifname, p.mbps) for p in spec.switch_ports())]
+
+
+def _merge_topology(base_: dict, override: dict) -> dict:
+    """A variant's topology: merged onto the base's, unless it names another builder
+    (then the base's parameters, made for that other builder, do not apply)."""
+    names_one = "builder" in override or isinstance(override.get("nodes"), dict)
+    if names_one and builder_of(override) != builder_of(base_):
+        return copy.deepcopy(override)
+    return _merge(base_, override)
+
+
+def topology_section() -> dict:
+    """The JSON Schema of ``topology``: one of the shipped builders' parameter models
+    (each with its ``builder`` name), or a builder named by dotted path."""
+    options: list[Any] = []
+    for name, (model, _) in BUILDERS.items():
+        default = name if name in (DEFAULT, "explicit") else ...
+        options.append(create_model(f"{model.__module__.rsplit('.', 1)[-1]}_topology",
+                                    __base__=model,
+                                    builder=(Literal[name], default)))  # type: ignore
+    options.append({"type": "object", "required": ["builder"],
+                    "properties": {"builder": {"type": "string",
+                                               "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"}},
+                    "description": "a builder of your own: package.module:function"})
+    return {"anyOf": options, "description": "the fabric's graph: a builder and its "
+                                             "parameters (leaf-spine by default)"}
 
 
 def _check_node(where: str, value: int, nodes: int) -> None:
@@ -106,9 +142,13 @@ def _check_node(where: str, value: int, nodes: int) -> None:
 
 class FabricExperiment(base.Experiment):
     KIND = "fabric"
-    SECTIONS = {"topology": TOPOLOGY_SCHEMA, "controller": Controller, "agents": Agents,
+    SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "faults": {"type": "array", "items": FaultEntry},
-                "variants": {"type": "array", "items": VariantSection}}
+                "workloads": list[Workload],
+                "variants": {"type": "array", "items": VariantSection},
+                "capture": {"type": "array", "items": {"type": "string"},
+                            "description": "ports to capture (pcap per port), e.g. "
+                                           "[p0l0e3, n0p0r0]"}}
 
     def __init__(self, data: dict, **kw: Any) -> None:
         super().__init__(data, **kw)
@@ -116,7 +156,8 @@ class FabricExperiment(base.Experiment):
         for s, v in base_.items():
             if not isinstance(v, dict):
                 raise ConfigError(s, "must be a mapping")
-        self._check_variant(self.name, base_, "", data.get("faults"))  # base errors by path
+        self._check_variant(self.name, base_, "", data.get("faults"),  # base errors by path
+                            data.get("workloads"))
         raw_variants = data.get("variants") or [{"name": self.name}]
         if not isinstance(raw_variants, list):
             raise ConfigError("variants", "must be a list")
@@ -127,11 +168,17 @@ class FabricExperiment(base.Experiment):
             if entry.name in seen:
                 raise ConfigError(f"{where}.name", f"repeats {entry.name!r}")
             seen.add(entry.name)
-            merged = {s: _merge(base_[s], getattr(entry, s) or {}) for s in base_}
+            merged = {s: (_merge_topology if s == "topology" else _merge)(
+                base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
+            loads = raw["workloads"] if "workloads" in raw else data.get("workloads")
+            variant = self._check_variant(entry.name, merged, where, faults, loads)
+            ports = raw["capture"] if "capture" in raw else data.get("capture")
             variants.append(dataclasses.replace(
-                self._check_variant(entry.name, merged, where, faults),
-                reference=entry.reference))
+                variant, reference=entry.reference,
+                capture=capture.parse_ports(ports, variant.fabric("tb0000"),
+                                            f"{where}.capture" if "capture" in raw
+                                            else "capture")))
         if variants[0].reference:
             raise ConfigError("variants[0].reference", "the first variant is the baseline; "
                                                         "put the reference after it")
@@ -146,21 +193,28 @@ class FabricExperiment(base.Experiment):
                 f"({', '.join(v.name for v in self.variants)})")
 
     # -- validation ------------------------------------------------------------------------
-    def _check_variant(self, name: str, sections: dict, where: str, faults: Any) -> Variant:
+    def _check_variant(self, name: str, sections: dict, where: str, faults: Any,
+                       loads: Any = None) -> Variant:
         prefix = f"{where}." if where else ""
+        sections, extra = self._fold_workloads(sections, loads, prefix)
         resolved = {s: self.section(model, sections.get(s), f"{prefix}{s}").model_dump()
                     for s, model in SECTIONS.items()}
         try:
-            spec = build_topology(sections.get("topology") or {}, "tb0000")
+            topology = resolve(sections.get("topology") or {})
+            spec = build_topology(topology, "tb0000")
         except ParamError as exc:
-            raise ConfigError(join(f"{prefix}topology", tuple(exc.field.split("."))),
-                              exc.reason) from None
+            raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from None
         if faults is not None:
             if not isinstance(faults, list):
                 raise ConfigError(f"{prefix}faults", "must be a list of faults")
+            checked = []
             for i, fault in enumerate(faults):
-                self.section(FaultEntry, fault, f"{prefix}faults[{i}]")
+                entry = self.section(FaultEntry, fault, f"{prefix}faults[{i}]")
+                checked.append({k: v for k, v in fault.items()
+                                if getattr(entry, k, None) is not None or k == "target"})
+            faults = checked
         fault_list = parse_faults(faults, spec, f"{prefix}faults")
+        self._check_controller(resolved["controller"], fault_list, prefix)
         for cls, c in resolved["controller"]["ecn"]["classes"].items():
             if c["min_kb"] >= c["max_kb"]:
                 raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
@@ -177,8 +231,97 @@ class FabricExperiment(base.Experiment):
                 _check_node(f"{prefix}agents.services.{svc}", agents["services"][svc], nodes)
         if training["enabled"] or training["ranks"]:
             self._check_training(training, spec, prefix)
-        return Variant(name=name, topology=sections.get("topology") or {}, **resolved,
-                       faults=fault_list)
+        workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
+        return Variant(name=name, topology=topology, **resolved, faults=fault_list,
+                       workloads=workloads)
+
+    def _fold_workloads(self, sections: dict, loads: Any,
+                        prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
+        """Validate ``workloads``; its agents and training entries become those sections
+        (one list for everything that runs in the hosts); the rest, with their index."""
+        if loads is None:
+            return sections, []
+        parsed = self.section(Workloads, {"workloads": loads}, prefix.rstrip(".")).workloads
+        sections = dict(sections)
+        extra = []
+        for i, entry in enumerate(parsed):
+            values = entry.model_dump(exclude={"kind"})
+            if entry.kind in ("agents", "training"):
+                if any(e.kind == entry.kind for e in parsed[:i]):
+                    raise ConfigError(f"{prefix}workloads[{i}].kind",
+                                      f"a second {entry.kind} entry (one is the most)")
+                given = loads[i]
+                sections[entry.kind] = _merge(sections.get(entry.kind) or {},
+                                              {k: values[k] for k in given if k != "kind"}
+                                              | {"enabled": values["enabled"]})
+            else:
+                extra.append((i, {"kind": entry.kind, **values}))
+        return sections, extra
+
+    @staticmethod
+    def _resolve_workload(entry: dict, i: int, spec: FabricSpec, prefix: str) -> dict:
+        """Host references as node indices, planes and files checked against the fabric."""
+        names = {h.name[len(spec.prefix):]: n for n, h in enumerate(spec.hosts)}
+        out = dict(entry)
+        for key in ("host", "client", "server"):
+            if key not in entry:
+                continue
+            ref = entry[key]
+            node = ref if isinstance(ref, int) else names.get(ref)
+            if node is None or not 0 <= node < len(spec.hosts):
+                raise ConfigError(f"{prefix}workloads[{i}].{key}",
+                                  f"no host {ref!r} (hosts n0..n{len(spec.hosts) - 1})")
+            out[key] = node
+        if entry.get("plane", 0) >= spec.planes:
+            raise ConfigError(f"{prefix}workloads[{i}].plane",
+                              f"must be below {spec.planes} (the fabric's planes)")
+        if entry["kind"] == "iperf3" and out["client"] == out["server"]:
+            raise ConfigError(f"{prefix}workloads[{i}].server", "must differ from client")
+        if entry["kind"] == "replay":
+            if entry["rail"] >= spec.rails:
+                raise ConfigError(f"{prefix}workloads[{i}].rail",
+                                  f"must be below {spec.rails} (the fabric's rails)")
+            if not Path(entry["pcap"]).is_file():
+                raise ConfigError(f"{prefix}workloads[{i}].pcap", f"no such file {entry['pcap']!r}")
+            if entry["pps"] and entry["mbps"]:
+                raise ConfigError(f"{prefix}workloads[{i}].mbps", "give pps or mbps, not both")
+        if entry["kind"] == "command":
+            for j, arg in enumerate(entry["argv"]):
+                for m in workloads.PLACEHOLDER.finditer(arg):
+                    node, plane = int(m.group(1)), int(m.group(2) or 0)
+                    if node >= len(spec.hosts) or plane >= spec.planes:
+                        raise ConfigError(f"{prefix}workloads[{i}].argv[{j}]",
+                                          f"{m.group(0)} names no host address of this fabric")
+        return out
+
+    @staticmethod
+    def _check_controller(controller: dict, faults: tuple[Fault, ...], prefix: str) -> None:
+        """A remote controller is the user's: nothing of ours applies to it."""
+        where = f"{prefix}controller"
+        for i, app in enumerate(controller["apps"]):
+            from controllers.__main__ import app_module
+
+            try:
+                app_module(app)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.apps[{i}]", str(exc)) from None
+        if controller["remote"]:
+            port = int(controller["remote"].rsplit(":", 1)[1])
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{where}.remote", f"port must be 1..65535, got {port}")
+            ours = {"mode": controller["mode"] != "ecmp", "apps": bool(controller["apps"]),
+                    "fast_failover": controller["fast_failover"],
+                    "recompute": controller["recompute"],
+                    "health": controller["health"]["enabled"],
+                    "ecn.mode": controller["ecn"]["mode"] in ("controller", "auto")}
+            for key, used in ours.items():
+                if used:
+                    raise ConfigError(f"{where}.{key}", "has no effect with controller.remote "
+                                      "(the switches connect to your controller)")
+            for f in faults:
+                if f.action.startswith("controller_"):
+                    raise ConfigError(f"{prefix}faults", f"{f.action} needs the lab's own "
+                                      "controller, not controller.remote")
 
     @staticmethod
     def _check_training(training: dict, spec: FabricSpec, prefix: str) -> None:
@@ -203,10 +346,14 @@ class FabricExperiment(base.Experiment):
                               f"over the MTU of {spec.mtu}")
 
     def check_host(self, caps: Capabilities) -> None:
-        """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables; without
-        them the run stops before anything is created (``auto`` falls back to controller
-        marking instead)."""
+        """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables, a
+        fault kind may need netem or HTB; without them the run stops before anything is
+        created (``auto`` falls back to controller marking instead)."""
         for i, variant in enumerate(self.variants):
+            for feature, action in needs(variant.faults).items():
+                if not getattr(caps, feature):
+                    raise ConfigError(f"variants[{i}].faults",
+                                      f"{action!r} needs {feature}, which this kernel lacks")
             mode = variant.controller["ecn"]["mode"]
             if mode == "switch" and not caps.red:
                 raise ConfigError(f"variants[{i}].controller.ecn.mode",
@@ -236,8 +383,7 @@ class FabricExperiment(base.Experiment):
                      f"switches, {len(spec.hosts)} hosts, {len(spec.links)} links)")
             entry["controller_mode"] = variant.controller["mode"]
             live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
-                            stack=stack, seed=seed,
-                            controller_args=fault_run.controller_args(variant.controller))
+                            stack=stack, seed=seed)
             fabric, times = live.fabric, live.times
             stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
@@ -248,8 +394,15 @@ class FabricExperiment(base.Experiment):
                          f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB "
                          f"({fabric.send_socket_problem}): all switch queues together hold "
                          "at most that; more is dropped unseen by the queues")
+            capture.start_all(fabric, variant.capture, out=out, pid_dir=live.pid_dir,
+                              stack=stack)
             work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
+            extra = None
+            if variant.workloads:
+                extra = workloads.ExtraWorkloads(fabric, list(variant.workloads), out=out,
+                                                 pid_dir=live.pid_dir, stack=stack)
+                extra.start(work.start_at)
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
                                       duration_s=duration_s, stack=stack)
                       if variant.faults else None)
@@ -263,6 +416,9 @@ class FabricExperiment(base.Experiment):
                     progress(f"{tag}: {elapsed:4.0f} s  {running}")
 
             workloads.wait_done(work, duration_s, tick)
+            if extra:
+                extra.wait(until=work.start_at + duration_s)
+                entry["workloads"] = extra.stop()
             if faults:
                 faults.stop(end=time.time())
             roles = fabric.port_roles()

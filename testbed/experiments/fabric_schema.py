@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, WithJsonSchema, field_validator
 
+from testbed import fault_kinds
 from topologies.params import Section
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
@@ -76,6 +77,12 @@ class Controller(Section):
     fast_failover: bool = False
     recompute: bool = False
     health: Health = Health()
+    apps: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")]] = Field(
+        default_factory=list,
+        description="extra os-ken apps beside the base ones: package.module[:AppClass]")
+    remote: Annotated[str, Field(pattern=r"^(127\.0\.0\.1|localhost):\d{1,5}$")] | None = Field(
+        None, description="an external controller on this host (127.0.0.1:PORT): the "
+                          "switches connect there and the lab starts no controller")
 
     @field_validator("prometheus_port")
     @classmethod
@@ -130,20 +137,92 @@ class Training(Section):
     multipath: bool = False
 
 
-FAULT_ACTIONS = ("link_down", "link_up", "link_flap", "switch_fail", "switch_restore",
-                 "plane_fail", "plane_restore", "rail_fail", "rail_restore",
-                 "controller_kill", "controller_restart", "degrade", "restore")
+FaultAction = Annotated[str, WithJsonSchema({
+    "anyOf": [{"enum": list(fault_kinds.KINDS)},
+              {"type": "string", "pattern": fault_kinds.DOTTED.pattern}],
+    "description": "a fault kind (testbed.fault_kinds), or package.module:Class"})]
 
 
 class FaultEntry(Section):
-    """One fault of a variant's schedule; its target is checked against the topology."""
+    """One fault of a variant's schedule; its target is checked against the topology,
+    its parameters against its kind."""
 
     at_s: float = Field(ge=0)
-    action: Literal[FAULT_ACTIONS]  # type: ignore[valid-type]
+    action: FaultAction
     target: str | int | None = None
-    loss: float | None = Field(None, ge=0.001, le=1.0)
-    period_s: float | None = Field(None, ge=0.05, le=60)
-    count: int | None = Field(None, ge=1, le=100)
+    loss: float | None = Field(None, ge=0.001, le=1.0, description="degrade")
+    period_s: float | None = Field(None, ge=0.05, le=60, description="link_flap")
+    count: int | None = Field(None, ge=1, le=100, description="link_flap")
+    delay_ms: float | None = Field(None, ge=0, le=10000, description="delay")
+    jitter_ms: float | None = Field(None, ge=0, le=10000, description="delay")
+    rate_mbps: float | None = Field(None, gt=0, le=100000, description="rate")
+    params: dict[str, Any] | None = Field(None, description="a plug-in kind's parameters")
+
+
+HostRef = Annotated[str | int, Field(description="a host: short name (n0) or node index")]
+
+
+class CommandWorkload(Section):
+    """Any command in a host, from ``at_s``; ``{n5}`` in an argument is host n5's address
+    (plane 0, rail 0), ``{n5.p1}`` on plane 1. Its output and exit status are recorded."""
+
+    kind: Literal["command"]
+    host: HostRef
+    argv: list[str] = Field(min_length=1)
+    at_s: float = Field(0, ge=0)
+
+
+class Iperf3Workload(Section):
+    """An iperf3 client in ``client`` to a server in ``server`` (started at once)."""
+
+    kind: Literal["iperf3"]
+    client: HostRef
+    server: HostRef
+    at_s: float = Field(0, ge=0)
+    seconds: float = Field(10, gt=0, le=3600)
+    plane: int = Field(0, ge=0)
+    udp: bool = False
+    rate_mbps: float | None = Field(None, gt=0, description="-b: target rate (UDP default 1)")
+    parallel: int = Field(1, ge=1, le=16)
+
+
+class ReplayWorkload(Section):
+    """A capture replayed out of a host's NIC (``python -m traffic replay``)."""
+
+    kind: Literal["replay"]
+    host: HostRef
+    pcap: str = Field(description="pcap/pcapng file of Ethernet frames (relative: to cwd)")
+    at_s: float = Field(0, ge=0)
+    plane: int = Field(0, ge=0)
+    rail: int = Field(0, ge=0)
+    loop: int = Field(1, ge=1, le=100000)
+    pps: float | None = Field(None, gt=0)
+    mbps: float | None = Field(None, gt=0)
+
+
+class AgentsWorkload(Agents):
+    """The agent chains as an entry of ``workloads`` (the same as the ``agents`` section)."""
+
+    kind: Literal["agents"]
+    enabled: bool = True
+
+
+class TrainingWorkload(Training):
+    """The training collective as an entry of ``workloads`` (the ``training`` section)."""
+
+    kind: Literal["training"]
+    enabled: bool = True
+
+
+Workload = Annotated[CommandWorkload | Iperf3Workload | ReplayWorkload | AgentsWorkload
+                     | TrainingWorkload, Field(discriminator="kind")]
+WORKLOAD_KINDS = ("command", "iperf3", "replay", "agents", "training")
+
+
+class Workloads(Section):
+    """``workloads:``: one list of everything that runs in the hosts."""
+
+    workloads: list[Workload] = Field(default_factory=list)
 
 
 #: the sections every variant has (the scenario's base, deep-merged with its overrides)

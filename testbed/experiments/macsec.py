@@ -41,6 +41,7 @@ from testbed.macsec.kernel import KernelMacsecLink, create_link
 from testbed.macsec.link import UserspaceLink
 from testbed.macsec.secy import RX_DELIVERED
 from testbed.macsec.wire import TappedWire, plain_pair, remove_pair, shape
+from testbed.macsec.wireshark import UAT_FILE, write_uat
 from testbed.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.procs import Helper, wait_for
 from testbed.results import agents_entry, read_jsonl, write_json
@@ -453,6 +454,8 @@ class MacsecExperiment(base.Experiment):
             "rotations": self.lab.rotations,
             "wire_pcap": "wire.pcap",
             "keys_file": KEYS_FILE,
+            # the same keys as Wireshark's MACsec "Pre-Shared Key List" file
+            "wireshark_keys_file": write_uat(self.lab.keys_record(), out / UAT_FILE).name,
             "keys": self.lab.keys_record(),
         }
         ctx.progress(closing_note(macsec))
@@ -464,7 +467,11 @@ class MacsecExperiment(base.Experiment):
         macsec = summary["macsec"]
         return ["## MACsec", "", closing_note(macsec), "",
                 "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
-                f"`{macsec['keys_file']}` and in `summary.json`.", ""]
+                f"`{macsec['keys_file']}` and in `summary.json`; `testbed decrypt wire.pcap "
+                f"--keys {macsec['keys_file']} -o plain.pcap` writes its plaintext"
+                + (f", and `{macsec['wireshark_keys_file']}` is Wireshark's MACsec key list "
+                   "(copy it into a Wireshark profile)" if macsec.get("wireshark_keys_file")
+                   else "") + ".", ""]
 
 
 def closing_note(macsec: dict) -> str:

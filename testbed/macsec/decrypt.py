@@ -1,6 +1,7 @@
 """Decrypt a capture of a protected wire afterwards with the lab keys of a run.
 
-The keys come from ``macsec-keys.json`` (or ``summary.json``'s ``macsec.keys``)::
+The keys come from ``macsec-keys.json`` (or ``summary.json``'s ``macsec.keys``; with
+:func:`keys_from` also a backbone run's manifest, every variant's links)::
 
     {"links": [{"name": "...", "suite": "gcm-aes-128", "salt": "",
                 "sides": {"a": {"sci": "hex16", "ssci": 1, "keys": {"0": "hexSAK"}},
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traffic.pcapfile import read_frames
+from traffic.pcapfile import read_frames, read_records, write_records
 
 from .frame import ETH_P_MACSEC
 from .secy import SecY
@@ -63,3 +64,47 @@ def decrypt_pcap(pcap: Path, keys: dict) -> tuple[int, int]:
         else:
             ok += 1
     return ok, failed
+
+
+def keys_from(data: dict) -> dict:
+    """The ``{"links": [...]}`` keys in a keys file, or in a macsec or backbone run's
+    summary.json / manifest.json (every variant's links); ValueError if none.
+
+    >>> keys_from({"backbone": {"macsec": {"variants": {"fast": {"keys": {"links": [1]}},
+    ...                                                  "default": {"keys": {"links": [2]}}}}}})
+    {'links': [1, 2]}
+    """
+    if isinstance(data.get("links"), list):
+        return data
+    macsec = data.get("macsec") or {}
+    if isinstance(macsec.get("keys"), dict):
+        return macsec["keys"]
+    variants = ((data.get("backbone") or {}).get("macsec") or {}).get("variants") or {}
+    links = [lk for v in variants.values() for lk in (v.get("keys") or {}).get("links", [])]
+    if links:
+        return {"links": links}
+    raise ValueError("no MACsec keys in it (a macsec-keys.json, or the summary.json or "
+                     "manifest.json of a macsec or backbone run)")
+
+
+def decrypt_to_pcap(pcap: Path, keys: dict, out: Path) -> dict[str, int]:
+    """Write the plaintext of ``pcap`` to ``out`` (timestamps kept): every MACsec frame
+    that validates, decrypted; frames that are not MACsec as they are; MACsec frames no
+    key validates are left out (counted in ``failed``)."""
+    secys = receivers(keys)
+    records, nanosecond = read_records(pcap)
+    counts = {"frames": len(records), "decrypted": 0, "failed": 0, "not_macsec": 0}
+    plain = []
+    for sec, frac, frame in records:
+        if len(frame) < 14 or int.from_bytes(frame[12:14], "big") != ETH_P_MACSEC:
+            counts["not_macsec"] += 1
+            plain.append((sec, frac, frame))
+            continue
+        clear = decrypt_frame(secys, frame)
+        if clear is None:
+            counts["failed"] += 1
+        else:
+            counts["decrypted"] += 1
+            plain.append((sec, frac, clear))
+    write_records(out, plain, nanosecond)
+    return counts

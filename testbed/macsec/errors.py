@@ -1,7 +1,13 @@
-"""Typed exceptions of the MACsec package (one base class to catch them all)."""
+"""Typed exceptions of the MACsec package (one base class to catch them all).
+
+:class:`MacsecError` is a :class:`~testbed.errors.TestbedError`, so the CLI ends a
+MACsec failure with one line, not a traceback.
+"""
+
+from testbed.errors import TestbedError
 
 
-class MacsecError(Exception):
+class MacsecError(TestbedError):
     """Base class of every error raised by :mod:`testbed.macsec`."""
 
 

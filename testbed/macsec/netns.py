@@ -16,6 +16,7 @@ from pathlib import Path
 
 from testbed import procs
 from testbed.hosts import NetnsHost, RootHost
+from testbed.naming import forget, register, run_id_of
 
 from .errors import BackendError
 
@@ -24,7 +25,13 @@ def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run a command (inside ``netns`` when given); raise BackendError on failure."""
     host = NetnsHost(netns) if netns else RootHost()
-    proc = host.run(cmd, timeout=timeout)
+    try:
+        proc = host.run(cmd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BackendError(f"{' '.join(host.argv(cmd))} did not finish in {timeout:g} s") \
+            from None
+    except OSError as exc:  # the program is missing
+        raise BackendError(f"{' '.join(host.argv(cmd))}: {exc}") from None
     if check and proc.returncode != 0:
         raise BackendError(f"{' '.join(host.argv(cmd))} failed ({proc.returncode}): "
                            f"{proc.stderr.strip()}")
@@ -32,8 +39,14 @@ def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
 
 
 def add_netns(name: str) -> None:
-    """Create a namespace and bring its loopback up."""
+    """Create a namespace and bring its loopback up.
+
+    A name with a run prefix is registered to its run, for ``testbed clean``.
+    """
     run(["ip", "netns", "add", name])
+    run_id = run_id_of(name)
+    if run_id is not None:
+        register(run_id, "netns", name)
     run(["ip", "link", "set", "lo", "up"], netns=name)
 
 
@@ -41,6 +54,9 @@ def del_netns(name: str) -> None:
     """Delete a namespace if it exists (interfaces inside go with it)."""
     if name in list_netns():
         run(["ip", "netns", "del", name], check=False)
+    run_id = run_id_of(name)
+    if run_id is not None:
+        forget(run_id, "netns", name)
 
 
 def list_netns() -> list[str]:

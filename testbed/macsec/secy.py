@@ -363,14 +363,26 @@ class SecY:
             sci = bytes(frame[6:12]) + b"\x00\x01"
         return sci, self.rx_scs.get(sci)
 
-    def _recover_pn(self, wire_pn: int, lowest: int) -> int:
-        """Full PN: the wire PN for non-XPN, 802.1AEbw recovery for XPN."""
+    def _recover_pn(self, wire_pn: int, next_pn: int) -> int:
+        """Full PN: the wire PN for non-XPN; for XPN the PN nearest the SA's next PN.
+
+        802.1AEbw recovers the upper 32 bits from the lowest acceptable PN so
+        that the result is never below it; then a replay is never late and only
+        fails its ICV (counted InPktsNotValid). Linux instead checks lateness on
+        the low 32 bits before it decrypts (``pn_same_half`` in macsec.c) and
+        counts a replay InPktsLate. Recovering the PN within 2**31 of the next
+        PN (either way) gives Linux's result whenever the two low halves are in
+        the same half of the 32-bit space, and also catches a replay from just
+        across a half or 2**32 boundary, which Linux decrypts and counts NotValid.
+        """
         if not self._xpn:
             return wire_pn
-        hi = lowest >> 32
-        if wire_pn < (lowest & 0xFFFFFFFF):
-            hi += 1
-        return (hi << 32) | wire_pn
+        pn = (next_pn & ~0xFFFFFFFF) | wire_pn
+        if pn - next_pn >= 1 << 31 and pn >= 1 << 32:
+            pn -= 1 << 32  # just behind, across the 2**32 boundary
+        elif next_pn - pn > 1 << 31 and pn + (1 << 32) <= self._max_pn:
+            pn += 1 << 32  # ahead, across the boundary
+        return pn
 
     def validate(self, frame: bytes) -> bytes | None:
         """Verify (and decrypt) a received frame; None means dropped.
@@ -418,8 +430,8 @@ class SecY:
             return header[:12] + frame[hdr_len : n - ICV_LEN]
         window = self.replay_window
         lowest = rx_sa.next_pn - window if rx_sa.next_pn > window else 0
-        pn = self._recover_pn(tag.pn, lowest)
-        if self.replay_protect and pn < lowest:
+        pn = self._recover_pn(tag.pn, rx_sa.next_pn)
+        if self.replay_protect and pn < lowest:  # before decrypting, as Linux
             self._count(rx_sc, "InPktsLate")
             return None
         valid = False

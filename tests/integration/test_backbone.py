@@ -111,3 +111,37 @@ def _check_encrypted(result: dict, out: Path) -> None:
         assert plain[14:] not in frame
         inner[plain[12:14]] = inner.get(plain[12:14], 0) + 1
     assert set(inner) <= {b"\x08\x00", b"\x08\x06"} and inner[b"\x08\x00"] > 0
+
+
+def test_bgp_backbone_reroutes_a_cut_by_itself(tmp_path):
+    """The same ring under eBGP (an AS per PoP and region, BFD on every session): the
+    cut of the best ra -> rb link is detected by BFD and routed around, then restored."""
+    run_id = new_run_id()
+    bb = small_backbone()
+    links = [{"name": lk.name, "a": lk.a, "b": lk.b, "capacity_mbps": 100,
+              "length_km": 200} for lk in bb.links]
+    section = {
+        "topology": "inline", "pops": [{"name": p.name} for p in bb.pops],
+        "regions": [{"name": "ra", "pops": ["p1", "p4"]}, {"name": "rb", "pops": ["p2", "p3"]}],
+        "links": links, "settle_s": 1, "daemons": ["zebra", "bfdd", "bgpd"],
+        "timers": {"fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3}},
+        "macsec": {"enabled": False},
+        "faults": [{"at_s": 3, "action": "cut_link", "target": "p1-p2-1"},
+                   {"at_s": 6, "action": "cut_link", "target": "p1-p2-2"},
+                   {"at_s": 9, "action": "restore_link", "target": "p1-p2-1"}],
+    }
+    try:
+        result = run_section("backbone", section, tmp_path, duration_s=12, seed=1,
+                             run_id=run_id, progress=lambda line: None)
+    finally:
+        assert _leftovers(run_id) == []
+    assert result["backbone"]["protocol"] == "bgpd"
+    entry = result["runs"][0]
+    both = entry["failovers"][1]  # the second parallel link: p1-p2 gone entirely
+    assert both["fault"] == "cut_link p1-p2-2"
+    assert both["detect_ms"] is not None and both["detect_ms"] < 1000
+    for pair in ("ra>rb", "rb>ra"):
+        assert not {"p1-p2-1", "p1-p2-2"} & set(both["path_after"][pair]["links"])
+        assert "unreachable" not in both["path_after"][pair]["nodes"]
+    assert both["reachability_after"] == 1.0
+    assert both["restore_ms"] is not None and both["restore_ms"] < 1000

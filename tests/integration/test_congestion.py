@@ -132,13 +132,13 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     assert busy["ce"] > 0.05 * busy["packets"], busy
     assert busy["ce"] / busy["packets"] > idle["ce"] / idle["packets"]
     assert plain["packets"] > 50 and plain["ce"] == 0 and plain["not_ect"] == plain["packets"]
-    congested = f"{dst.leaf}e{dst.leaf_port}"
+    congested = f"{dst.switch}e{dst.switch_port}"
     on = [e for e in events(live, "ecn_on") if e["ifname"] == congested]
     assert on and all(e["backlog_bytes"] >= 10_000 for e in on)
     # 3. the queue drains: marking stops (hysteresis ends below min_kb)
     assert wait_for(lambda: len([e for e in events(live, "ecn_off")
                                  if e["ifname"] == congested]) >= len(on), 5)
-    flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", dst.leaf],
+    flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", dst.switch],
                            capture_output=True, text=True, check=True).stdout
     assert f"priority={ecn.PRIORITY_MARK}," not in flows  # the marking rules are gone
     # the telemetry saw that queue, and exports it for Prometheus on 127.0.0.1
@@ -147,7 +147,7 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     assert peak > 10_000
     url = f"http://127.0.0.1:{_prometheus_port(live)}/metrics"
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    assert f'testbed_port_backlog_bytes{{switch="{dst.leaf}",port="{dst.leaf_port}"' in text
+    assert f'testbed_port_backlog_bytes{{switch="{dst.switch}",port="{dst.switch_port}"' in text
     assert text.count("testbed_port_utilisation{") == len(port_table(spec))
 
 
@@ -171,7 +171,7 @@ def test_switch_queues_mark_ce_with_red_where_the_kernel_has_it(red_live):
     spec = live.spec
     h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
     dst = h3.interface(0, 0)
-    port = f"{dst.leaf}e{dst.leaf_port}"
+    port = f"{dst.switch}e{dst.switch_port}"
     qdiscs = subprocess.run(["tc", "qdisc", "show", "dev", port], capture_output=True,
                             text=True, check=True).stdout
     assert " red " in qdiscs and "ecn" in qdiscs
@@ -189,7 +189,7 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
     live = congestion_live
     spec = live.spec
     h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
-    leaf = h0.interface(0, 0).leaf
+    leaf = h0.interface(0, 0).switch
     uplinks = spec.uplink_ports(leaf)
     rx2 = receiver(live, h2.name, 5001, 9)
     rx3 = receiver(live, h3.name, 5001, 9)
@@ -231,7 +231,7 @@ def test_spray_spreads_one_rotating_stream_over_every_uplink(spray_live):
     live = spray_live
     spec = live.spec
     h0, h3 = spec.hosts[0], spec.hosts[3]
-    leaf = h0.interface(0, 0).leaf
+    leaf = h0.interface(0, 0).switch
     uplinks = spec.uplink_ports(leaf)
     spread = {}
     for sports in (64, 1):
@@ -265,7 +265,7 @@ def test_a_moved_tcp_flow_runs_at_full_rate_after_the_move(congestion_live):
     live = congestion_live
     spec = live.spec
     h0, h1, h2, h3 = spec.hosts
-    leaf = h0.interface(0, 0).leaf
+    leaf = h0.interface(0, 0).switch
     uplinks = spec.uplink_ports(leaf)
     servers = [live.fabric.spawn(h.name, f"iperf-s{h.name}", ["iperf3", "-s", "-1"],
                                  pid_dir=live.pid_dir) for h in (h2, h3)]
@@ -311,7 +311,7 @@ def test_a_congested_uplink_marks_the_packets_pinned_to_it(spray_live):
     live = spray_live
     spec = live.spec
     h0, h1, h2, h3 = spec.hosts
-    leaf = h0.interface(0, 0).leaf
+    leaf = h0.interface(0, 0).switch
     t0 = time.time()
     rxs = [receiver(live, h.name, ROCE, 6) for h in (h2, h3)]
     txs = [sender(live, src.name, dst.interface(0, 0).ip, ROCE, mbps=14, seconds=5,
@@ -336,7 +336,7 @@ def test_a_placed_flow_survives_the_death_of_its_uplink(congestion_live):
     live = congestion_live
     spec = live.spec
     h0, h2 = spec.hosts[0], spec.hosts[2]
-    leaf = h0.interface(0, 0).leaf
+    leaf = h0.interface(0, 0).switch
     rx = receiver(live, h2.name, 5007, 8)
     t_start = time.time()
     tx = sender(live, h0.name, h2.interface(0, 0).ip, 5007, mbps=4, seconds=6, name="pin")
@@ -348,7 +348,7 @@ def test_a_placed_flow_survives_the_death_of_its_uplink(congestion_live):
     rule = subprocess.run(["timeout", "10", "ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
                            leaf, "udp,tp_dst=5007"], capture_output=True, text=True).stdout
     assert f"bundle(symmetric_l3l4+udp,0,active_backup,ofport,members:{port}," in rule, rule
-    link = next(lk for lk in spec.links if lk.kind == "uplink" and lk.a == leaf
+    link = next(lk for lk in spec.links if lk.kind == "fabric" and lk.a == leaf
                 and lk.a_port == port)
     target = link.a_intf  # a link is named by either end's interface, too
     with ExitStack() as stack:

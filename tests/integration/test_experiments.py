@@ -30,3 +30,37 @@ def test_plugin_kind_runs_end_to_end(tmp_path):
     assert (out / "variants" / "mesh" / "rtts.json").exists()
     assert "## Ping mesh" in (out / "report.md").read_text()
     assert leftovers(f"tb{run['run_id']}") == []
+
+
+def test_workloads_list_runs_every_entry(tmp_path):
+    """examples/workloads.yaml: chains, a ping, an iperf3 pair and a replay, from one list;
+    each entry's output is kept and its exit status reported."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
+                           "examples/workloads.yaml", "--duration", "6", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, = json.loads((out / "summary.json").read_text())["runs"]
+    assert run["agents"]["chains_completed"] > 0
+    ping, iperf, replay = run["workloads"]
+    assert ping["exit_status"] == 0 and not ping["stopped_at_end"]
+    assert "5 received" in (out / run["dir"] / ping["output"]).read_text()
+    assert iperf["exit_status"] == 0 and iperf["goodput_mbps"] > 1
+    assert replay["exit_status"] == 0 and replay["replay"]["packets"] == 20
+    assert leftovers(f"tb{run['run_id']}") == []
+
+
+@pytest.mark.parametrize("example, check", [
+    ("controller-app", lambda run: run["workloads"][1]["goodput_mbps"] > 1),
+    ("fault-kinds", lambda run: [f["fault"] for f in run["faults"]] ==
+     ["rate", "rate_restore", "degrade", "restore"] and run["agents"]["chains_completed"] > 0),
+])
+def test_examples_run(tmp_path, example, check):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
+                           f"examples/{example}.yaml", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, = json.loads((out / "summary.json").read_text())["runs"]
+    assert check(run), json.dumps(run)[:2000]
+    assert leftovers(f"tb{run['run_id']}") == []

@@ -58,7 +58,7 @@ def test_roce_queue_pairs_of_one_host_pair_spread_over_the_uplinks(live):
     and put every one of them on the same uplink; see controllers/ecmp.py)."""
     spec = live.spec
     a, b = spec.hosts[0], spec.hosts[-1]  # different leaves
-    leaf = a.interface(0, 0).leaf
+    leaf = a.interface(0, 0).switch
     sender = (
         "import socket\n"
         "for sport in range(49152, 49184):\n"
@@ -138,7 +138,7 @@ def test_forwarding_survives_the_controller_dying(live):
     for plane in range(spec.planes):
         assert live.fabric.ping(a.name, b.interface(plane, 0).ip, count=3, wait_s=2)
     flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
-                            spec.hosts[0].interfaces[0].leaf], capture_output=True,
+                            spec.hosts[0].interfaces[0].switch], capture_output=True,
                            text=True).stdout
     assert "n_packets" in flows and "nw_dst=" in flows
 

@@ -2,8 +2,9 @@
 
 Every fixture removes what it created (forwarders by process group, then the
 namespaces) even on failure; the last test checks nothing named ``tbms*`` is left.
-Throughput numbers are printed and written to ``$TB_MACSEC_RESULTS`` (default
-/tmp/tb-macsec-throughput.json).
+Throughput numbers are printed and written to ``throughput.json`` in the session's
+private temporary folder (pytest's tmp_path_factory, never a fixed name in /tmp that
+root would follow), or to ``$TB_MACSEC_RESULTS`` when that is set.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from testbed.macsec.netns import add_netns, del_netns, leftovers, run, spawn, st
 pytestmark = pytest.mark.root
 
 PREFIX = "tbms"
-RESULTS = Path(os.environ.get("TB_MACSEC_RESULTS", "/tmp/tb-macsec-throughput.json"))
 DROPS = ("InPktsNoTag", "InPktsBadTag", "InPktsNoSCI", "InPktsUnknownSCI", "InPktsLate",
          "InPktsNotValid", "InPktsInvalid", "InPktsNotUsingSA", "InPktsUnusedSA")
 _spawned: list[subprocess.Popen[bytes]] = []
@@ -211,8 +211,15 @@ def plain_veth_throughput(mtu: int, workdir: Path) -> dict[str, float]:
             del_netns(n)
 
 
+@pytest.fixture(scope="module")
+def results_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the throughput rows of all MTUs go: a private folder unless the user names one."""
+    chosen = os.environ.get("TB_MACSEC_RESULTS")
+    return Path(chosen) if chosen else tmp_path_factory.mktemp("macsec") / "throughput.json"
+
+
 @pytest.mark.parametrize("mtu", [1500, 9000, 64000])
-def test_throughput_protected_vs_plain(mtu: int, tmp_path: Path) -> None:
+def test_throughput_protected_vs_plain(mtu: int, tmp_path: Path, results_file: Path) -> None:
     plain = plain_veth_throughput(mtu, tmp_path)
     cfg = LinkConfig.generate(run_id(), mtu=mtu)
     with UserspaceLink(cfg, tmp_path / "link") as lk:
@@ -223,9 +230,9 @@ def test_throughput_protected_vs_plain(mtu: int, tmp_path: Path) -> None:
            "protected_retransmits": protected["retransmits"],
            "ratio": protected["bps"] / plain["bps"], "suite": cfg.suite,
            "InPktsOK_b": counters["InPktsOK"]}
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
     results[str(mtu)] = row
-    RESULTS.write_text(json.dumps(results, indent=2))
+    results_file.write_text(json.dumps(results, indent=2))
     print(f"\nMTU {mtu}: plain veth {plain['bps'] / 1e9:.2f} Gbit/s, "
           f"userspace MACsec {protected['bps'] / 1e9:.3f} Gbit/s")
     assert protected["bps"] > 1e6

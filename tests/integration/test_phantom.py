@@ -86,7 +86,7 @@ def test_a_stream_above_the_drain_rate_is_marked_before_the_queue_builds(phantom
     phantom queue fills and marks, while the real queue (the link's) does not overflow."""
     live = phantom_live
     h0, h3 = live.spec.hosts[0], live.spec.hosts[-1]
-    downlink = f"{h3.interface(0, 0).leaf}e{h3.interface(0, 0).leaf_port}"
+    downlink = f"{h3.interface(0, 0).switch}e{h3.interface(0, 0).switch_port}"
     before = live.fabric.queue_stats()[downlink]["drops"]
     got = streams(live, [(h0.name, ROCE, 19.6, ECT0)], 4)[ROCE]
     assert got["packets"] > 500

@@ -99,7 +99,7 @@ def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
         pid_files = list(Path("/run/testbed").glob("*/controller.pid"))
         assert pid_files
         for f in pid_files:  # only this run is alive while the test suite runs
-            os.killpg(int(f.read_text()), signal.SIGKILL)
+            os.killpg(int(f.read_text().split()[0]), signal.SIGKILL)  # "PID START_TIME"
         killed_at = time.time()
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -113,39 +113,59 @@ def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
 
 
 def test_clean_removes_only_what_the_testbed_made(tmp_path):
-    from testbed.naming import new_run_id, run_dir, run_prefix
+    from testbed.naming import REGISTRAR, new_run_id, pid_record, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
-    subprocess.run(["ip", "link", "add", f"{prefix}x0", "type", "veth", "peer", "name",
-                    f"{prefix}x1"], check=True)
-    subprocess.run(["ip", "link", "add", "keepme7x", "type", "veth", "peer", "name", "keepme7y"],
-                   check=True)
-    subprocess.run(["ip", "netns", "add", f"{prefix}ns"], check=True)
-    subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge", f"{prefix}br",
-                    "datapath_type=netdev"], check=True)
-    run_dir(rid).mkdir(parents=True)
-    helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
-                               "127.0.0.1:0", "--role", "tool"], cwd=REPO,
-                              stdout=subprocess.DEVNULL, start_new_session=True)
-    nested = run_dir(rid) / "backbone" / "fast" / "pids"  # experiments nest their pid files
-    nested.mkdir(parents=True)
-    (nested / "svc.pid").write_text(str(helper.pid))
-    # a stale pid file whose pid now belongs to somebody else's process
-    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    (run_dir(rid) / "stale.pid").write_text(str(stranger.pid))
+    procs: list[subprocess.Popen] = []
     try:
+        subprocess.run(["ip", "link", "add", f"{prefix}x0", "type", "veth", "peer", "name",
+                        f"{prefix}x1"], check=True)
+        register(rid, "link", f"{prefix}x0")
+        subprocess.run(["ip", "link", "add", "keepme7x", "type", "veth", "peer", "name",
+                        "keepme7y"], check=True)
+        # named like the testbed's (tb + 4 hex digits) but made by somebody else
+        subprocess.run(["ip", "link", "add", "tbface0", "type", "veth", "peer", "name",
+                        "tbface1"], check=True)
+        subprocess.run(["ip", "netns", "add", f"{prefix}ns"], check=True)
+        register(rid, "netns", f"{prefix}ns")
+        subprocess.run(["ovs-vsctl", "add-br", f"{prefix}br", "--", "set", "bridge",
+                        f"{prefix}br", "datapath_type=netdev"], check=True)
+        register(rid, "bridge", f"{prefix}br")
+        helper = subprocess.Popen([sys.executable, "-m", "traffic", "agent-service", "--listen",
+                                   "127.0.0.1:0", "--role", "tool"], cwd=REPO,
+                                  stdout=subprocess.DEVNULL, start_new_session=True)
+        procs.append(helper)
+        nested = run_dir(rid) / "backbone" / "fast" / "pids"  # experiments nest pid files
+        nested.mkdir(parents=True)
+        (nested / "svc.pid").write_text(pid_record(helper.pid))
+        # stale pid files whose pids now belong to somebody else's processes: a plain one,
+        # and one whose command line holds the words of the testbed's helpers
+        stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                                      "testbed", "traffic"], start_new_session=True)
+        procs += [stranger, lookalike]
+        for name, proc in (("stale", stranger), ("lookalike", lookalike)):
+            pid, started = pid_record(proc.pid).split()
+            (run_dir(rid) / f"{name}.pid").write_text(f"{pid} {int(started) - 1}")
+        # the names were registered by this (live) test process: make the run a dead one
+        (run_dir(rid) / REGISTRAR).unlink()
+
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert wait_for(lambda: helper.poll() is not None, 5)
         assert leftovers(prefix) == []
         links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-        assert "keepme7x" in links
-        assert stranger.poll() is None
+        assert "keepme7x" in links and "tbface0" in links
+        assert stranger.poll() is None and lookalike.poll() is None
     finally:
-        subprocess.run(["ip", "link", "del", "keepme7x"])
-        for proc in (helper, stranger):
+        for name in ("keepme7x", "tbface0", f"{prefix}x0"):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+        subprocess.run(["ip", "netns", "del", f"{prefix}ns"], capture_output=True)
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", f"{prefix}br"], capture_output=True)
+        subprocess.run(["rm", "-rf", str(run_dir(rid))])
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
@@ -171,22 +191,26 @@ def test_macsec_scenario_through_the_cli(tmp_path):
 
 
 def test_clean_leaves_a_live_run_alone_unless_forced():
-    from testbed.naming import claim, new_run_id, run_dir, run_prefix
+    from testbed.naming import claim, new_run_id, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
     claim(rid)  # this test process owns the run: it is alive
     subprocess.run(["ip", "link", "add", f"{prefix}y0", "type", "veth", "peer", "name",
                     f"{prefix}y1"], check=True)
+    register(rid, "link", f"{prefix}y0")
     try:
         done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert f"left alone: run {rid}" in done.stdout
         assert f"{prefix}y0" in leftovers(prefix) and run_dir(rid).exists()
-        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean", "--force"],
-                              cwd=REPO, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
+        # forced, but for this run only: ``testbed clean --force`` would also remove the
+        # live runs of everybody else on a shared host
+        from testbed.cleanup import clean
+
+        removed, _ = clean(force=True, only={rid})
+        assert f"interface {prefix}y0" in removed
         assert leftovers(prefix) == []
     finally:
         subprocess.run(["ip", "link", "del", f"{prefix}y0"], capture_output=True)

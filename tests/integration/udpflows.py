@@ -2,7 +2,8 @@
 
 ``python udpflows.py send SRC_IP DST_IP FLOWS PACKETS`` sends PACKETS datagrams from each
 of FLOWS source ports (so the switches' ECMP hash spreads them over the spines);
-``python udpflows.py recv IP SECONDS`` prints ``{source port: datagrams}`` as JSON.
+``python udpflows.py recv IP SECONDS`` prints ``{source port: datagrams}`` as JSON. A
+last argument PORT (both) sets the destination port (4791: RoCE, which spraying sprays).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ PORT = 9999
 SPORT_BASE = 41000
 
 
-def send(src: str, dst: str, flows: int, packets: int) -> None:
+def send(src: str, dst: str, flows: int, packets: int, port: int = PORT) -> None:
     socks = []
     for k in range(flows):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -25,15 +26,15 @@ def send(src: str, dst: str, flows: int, packets: int) -> None:
     for _ in range(packets):
         for s in socks:
             try:
-                s.sendto(b"x" * 64, (dst, PORT))
+                s.sendto(b"x" * 64, (dst, port))
             except OSError:
                 pass
         time.sleep(0.01)
 
 
-def recv(ip: str, seconds: float) -> None:
+def recv(ip: str, seconds: float, port: int = PORT) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((ip, PORT))
+    s.bind((ip, port))
     s.settimeout(0.1)
     seen: dict[int, int] = {}
     end = time.time() + seconds
@@ -49,6 +50,7 @@ def recv(ip: str, seconds: float) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "send":
-        send(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        send(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+             *map(int, sys.argv[6:7]))
     else:
-        recv(sys.argv[2], float(sys.argv[3]))
+        recv(sys.argv[2], float(sys.argv[3]), *map(int, sys.argv[4:5]))

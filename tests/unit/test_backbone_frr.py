@@ -10,6 +10,8 @@ import pytest
 from testbed.backbone.frr import (
     DAEMONS,
     Bfdd,
+    Bgpd,
+    BgpNeighbor,
     FrrConfigError,
     Ospfd,
     Router,
@@ -94,3 +96,53 @@ def test_regions_are_stub_routers_pops_are_transit():
 
     assert "max-metric router-lsa administrative" in render(transit=False)
     assert "max-metric" not in render(transit=True)
+
+
+BGP_ROUTER = Router("ra", "tbdemora", "10.255.1.1",
+                    (RouterInterface("tbdemol0b"), RouterInterface("lo", passive=True)),
+                    Timers(bfd_ms=100, hello_s=1, dead_s=3), transit=False, asn=64520,
+                    neighbors=(BgpNeighbor("10.1.0.1", 64512, "tbdemol0b"),),
+                    networks=("10.255.1.1/32", "172.16.0.0/24"))
+
+
+@pytest.mark.root
+@needs_frr
+@pytest.mark.parametrize("transit", [True, False])
+def test_bgpd_config_passes_the_dry_run(tmp_path, transit):
+    from dataclasses import replace
+
+    daemon = Bgpd(replace(BGP_ROUTER, transit=transit), RouterPaths(tmp_path))
+    daemon.write()
+    daemon.dry_run()
+
+
+def test_bgp_without_bfdd_has_no_bfd_lines():
+    from dataclasses import replace
+
+    text = Bgpd(replace(BGP_ROUTER, bfd=False), RouterPaths(Path("/tmp"))).render()
+    assert "bfd" not in text and "remote-as 64512" in text
+    ospf = Ospfd(replace(ROUTER, bfd=False), RouterPaths(Path("/tmp"))).render()
+    assert "bfd" not in ospf
+
+
+@pytest.mark.parametrize("daemons, words", [
+    (["bfdd", "ospfd"], "needs zebra"),
+    (["zebra", "bfdd"], "exactly one routing protocol"),
+    (["zebra", "ospfd", "bgpd"], "exactly one routing protocol"),
+    (["zebra", "zebra", "ospfd"], "twice"),
+    (["zebra", "isisd"], "must be one of"),
+])
+def test_daemon_lists_are_checked(daemons, words):
+    from testbed.errors import ConfigError
+    from testbed.experiments.backbone import validate
+
+    with pytest.raises(ConfigError) as err:
+        validate({"topology": "small", "daemons": daemons})
+    assert err.value.field.startswith("backbone.daemons") and words in err.value.reason
+
+
+def test_daemon_list_is_put_in_start_order():
+    from testbed.experiments.backbone import validate
+
+    assert validate({"topology": "small", "daemons": ["bgpd", "zebra"]})["daemons"] == [
+        "zebra", "bgpd"]

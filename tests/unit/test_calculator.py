@@ -36,6 +36,20 @@ def test_cli_table_is_readable(capsys):
     assert main(["calc", "--switch-tbps", "102.4", "--gpu-gbps", "1600", "--planes", "8"]) == 0
     text = capsys.readouterr().out
     assert "131,072" in text and "2,048" in text and "64x" in text
+    assert "k=64 fat-tree): 65,536 GPUs, 5,120 switches, 5 switch hops" in text
+
+
+def test_three_tiers_reach_more_than_two_but_cost_two_hops():
+    """A third tier grows one plane k/2 times (k^3/4 against k^2/2 hosts) at the price of
+    two more switch hops; planes grow the two-tier design without it."""
+    for planes in (2, 4, 8):
+        r = calculate(switch_tbps=102.4, gpu_gbps=1600, planes=planes)
+        three, single = r["single_plane_three_tier"], r["single_plane"]
+        assert three["max_gpus"] == single["max_gpus"] * single["radix"] // 2
+        assert three["switch_hops"] - r["multi_plane"]["switch_hops"] == 2
+        assert r["multi_plane_vs_three_tier"] == r["max_gpus"] / three["max_gpus"]
+    out = calculate(switch_tbps=102.4, gpu_gbps=1600, planes=8)
+    assert json.loads(json.dumps(out))["single_plane_three_tier"]["tiers"] == 3
 
 
 @pytest.mark.parametrize(

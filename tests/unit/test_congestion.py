@@ -125,7 +125,7 @@ def test_marking_rules_only_touch_ect_packets_of_the_class(spec):
 def test_ect_steering_covers_every_remote_destination_and_class(spec):
     leaf = plan_switch(spec, spec.switch("tbu0p0l0").dpid)
     remote = {r.ip for r in leaf.routes if r.group is not None}
-    rules = ecn.ect_rules(leaf)
+    rules = [m for m, ports in ecn.ect_rules(leaf) if ports == leaf.groups[1]]
     assert len(rules) == len(remote) * 2 * 2
     assert {m["ipv4_dst"] for m in rules} == remote
     assert {m["ip_proto"] for m in rules} == {6, 17}
@@ -135,7 +135,7 @@ def test_ect_steering_covers_every_remote_destination_and_class(spec):
 # -- telemetry -----------------------------------------------------------------------
 def test_port_table_covers_every_switch_port_once(spec):
     table = port_table(spec)
-    assert len(table) == sum(2 if lk.kind == "uplink" else 1 for lk in spec.links)
+    assert len(table) == sum(2 if lk.kind == "fabric" else 1 for lk in spec.links)
     assert {p.role for p in table.values()} == {"leaf_uplink", "spine_downlink",
                                                  "leaf_downlink"}
     assert all(p.ifname == f"{p.switch}e{p.port}" for p in table.values())
@@ -187,7 +187,7 @@ def test_config_defaults_and_auto_ecn():
     assert not cfg.controller_marks
 
 
-def test_switch_ecn_without_red_is_refused_before_anything_starts(spec):
+def test_switch_ecn_without_red_is_refused_before_anything_starts(spec, tmp_path):
     from testbed.bringup import controller_config
     from testbed.capabilities import Capabilities
     from testbed.errors import BringUpError
@@ -195,11 +195,11 @@ def test_switch_ecn_without_red_is_refused_before_anything_starts(spec):
     caps = Capabilities(kernel="x", ovs_kernel_datapath=False, netem=False, htb=True,
                         red=False, fq_codel=False, macsec=False, nftables=True)
     with pytest.raises(BringUpError, match="controller.ecn.mode"):
-        controller_config({"mode": "ecmp", "ecn": {"mode": "switch"}}, spec, caps)
-    assert controller_config({"ecn": {"mode": "auto"}}, spec, caps)["ecn_backend"] == \
-        "controller"
+        controller_config({"mode": "ecmp", "ecn": {"mode": "switch"}}, spec, caps, out=tmp_path)
+    auto = {"ecn": {"mode": "auto"}}
+    assert controller_config(auto, spec, caps, out=tmp_path)["ecn_backend"] == "controller"
     caps.red = True
-    assert controller_config({"ecn": {"mode": "auto"}}, spec, caps)["ecn_backend"] == "switch"
+    assert controller_config(auto, spec, caps, out=tmp_path)["ecn_backend"] == "switch"
 
 
 def test_red_queue_line(spec):

@@ -28,7 +28,7 @@ def walk(spec, plans, src_intf, dst_ip, seen=None):
             else:
                 paths.append((path, node))
 
-    step(src_intf.leaf, [src_intf.leaf])
+    step(src_intf.switch, [src_intf.switch])
     return paths
 
 
@@ -46,11 +46,11 @@ def test_every_host_pair_reaches_on_every_plane_over_every_bucket(oversub):
                     src, dst = a.interface(plane, rail), b.interface(plane, rail)
                     paths = walk(spec, plans, src, dst.ip)
                     assert paths and all(end == b.name for _, end in paths)
-                    same_leaf = src.leaf == dst.leaf
+                    same_leaf = src.switch == dst.switch
                     expected_hops = 1 if same_leaf else 3
                     assert all(len(p) == expected_hops for p, _ in paths)
                     if not same_leaf:  # ECMP: one path per spine
-                        assert len(paths) == spec.spines_per_plane
+                        assert len(paths) == spec.params["spines_per_plane"]
 
 
 def test_leaves_spread_over_all_spines_with_one_ecmp_set():

@@ -43,7 +43,7 @@ def chains(text: str) -> dict[str, str]:
 
 def test_every_switch_port_gets_a_hook_buckets_at_its_link_rate_and_counters(spec):
     ports = phantom.switch_ports(spec)
-    uplinks = [lk for lk in spec.links if lk.kind == "uplink"]
+    uplinks = [lk for lk in spec.links if lk.kind == "fabric"]
     assert len(ports) == len(spec.links) + len(uplinks)  # downlinks + both uplink ends
     assert len({p.ifname for p in ports}) == len(ports)
     text = phantom.ruleset("tbu1ecn", ports, TUNED, drain=0.9, mtu=spec.mtu)
@@ -182,7 +182,7 @@ def test_phantom_needs_nftables():
     assert "nftables" in exc.value.reason
 
 
-def test_clean_finds_only_tables_of_runs_that_are_gone(monkeypatch):
+def test_clean_finds_only_tables_that_a_gone_run_registered(monkeypatch):
     from testbed import cleanup
 
     listing = ('{"nftables": [{"metainfo": {}}, '
@@ -195,4 +195,5 @@ def test_clean_finds_only_tables_of_runs_that_are_gone(monkeypatch):
 
     monkeypatch.setattr(cleanup.shutil, "which", lambda name: "/usr/sbin/nft")
     monkeypatch.setattr(cleanup.subprocess, "run", lambda *a, **k: Done())
-    assert cleanup._owned_tables({"3c4d"}) == [("netdev", "tb1a2becn")]
+    # tb3c4decn looks like the testbed's but no run registered it: not touched
+    assert cleanup._owned_tables({"netdev tb1a2becn"}) == [("netdev", "tb1a2becn")]

@@ -35,7 +35,7 @@ def test_default_scenario_has_the_three_variants():
     # same hosts and link rates in every variant: only the uplinks change
     specs = [v.fabric("tb0000") for v in sc.variants]
     assert len({(s.nodes, s.link_mbps, s.planes) for s in specs}) == 1
-    assert specs[2].uplink_mbps * 4 == specs[1].uplink_mbps
+    assert specs[2].params["uplink_mbps"] * 4 == specs[1].params["uplink_mbps"]
 
 
 def mutate(path: str, value):
@@ -99,7 +99,39 @@ def test_validate_cli_one_line_exit_2_and_nothing_created(tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "topology.spines_per_plane" in lines[0]
-    assert subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout == before
+    # other runs on a shared host may change links meanwhile: only our absence is checked
+    after = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert not _names(after) - _names(before) - _live_names()
+
+
+def _names(links: str) -> set[str]:
+    return {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
+
+
+def _live_names() -> set[str]:
+    """Names of links that live runs (other tests, other labs) may create meanwhile."""
+    from testbed.naming import live_runs, run_prefix
+
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return {n for n in _names(out) for r in live_runs() if n.startswith(run_prefix(r))}
+
+
+def test_validate_runs_no_program_and_opens_no_netlink(tmp_path, monkeypatch, capsys):
+    """Pure: a bad file is refused, and a good one accepted, without any process or
+    netlink socket (so nothing on the host can change)."""
+    import pyroute2
+
+    from testbed.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"validate touched the host: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(pyroute2, "IPRoute", refuse)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(mutate("topology.spines_per_plane", -1)))
+    assert main(["validate", str(bad)]) == 2
+    assert main(["validate", str(DEFAULT)]) == 0
 
 
 def test_validate_cli_accepts_the_default(capsys):

@@ -38,10 +38,20 @@ def test_combine_takes_medians_and_keeps_seeds() -> None:
     assert run["run_id"] == "0001"  # not a number field: the first seed's
 
 
-def test_median_skips_missing_values() -> None:
-    assert median_entry([{"p": None}, {"p": 4}, {"p": 6}]) == {"p": 5}
+def test_a_missing_value_is_not_skipped_but_shown() -> None:
+    assert median_entry([{"p": None}, {"p": 4}, {"p": 6}]) == {"p": None}
     assert median_entry([{"p": None}, {"p": None}]) == {"p": None}
     assert median_entry([{"x": True}, {"x": False}]) == {"x": True}
+    # seed 3: every chain failed, so it has no latency; the median must not hide it
+    seeds = [entry("a", s, 10.0, p) for s, p in ((1, 30.0), (2, 10.0))]
+    failed = entry("a", 3, 10.0, None)
+    failed["agents"].update(chains_completed=0, chains_failed=10,
+                            latency_ms={"p50": None, "p95": None, "p99": None, "max": None})
+    run = combine("a", [*seeds, failed])
+    assert run["agents"]["latency_ms"] == {"p50": None, "p95": None, "p99": None, "max": None}
+    assert run["agents"]["chains_failed"] == 0  # present in every seed: a median
+    assert run["missing"] == {f"agents.latency_ms.{p}": [3] for p in ("p50", "p95", "p99", "max")}
+    assert "missing" not in combine("a", seeds)
 
 
 def summary_of(runs: list[dict], seeds=(1, 2)) -> dict:

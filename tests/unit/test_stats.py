@@ -33,3 +33,19 @@ def test_summary():
     assert summary([]) is None
     s = summary([1.0, 2.0, 3.0, 4.0])
     assert s == {"p50": 2.5, "p95": 3.85, "p99": 3.97, "max": 4.0}
+
+
+def test_median_iteration_is_the_median_of_an_even_count():
+    from types import SimpleNamespace
+
+    from traffic.training import RingRank
+
+    keys = ("bytes_sent", "bytes_received", "packets_sent", "packets_received", "packets_lost",
+            "timeouts", "icrc_errors", "reordered_packets", "ce_received", "cnps_sent",
+            "cnps_received")
+    records = [{"iteration_ms": ms, "complete": True, "comm_ms": ms, **dict.fromkeys(keys, 0)}
+               for ms in (400.0, 100.0, 300.0, 200.0)]
+    rank = SimpleNamespace(rank=0, n=2, nch=1, steps=1, chunk=1, senders=[])
+    out = RingRank.summary(rank, records)
+    assert out["median_iteration_ms"] == 250.0  # not the upper middle (300)
+    assert out["mean_iteration_ms"] == 250.0 and out["max_iteration_ms"] == 400.0

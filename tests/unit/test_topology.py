@@ -22,7 +22,7 @@ def test_counts_follow_the_parameters():
     assert len(spec.switches) == 2 * (4 + 2)
     assert len(spec.hosts) == 8
     host_links = [lk for lk in spec.links if lk.kind == "host"]
-    uplinks = [lk for lk in spec.links if lk.kind == "uplink"]
+    uplinks = [lk for lk in spec.links if lk.kind == "fabric"]
     assert len(host_links) == 8 * 2 * 2  # nodes x planes x rails
     assert len(uplinks) == 2 * 4 * 2  # planes x leaves x spines
     assert all(len(h.interfaces) == 4 for h in spec.hosts)
@@ -32,7 +32,7 @@ def test_rail_optimized_nth_nic_of_every_node_in_a_group_shares_a_leaf():
     spec = fabric()
     for plane, rail in itertools.product(range(2), range(2)):
         for group in range(2):
-            leaves = {h.interface(plane, rail).leaf for h in spec.hosts if h.group == group}
+            leaves = {h.interface(plane, rail).switch for h in spec.hosts if h.group == group}
             assert len(leaves) == 1
             leaf = spec.switch(leaves.pop())
             assert (leaf.plane, leaf.rail, leaf.group) == (plane, rail, group)
@@ -42,13 +42,13 @@ def test_planes_are_independent():
     spec = fabric()
     plane_of = {sw.name: sw.plane for sw in spec.switches}
     for lk in spec.links:
-        if lk.kind == "uplink":
+        if lk.kind == "fabric":
             assert plane_of[lk.a] == plane_of[lk.b] == lk.plane
         else:
             assert plane_of[lk.b] == lk.plane
     for h in spec.hosts:
         for intf in h.interfaces:
-            assert plane_of[intf.leaf] == intf.plane
+            assert plane_of[intf.switch] == intf.plane
 
 
 @pytest.mark.parametrize("ratio", [1, 2, 4])
@@ -56,7 +56,7 @@ def test_oversubscription_is_leaf_downlink_over_uplink_capacity(ratio):
     spec = fabric(oversubscription=ratio)
     for leaf in (sw for sw in spec.switches if sw.role == "leaf"):
         down = sum(lk.mbps for lk in spec.links if lk.kind == "host" and lk.b == leaf.name)
-        up = sum(lk.mbps for lk in spec.links if lk.kind == "uplink" and lk.a == leaf.name)
+        up = sum(lk.mbps for lk in spec.links if lk.kind == "fabric" and lk.a == leaf.name)
         assert down / up == pytest.approx(ratio)
 
 

@@ -66,14 +66,23 @@ class FrrDaemon:
     def write(self) -> Path:
         path = self.paths.config(self.NAME)
         path.write_text(self.render())
-        shutil.chown(path, FRR_USER, FRR_USER)
+        try:
+            shutil.chown(path, FRR_USER, FRR_USER)
+        except LookupError:
+            raise HostError(f"no user or group {FRR_USER!r}: apt-get install frr") from None
         return path
 
     def dry_run(self) -> None:
         """Check the written config with ``vtysh -C``; raise :class:`FrrConfigError`."""
         path = self.paths.config(self.NAME)
-        done = subprocess.run([VTYSH, "-C", "-f", str(path)], capture_output=True, text=True,
-                              timeout=30)
+        try:
+            done = subprocess.run([VTYSH, "-C", "-f", str(path)], capture_output=True,
+                                  text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            raise FrrConfigError(f"{self.router.name} {self.NAME}: the dry run of {path} "
+                                 "did not finish in 30 s") from None
+        except OSError as exc:
+            raise HostError(f"{VTYSH}: {exc}: apt-get install frr") from None
         if done.returncode != 0:
             raise FrrConfigError(f"{self.router.name} {self.NAME}: {path} failed the dry run: "
                                  f"{(done.stdout + done.stderr).strip()}")

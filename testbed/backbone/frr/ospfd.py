@@ -30,7 +30,8 @@ class Ospfd(FrrDaemon):
         interfaces = "".join(
             passive.substitute(ifname=i.name) if i.passive else
             active.substitute(ifname=i.name, cost=i.cost, hello_s=t.hello_s, dead_s=t.dead_s,
-                              profile=PROFILE)
+                              bfd=(f" ip ospf bfd\n ip ospf bfd profile {PROFILE}\n"
+                                   if r.bfd else ""))
             for i in r.interfaces)
         return template(self.TEMPLATE).substitute(
             hostname=r.name, interfaces=interfaces, router_id=r.router_id,

@@ -31,6 +31,15 @@ class RouterInterface:
 
 
 @dataclass(frozen=True)
+class BgpNeighbor:
+    """A BGP session on a link: the peer's link address and AS, over our interface."""
+
+    address: str
+    asn: int
+    ifname: str
+
+
+@dataclass(frozen=True)
 class Router:
     """One FRR instance: its namespace, router id, interfaces and timers."""
 
@@ -41,6 +50,10 @@ class Router:
     timers: Timers = field(default_factory=Timers)
     max_paths: int = 8
     transit: bool = True  # False: a stub router (a region), never a path between others
+    bfd: bool = True  # sessions and adjacencies use bfdd (which must run then)
+    asn: int = 0  # BGP: this router's AS
+    neighbors: tuple[BgpNeighbor, ...] = ()  # BGP: one session per link
+    networks: tuple[str, ...] = ()  # BGP: the prefixes it originates
 
 
 @dataclass(frozen=True)

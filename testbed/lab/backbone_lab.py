@@ -1,0 +1,117 @@
+"""A backbone that stays up: one timer set's namespaces, links (MACsec where the scenario
+says) and FRR, converged (:func:`testbed.backbone.bringup.bring_up`); faults by hand
+(``cut_link``, ``cut_risk_group``, ``fail_pop``, ``degrade_link`` ... and their restores)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+from testbed.backbone.bringup import bring_up
+from testbed.backbone.frr import Timers
+from testbed.backbone.net import BackboneNet
+from testbed.capabilities import probe
+from testbed.errors import ConfigError
+from testbed.experiments.backbone import ACTIONS, LOSS_ACTIONS, _targets, macsec_backend
+from testbed.macsec.wireshark import UAT_FILE, write_uat
+from testbed.naming import claim, run_dir, run_prefix
+from testbed.results import write_json
+
+Progress = Callable[[str], None]
+KEYS_FILE = "macsec-keys.json"
+
+
+class BackboneLab:
+    KIND = "backbone"
+
+    def __init__(self, scenario, variant, *, run_id: str, name: str, out: Path,
+                 stack: ExitStack, progress: Progress) -> None:
+        self.scenario, self.variant = scenario, variant
+        self.experiment = scenario.experiment
+        self.cfg, self.bb = self.experiment.cfg, self.experiment.bb
+        self.run_id, self.name, self.out = run_id, name, out
+        self.stack, self.progress = stack, progress
+        self.net: BackboneNet | None = None
+        self.folder = run_dir(run_id) / "backbone" / variant.name
+
+    def start(self, *, traffic: bool, duration_s: float) -> None:
+        caps = probe(self.run_id)
+        backend = macsec_backend(self.cfg["macsec"], caps)
+        claim(self.run_id)
+        self.stack.callback(shutil.rmtree, run_dir(self.run_id), True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.progress(f"{self.name}: starting {len(self.bb.nodes)} routers "
+                      f"({len(self.bb.pops)} PoPs, {len(self.bb.regions)} regions), "
+                      f"{len(self.bb.all_links)} links, {self.variant.name} timers")
+        self.net, _ = bring_up(
+            self.bb, prefix=run_prefix(self.run_id), folder=self.folder, stack=self.stack,
+            cfg=self.cfg, timers=Timers(**self.cfg["timers"][self.variant.name]),
+            macsec_backend=backend, shape=self.cfg["shape"] and caps.htb, delay=caps.netem,
+            progress=self.progress, name=self.name)
+        if self.net.secure:  # so that a capture of a wire can be decrypted
+            write_json(self.out / KEYS_FILE, self.net.secure.keys())
+            write_uat(self.net.secure.keys(), self.out / UAT_FILE)
+
+    def hosts(self) -> dict[str, dict]:
+        net, pops = self.net, {p.name for p in self.bb.pops}
+        out = {}
+        for node in self.bb.nodes:
+            addresses = [f"lo {net.loopback(node)}/32"]
+            if node not in pops:
+                addresses.append(f"site0 {net.region_addr(node)}/24")
+            out[node] = {"name": net.ns(node), "netns": net.ns(node),
+                         "role": "pop" if node in pops else "region",
+                         "vty": str(self.folder / "frr" / node), "addresses": addresses}
+        return out
+
+    def record(self) -> dict:
+        net = self.net
+        return {"size": {"routers": len(self.bb.nodes), "links": len(self.bb.all_links)},
+                "prefix": run_prefix(self.run_id),
+                "links": {name: {"a": lk.a, "b": lk.b, "wire_a": net.phys(name, "a"),
+                                 "wire_b": net.phys(name, "b")}
+                          for name, (_, lk) in net.links.items()},
+                "keys": str(self.out / KEYS_FILE) if net.secure else None,
+                "traffic": None}
+
+    def examples(self, lab: str) -> list[str]:
+        regions = [r.name for r in self.bb.regions]
+        link = next(iter(self.net.links))
+        pop = self.bb.pops[0].name
+        return [f"testbed exec {lab} {regions[0]} -- ping -c3 "
+                f"{self.net.region_addr(regions[-1])}",
+                f"testbed exec {lab} {pop} -- ip route",
+                f"testbed cli {lab} {pop}                    # vtysh: show ip ospf neighbor",
+                f"testbed fault {lab} cut_link {link}          # then restore_link",
+                f"testbed capture {lab} {link} --seconds 5"
+                + ("   # then: testbed decrypt FILE --keys "
+                   f"{self.out / KEYS_FILE} -o plain.pcap" if self.net.secure else ""),
+                f"testbed down {lab}"]
+
+    def check_fault_kind(self, kind: str) -> None:
+        if kind not in ACTIONS:
+            raise ConfigError("KIND", f"unknown fault kind {kind!r} for a backbone "
+                                      f"(known: {', '.join(ACTIONS)})")
+
+    def fault(self, kind: str, target: str | None, *, loss: float | None = None,
+              period_s: float | None = None, count: int | None = None) -> str:
+        self.check_fault_kind(kind)
+        what = ACTIONS[kind]
+        targets = _targets(self.bb, what)
+        if target not in targets:
+            raise ConfigError("TARGET", f"no {what} {target!r} (known: "
+                                        f"{', '.join(sorted(targets))})")
+        if period_s is not None or count is not None:
+            raise ConfigError("--period", f"not used by {kind}")
+        if kind in LOSS_ACTIONS:
+            if loss is None or not 0 < loss <= 1:
+                raise ConfigError("--loss", f"{kind} needs --loss in (0, 1], got {loss!r}")
+            self.net.actions()[kind](target, loss)
+        else:
+            if loss is not None:
+                raise ConfigError("--loss", f"not used by {kind}")
+            self.net.actions()[kind](target)
+        return f"{kind} {target}"

@@ -1,0 +1,478 @@
+"""The lab commands of ``testbed``: up, ls, exec, cli, fault, capture, down.
+
+Each checks its input first (unknown lab, host, fault kind or port: one line, exit
+status 2, nothing created), then acts: ``up`` starts the supervisor
+(:mod:`testbed.lab.supervisor`) and returns once the lab is up; ``fault`` and ``cli``
+(on a fabric) talk to the supervisor, which holds the live objects; ``exec``, ``cli`` on a
+router (vtysh) and ``capture`` enter the namespace themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from testbed.errors import ConfigError, HostError, Interrupted
+from testbed.lab import state
+from testbed.naming import new_run_id, run_dir
+
+UP_TIMEOUT_S = 600
+DOWN_TIMEOUT_S = 120
+
+
+def _root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise ConfigError("user", f"{what} needs root (namespaces, Open vSwitch)")
+
+
+def _request(record: dict, message: dict, timeout: float | None = 120) -> dict:
+    """One request to the lab's supervisor, its one-line JSON reply."""
+    from testbed.lab.supervisor import read_line
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(record["socket"])
+        except OSError as exc:
+            raise HostError(f"lab {record['name']}: its supervisor does not answer "
+                            f"({exc.strerror})") from None
+        sock.sendall((json.dumps(message) + "\n").encode())
+        line = read_line(sock)
+    if not line:
+        raise HostError(f"lab {record['name']}: no reply from its supervisor")
+    return json.loads(line)
+
+
+# -- up --------------------------------------------------------------------------------
+def _variant(sc, name: str | None):
+    if name is None:
+        return sc.variants[0]
+    for v in sc.variants:
+        if v.name == name:
+            return v
+    raise ConfigError("--variant", f"no variant {name!r} in {sc.name} (variants: "
+                                   f"{', '.join(v.name for v in sc.variants)})")
+
+
+def cmd_up(args) -> int:
+    from testbed import scenario
+    from testbed.cli import scenario_path
+    from testbed.layout import Layout
+    from testbed.runner import default_out
+
+    duration = None
+    if args.duration is not None:
+        try:
+            duration = float(args.duration)
+        except ValueError:
+            raise ConfigError("--duration", f"must be seconds, got {args.duration!r}") from None
+    path = scenario_path(args.scenario).resolve()
+    sc = scenario.load(path, duration_override=duration)
+    if sc.kind not in ("fabric", "backbone"):
+        raise ConfigError("SCENARIO", f"a {sc.kind} scenario cannot be kept up as a lab "
+                                      "(fabric and backbone scenarios can)")
+    variant = _variant(sc, args.variant)
+    if args.traffic and sc.kind != "fabric":
+        raise ConfigError("--traffic", "only a fabric lab starts its scenario's workloads")
+    labs = state.all_labs()
+    if args.name is not None:
+        state.check_name(args.name)
+        for record in labs:
+            if args.name in (record.get("name"), record.get("run_id")):
+                raise ConfigError("--name", f"a lab named {args.name!r} exists "
+                                            f"({'live' if record['alive'] else 'dead'})")
+    _root("testbed up")
+    run_id = new_run_id()
+    name = args.name or run_id
+    stamp = default_out(Path(args.results).resolve(), sc.name)
+    out = Layout(stamp.with_name(f"lab-{name}-{stamp.name}")).variant(variant.name)
+    out.mkdir(parents=True, exist_ok=True)
+    request = {"run_id": run_id, "name": name, "scenario_file": str(path),
+               "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
+               "out": str(out), "created": time.time(),
+               "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
+    request_file = out / "lab-request.json"
+    request_file.write_text(json.dumps(request, indent=1))
+    read_fd, write_fd = os.pipe()
+    log = open(out / "supervisor.log", "ab")  # noqa: SIM115 -- handed to the child
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.lab.supervisor", str(request_file),
+         "--ready-fd", str(write_fd)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
+        start_new_session=True)
+    os.close(write_fd)
+    log.close()
+    print(f"testbed: lab {name}: {sc.name} / {variant.name} ({sc.kind}), supervisor "
+          f"{proc.pid}, log {out / 'supervisor.log'}", file=sys.stderr)
+    try:
+        reply = _await_ready(read_fd, proc)
+    except (KeyboardInterrupt, Interrupted):
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(DOWN_TIMEOUT_S)
+        raise
+    finally:
+        os.close(read_fd)
+    if "ready" not in reply:
+        proc.wait(DOWN_TIMEOUT_S)
+        error = reply.get("error") or f"supervisor exited ({proc.returncode}), see its log"
+        if reply.get("config"):
+            raise ConfigError("SCENARIO", error)
+        raise HostError(f"lab {name} did not come up: {error} "
+                        f"(log: {out / 'supervisor.log'})")
+    print(describe(reply["ready"]))
+    return 0
+
+
+def _await_ready(fd: int, proc: subprocess.Popen) -> dict:
+    """Relay the supervisor's progress; its ``ready`` or ``error`` message."""
+    buffer = b""
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([fd], [], [], 1.0)
+        if not readable:
+            if proc.poll() is not None:
+                return {}
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return {}
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if "progress" in message:
+                print(f"testbed: {message['progress']}", file=sys.stderr, flush=True)
+            else:
+                return message
+    return {"error": f"not up after {UP_TIMEOUT_S} s"}
+
+
+def describe(record: dict) -> str:
+    """What ``testbed up`` prints: the lab, its hosts and addresses, example commands."""
+    lines = [f"lab {record['name']} is up (run {record['run_id']}, {record['kind']} "
+             f"{record['scenario']}/{record['variant']}, {state.size(record)}, "
+             f"{record['up_s']:g} s); results and logs: {record['out']}", ""]
+    role = "routers" if record["kind"] == "backbone" else "hosts"
+    lines.append(f"{role}:")
+    for short, host in record["hosts"].items():
+        where = f"netns {host['netns']}" if not host.get("pid") else f"pid {host['pid']}"
+        extra = f" [{host['role']}]" if host.get("role") else ""
+        lines.append(f"  {short:<14}{', '.join(host['addresses'])}  ({where}){extra}")
+    if record.get("switches"):
+        lines.append(f"switches: {' '.join(record['switches'])}")
+    if record.get("traffic"):
+        lines.append(f"traffic: {record['traffic']}")
+    if record.get("captures"):
+        lines.append(f"captures: {' '.join(record['captures'])}")
+    lines += ["", "try:"] + [f"  {line}" for line in record.get("examples", [])]
+    return "\n".join(lines)
+
+
+# -- ls --------------------------------------------------------------------------------
+def cmd_ls(args) -> int:
+    labs = state.all_labs()
+    if args.json:
+        print(json.dumps(labs, indent=1))
+        return 0
+    if not labs:
+        print("no labs")
+        return 0
+    rows = [("NAME", "KIND", "SCENARIO/VARIANT", "AGE", "SIZE", "OWNER", "STATE")]
+    for r in labs:
+        owner = r.get("owner", {})
+        status = r.get("state", "up") if r["alive"] else "dead (testbed clean removes it)"
+        rows.append((r["name"], r["kind"], f"{r['scenario']}/{r['variant']}", state.age(r),
+                     state.size(r), f"{owner.get('user')}/{owner.get('pid')}", status))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+# -- exec ------------------------------------------------------------------------------
+def _command(words: list[str]) -> list[str]:
+    return words[1:] if words[:1] == ["--"] else words
+
+
+def cmd_exec(args) -> int:
+    record = state.find(args.lab)
+    host = state.host(record, args.host)
+    _root("testbed exec")
+    argv = _command(args.command) or ["bash", "-i"]
+    env = {**os.environ, "PS1": f"{record['name']}:{args.host}# "}
+    try:
+        return subprocess.run(host.argv(argv), env=env).returncode
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- cli -------------------------------------------------------------------------------
+def cmd_cli(args) -> int:
+    record = state.find(args.lab)
+    if record["kind"] == "backbone":
+        if not args.node:
+            raise ConfigError("ROUTER", f"name a router of {record['name']}: "
+                                        f"{', '.join(record['hosts'])}")
+        state.host(record, args.node)  # checks the name
+        entry = record["hosts"][args.node]
+        _root("testbed cli")
+        argv = ["ip", "netns", "exec", entry["netns"], "vtysh", "--vty_socket", entry["vty"]]
+        return subprocess.run(argv + (["-c", args.command] if args.command else [])).returncode
+    if args.node:
+        raise ConfigError("NODE", "a fabric lab has one CLI (Mininet's); for a shell in a "
+                                  f"host: testbed exec {record['name']} {args.node}")
+    _root("testbed cli")
+    return attach_cli(record, args.command)
+
+
+def attach_cli(record: dict, command: str | None = None) -> int:
+    """Relay this terminal to the supervisor's Mininet CLI; without a terminal (a pipe, or
+    ``command``) run the lines one after the other, each once the prompt is back (a line
+    typed ahead would otherwise reach the running command as its input, as in ``mn``)."""
+    prompt = f"mininet:{record['name']}> "
+    interactive = command is None and sys.stdin.isatty()
+    banner = (f"Mininet CLI of lab {record['name']} (nodes also answer to short names: "
+              f"{', '.join(list(record['hosts'])[:4])}, ...); 'help', 'exit' or Ctrl-D "
+              "to leave (the lab stays up)\n")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(record["socket"])
+    except OSError as exc:
+        raise HostError(f"lab {record['name']}: its supervisor does not answer "
+                        f"({exc.strerror})") from None
+    sock.sendall((json.dumps({"op": "cli", "banner": banner if interactive else ""}) + "\n")
+                 .encode())
+    try:
+        if interactive:
+            return _relay(sock)
+        lines = [command] if command is not None else sys.stdin.read().splitlines()
+        return _script(sock, [ln for ln in lines if ln.strip()] + ["exit"], prompt)
+    finally:
+        sock.close()
+
+
+def _relay(sock: socket.socket) -> int:
+    threading.Thread(target=_pump_stdin, args=(sock,), daemon=True).start()
+    old = signal.signal(signal.SIGINT, lambda *_: _send(sock, b"\x03"))
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return 0
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _script(sock: socket.socket, lines: list[str], prompt: str) -> int:
+    buffer = ""
+
+    def until_prompt() -> bool:
+        nonlocal buffer
+        while not buffer.endswith(prompt):
+            data = sock.recv(65536)
+            if not data:
+                return False
+            buffer += data.decode(errors="replace")
+        return True
+
+    if not until_prompt():
+        sys.stdout.write(buffer)
+        return 1
+    buffer = ""
+    for line in lines:
+        sock.sendall((line + "\n").encode())
+        done = until_prompt() if line != "exit" else False
+        sys.stdout.write(buffer.removesuffix(prompt))
+        sys.stdout.flush()
+        buffer = ""
+        if not done:
+            break
+    return 0
+
+
+def _send(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
+def _pump_stdin(sock: socket.socket) -> None:
+    while True:
+        try:
+            data = os.read(sys.stdin.fileno(), 4096)
+        except OSError:
+            data = b""
+        if not data:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            return
+        _send(sock, data)
+
+
+# -- fault -----------------------------------------------------------------------------
+def cmd_fault(args) -> int:
+    record = state.find(args.lab)
+    reply = _request(record, {"op": "fault", "kind": args.kind, "target": args.target,
+                              "loss": args.loss, "period_s": args.period, "count": args.count,
+                              "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
+                              "rate_mbps": args.rate_mbps})
+    if not reply.get("ok"):
+        if reply.get("code") == 2:
+            field, _, reason = reply["error"].partition(": ")
+            raise ConfigError(field, reason)
+        raise HostError(f"lab {record['name']}: {reply.get('error')}")
+    print(f"{record['name']}: {reply['result']}")
+    return 0
+
+
+# -- capture ---------------------------------------------------------------------------
+def _capture_target(record: dict, port: str):
+    """(host, interface, short name) of a port of the lab."""
+    from testbed.hosts import NetnsHost, RootHost
+    from testbed.lab.capture import port_of
+    from topologies.spec import FabricSpec
+
+    if record["kind"] == "backbone":
+        link, _, side = port.partition(":")
+        links = record.get("links", {})
+        if link not in links or side not in ("", "a", "b"):
+            raise ConfigError("PORT", f"no link {port!r} (a link name, optionally :a or :b "
+                                      f"for its end, e.g. {next(iter(links), 'nyc-lon-1')}:b)")
+        side = side or "a"
+        node = links[link][side]
+        return NetnsHost(record["hosts"][node]["netns"]), links[link][f"wire_{side}"], \
+            f"{link}-{side}"
+    spec = FabricSpec.from_json(Path(record["spec"]))
+    p = port_of(spec, port)
+    host = state.host(record, p.host[len(spec.prefix):]) if p.host else RootHost()
+    return host, p.ifname, p.name
+
+
+def cmd_capture(args) -> int:
+    from testbed.lab import capture
+
+    record = state.find(args.lab)
+    host, ifname, short = _capture_target(record, args.port)
+    if args.seconds is not None and not 0 < args.seconds <= 86400:
+        raise ConfigError("--seconds", f"must be 0..86400, got {args.seconds:g}")
+    if args.count is not None and args.count < 1:
+        raise ConfigError("--count", f"must be 1 or more, got {args.count}")
+    _root("testbed capture")
+    pcap = Path(args.out) if args.out else (
+        Path(record["out"]) / f"capture-{short}-{time.strftime('%H%M%S')}.pcap")
+    helper = capture.start(host, ifname, pcap.resolve(), pid_dir=run_dir(record["run_id"])
+                           / "captures", name=f"capture-{short}-{os.getpid()}",
+                           snaplen=args.snaplen, count=args.count)
+    print(f"capturing on {short} ({ifname}) into {pcap}"
+          + (f" for {args.seconds:g} s" if args.seconds else "; Ctrl-C stops"),
+          file=sys.stderr, flush=True)
+    try:
+        helper.wait(args.seconds if args.seconds else 1e9)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        helper.stop()
+    log = pcap.with_suffix(".log")
+    counts = [ln for ln in log.read_text(errors="replace").splitlines()
+              if "captured" in ln or "dropped by kernel" in ln] if log.exists() else []
+    print(f"{pcap}: {'; '.join(counts) or 'done'}")
+    return 0
+
+
+# -- down ------------------------------------------------------------------------------
+def cmd_down(args) -> int:
+    from testbed.cleanup import clean
+
+    record = state.find(args.lab, live=False)
+    _root("testbed down")
+    t0 = time.monotonic()
+    pid = record["owner"]["pid"]
+    if record["alive"]:
+        os.kill(pid, signal.SIGTERM)
+        from testbed.procs import wait_for
+
+        if not wait_for(lambda: not state.alive(record), DOWN_TIMEOUT_S, 0.1):
+            raise HostError(f"lab {record['name']}: supervisor {pid} still running after "
+                            f"{DOWN_TIMEOUT_S} s; 'testbed clean --force' removes it")
+    removed, _ = clean(force=True, only={record["run_id"]})
+    for item in removed:
+        print(f"removed leftover {item}", file=sys.stderr)
+    print(f"lab {record['name']} is down ({time.monotonic() - t0:.1f} s)"
+          + (f"; {len(removed)} leftovers of a dead supervisor removed" if removed else ""))
+    return 0
+
+
+# -- parsers ---------------------------------------------------------------------------
+def add_parsers(sub) -> None:
+    """The lab commands, added to ``testbed``'s subcommands."""
+    p = sub.add_parser("up", help="build one variant of a scenario and keep it running")
+    p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or file")
+    p.add_argument("--variant", help="the variant to build (default: the first)")
+    p.add_argument("--name", help="the lab's name (default: its run id)")
+    p.add_argument("--traffic", action="store_true",
+                   help="start the variant's agent chains and training (fabric)")
+    p.add_argument("--duration", help="seconds of traffic with --traffic (default: the "
+                                      "scenario's duration_s)")
+    p.add_argument("--results", default="results", help="results root (default: results)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("ls", help="list the labs on this host")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("exec", help="run a command in a host or router of a lab "
+                                    "(no command: a shell)")
+    p.add_argument("lab")
+    p.add_argument("host", help="short name: n0, nyc, us-east")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser("cli", help="Mininet's CLI on a fabric lab, vtysh on a router")
+    p.add_argument("lab")
+    p.add_argument("node", nargs="?", help="a backbone router (vtysh)")
+    p.add_argument("-c", "--command", help="run one command and leave")
+    p.set_defaults(func=cmd_cli)
+
+    p = sub.add_parser("fault", help="apply a fault to a lab now")
+    p.add_argument("lab")
+    p.add_argument("kind", help="link_down, link_up, link_flap, switch_fail, plane_fail, "
+                                "rail_fail, degrade, restore, delay, rate, controller_kill, "
+                                "... (testbed.fault_kinds); "
+                                "backbone: cut_link, restore_link, fail_pop, ...")
+    p.add_argument("target", nargs="?", help="p0l0-p0s1, n0p0r0, p0s1, p1; nyc-lon-1, ...")
+    p.add_argument("--loss", type=float, help="degrade, degrade_link: fraction lost")
+    p.add_argument("--period", type=float, help="link_flap: seconds per down/up cycle")
+    p.add_argument("--count", type=int, help="link_flap: cycles")
+    p.add_argument("--delay-ms", type=float, help="delay: one-way delay added (netem)")
+    p.add_argument("--jitter-ms", type=float, help="delay: jitter (netem)")
+    p.add_argument("--rate-mbps", type=float, help="rate: the link's new rate (HTB)")
+    p.set_defaults(func=cmd_fault)
+
+    p = sub.add_parser("capture", help="write a pcap of a port of a lab")
+    p.add_argument("lab")
+    p.add_argument("port", help="p0l0e3, n0p0r0 (fabric); a link, e.g. nyc-lon-1[:b] "
+                                "(backbone, its wire)")
+    p.add_argument("-o", "--out", help="pcap file (default: the lab's results folder)")
+    p.add_argument("--seconds", type=float, help="stop after this long (default: Ctrl-C)")
+    p.add_argument("--count", type=int, help="stop after this many frames")
+    p.add_argument("--snaplen", type=int, default=0, help="bytes kept a frame (0: all)")
+    p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser("down", help="tear a lab down (nothing of it is left)")
+    p.add_argument("lab")
+    p.set_defaults(func=cmd_down)
+

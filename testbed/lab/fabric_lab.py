@@ -1,0 +1,143 @@
+"""A fabric that stays up: the variant's fabric and controller (:func:`testbed.bringup.
+bring_up`), optionally its workloads, its scenario captures, and the fault actions of
+:class:`testbed.fabric_faults.FabricFaults` applied by hand."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+from testbed import fault_kinds, workloads
+from testbed.bringup import LiveFabric, bring_up
+from testbed.capabilities import probe
+from testbed.errors import ConfigError
+from testbed.fabric_faults import FabricFaults, needs, parse_faults
+from testbed.lab import capture, mncli
+from testbed.naming import run_prefix
+
+Progress = Callable[[str], None]
+
+
+class FabricLab:
+    KIND = "fabric"
+
+    def __init__(self, scenario, variant, *, run_id: str, name: str, out: Path,
+                 stack: ExitStack, progress: Progress) -> None:
+        self.scenario, self.variant = scenario, variant
+        self.run_id, self.name, self.out = run_id, name, out
+        self.stack, self.progress = stack, progress
+        self.live: LiveFabric | None = None
+        self.faults: FabricFaults | None = None
+        self.cli: mncli.Sessions | None = None
+        self.pcaps: list[Path] = []
+        self.traffic: str | None = None
+
+    @property
+    def spec(self):
+        assert self.live is not None
+        return self.live.spec
+
+    def start(self, *, traffic: bool, duration_s: float) -> None:
+        caps = self.caps = probe(self.run_id)
+        spec = self.variant.fabric(run_prefix(self.run_id))
+        self.progress(f"{self.name}: starting fabric ({spec.planes} planes, "
+                      f"{len(spec.switches)} switches, {len(spec.hosts)} hosts, "
+                      f"{len(spec.links)} links) and its controller")
+        controller = self.variant.controller
+        self.live = live = bring_up(
+            spec, caps, run_id=self.run_id, controller=controller, out=self.out,
+            stack=self.stack, seed=self.scenario.seed)
+        self.progress(f"{self.name}: fabric up in {live.times.start_s:.2f} s, every plane "
+                      "reachable")
+        net = live.fabric.net
+        mncli.sync_addresses(net, spec)
+        mncli.add_short_names(net, spec.prefix)
+        self.cli = mncli.Sessions(net, self.name)
+        self.faults = FabricFaults(live, self.stack)
+        self.pcaps = capture.start_all(live.fabric, self.variant.capture, out=self.out,
+                                       pid_dir=live.pid_dir, stack=self.stack)
+        if traffic:
+            self._traffic(duration_s)
+
+    def _traffic(self, duration_s: float) -> None:
+        agents, training = self.variant.agents, self.variant.training
+        if not (agents["enabled"] or training["enabled"]):
+            self.traffic = "none (the variant enables neither agents nor training)"
+            return
+        live = self.live
+        work = workloads.start(live.fabric, self.variant, out=self.out, pid_dir=live.pid_dir,
+                               duration_s=duration_s, seed=self.scenario.seed,
+                               stack=self.stack)
+        kinds = [k for k, on in (("agent chains", agents["enabled"]),
+                                 ("training", training["enabled"])) if on]
+        self.traffic = (f"{' and '.join(kinds)} for {duration_s:g} s from "
+                        f"{time.strftime('%H:%M:%S', time.localtime(work.start_at))}")
+
+    # -- what `testbed up` prints and lab.json records ---------------------------------
+    def hosts(self) -> dict[str, dict]:
+        spec, fabric = self.spec, self.live.fabric
+        out = {}
+        for host in spec.hosts:
+            pid = fabric.host_pid(host.name)
+            out[host.name[len(spec.prefix):]] = {
+                "name": host.name, "pid": pid, "netns": f"/proc/{pid}/ns/net",
+                "addresses": [f"{i.name[len(spec.prefix):]} {i.ip}/{i.prefixlen}"
+                              for i in host.interfaces]}
+        return out
+
+    def record(self) -> dict:
+        spec, live = self.spec, self.live
+        return {"size": spec.counts(), "prefix": spec.prefix,
+                "spec": str(self.out / "spec.json"),
+                "switches": [s.name[len(spec.prefix):] for s in spec.switches],
+                "controller": ({"pid": live.controller.pid,
+                                "log": str(self.out / "controller.log")}
+                               if live.controller else
+                               {"remote": self.variant.controller["remote"]}),
+                "captures": [str(p) for p in self.pcaps], "traffic": self.traffic}
+
+    def examples(self, lab: str) -> list[str]:
+        spec = self.spec
+        a, b = spec.hosts[0], spec.hosts[-1]
+        sa, sb = a.name[len(spec.prefix):], b.name[len(spec.prefix):]
+        port = next(lk for lk in spec.links if lk.kind == "fabric")
+        host_link = next(lk for lk in spec.links if lk.kind == "host" and lk.a == a.name)
+        short = lambda n: n[len(spec.prefix):]  # noqa: E731
+        return [f"testbed exec {lab} {sa} -- ping -c3 {b.interface(0, 0).ip}",
+                f"testbed exec {lab} {sa}                      # a shell in {sa}",
+                f"testbed cli {lab}                             # Mininet's CLI: pingall, "
+                f"{sa} ping -c1 {sb}, link {short(port.a)} {short(port.b)} down",
+                f"testbed fault {lab} link_down {short(host_link.a)}-{short(host_link.b)}"
+                f"   # then link_up; rail_fail, switch_fail, plane_fail, degrade --loss, "
+                "controller_kill ...",
+                f"testbed capture {lab} {short(port.a_intf)} --seconds 5",
+                f"ovs-ofctl -O OpenFlow13 dump-flows {port.a}",
+                f"testbed down {lab}"]
+
+    # -- faults by hand ----------------------------------------------------------------
+    def fault(self, kind: str, target: str | None, **params: float) -> str:
+        """Apply a fault of any registered kind now, with its parameters (a link_flap:
+        its down/up steps, ``period_s`` apart)."""
+        entry: dict = {"at_s": 0, "action": kind, **params}
+        if target is not None:
+            entry["target"] = target
+        steps = parse_faults([entry], self.spec, "fault")
+        for feature, action in needs(steps).items():
+            if not getattr(self.caps, feature, True):
+                raise ConfigError("KIND", f"{action!r} needs {feature}, which this kernel lacks")
+        actions = self.faults.actions(names=[kind])
+        t0 = time.monotonic()
+        done = []
+        for step in steps:
+            delay = t0 + step.at_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            result = actions[step.action](step.target, **step.params)
+            done.append(f"{step.action} {step.target}" + (
+                f" (pid {result})" if step.action.startswith("controller") else ""))
+        return "; ".join(done)
+
+    def check_fault_kind(self, kind: str) -> None:
+        fault_kinds.kind(kind, "KIND")

@@ -1,0 +1,132 @@
+"""Mininet's own CLI, served by the supervisor (which holds the Mininet object) over the
+lab's Unix socket; ``testbed cli LAB`` relays a terminal to it.
+
+The session is Mininet's :class:`mininet.cli.CLI` with the socket as its input and
+output: ``pingall``, ``n0 ping -c1 n3``, ``iperf n0 n3``, ``link p0l0 p0s0 down``,
+``dpctl dump-flows``, ``py net`` work as in ``mn``. Nodes answer to their short names
+(``n0``, ``p0l0``) as well as their full ones (``tb1a2bn0``). One session at a time:
+the CLI drives the nodes' shells, which take one command at a time. A byte ``0x03``
+from the client (its Ctrl-C) reaches a running command as an interrupt, as Mininet
+forwards typed keys to the node's terminal; when the client goes away, a running
+command is interrupted and the session ends.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+INTERRUPT = "\x03"
+
+
+class SocketIO:
+    """A socket as the file Mininet's CLI reads and writes (unbuffered, so that the
+    ``poll`` on its descriptor says the truth)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.conn.fileno()
+
+    def read(self, n: int = 1) -> str:
+        """One key for a running command; an interrupt once the client has gone."""
+        try:
+            data = self.conn.recv(n)
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+            return INTERRUPT
+        return data.decode(errors="replace")
+
+    def readline(self) -> str:
+        """A command line ("" at the end of the session); interrupts typed at the prompt
+        are dropped."""
+        if self.closed:
+            return ""
+        line = bytearray()
+        while not line.endswith(b"\n"):
+            try:
+                byte = self.conn.recv(1)
+            except OSError:
+                byte = b""
+            if not byte:
+                self.closed = True
+                break
+            line += byte
+        text = line.decode(errors="replace").replace(INTERRUPT, "")
+        if self.closed and not text.strip():
+            return ""
+        return text or "\n"
+
+    def write(self, text: str) -> int:
+        try:
+            self.conn.sendall(text.encode())
+        except OSError:
+            self.closed = True
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def add_short_names(net, prefix: str) -> None:
+    """Let the CLI find every node by its short name too (``n0`` for ``tb1a2bn0``).
+
+    Only the name lookup learns them: listing the nodes (``nodes``, ``pingall``) still
+    goes over each node once, by its full name.
+    """
+    for node in list(net.hosts) + list(net.switches):
+        if node.name.startswith(prefix):
+            net.nameToNode.setdefault(node.name[len(prefix):], node)
+
+
+def sync_addresses(net, spec) -> None:
+    """Tell Mininet's interface objects the addresses the fabric configured (it set them
+    with its own commands), so ``pingall`` and ``iperf`` know where to send."""
+    for host in spec.hosts:
+        node = net.get(host.name)
+        for intf in host.interfaces:
+            mn_intf = node.intf(intf.name)
+            mn_intf.ip, mn_intf.prefixLen = intf.ip, intf.prefixlen
+
+
+class Sessions:
+    """Serves one CLI session at a time on a Mininet object."""
+
+    def __init__(self, net, name: str) -> None:
+        self.net = net
+        self.name = name
+        self.lock = threading.Lock()
+
+    def serve(self, conn: socket.socket, banner: str) -> None:
+        io = SocketIO(conn)
+        if not self.lock.acquire(blocking=False):
+            io.write("testbed: another CLI session is open on this lab; one at a time\n")
+            return
+        try:
+            self._run(io, banner)
+        finally:
+            self.lock.release()
+
+    def _run(self, io: SocketIO, banner: str) -> None:
+        from mininet.cli import CLI
+        from mininet.log import lg, setLogLevel
+
+        class LabCLI(CLI):
+            prompt = f"mininet:{self.name}> "
+            use_rawinput = False  # read the socket, not the supervisor's stdin
+            readlineInited = True  # no ~/.mininet_history in the supervisor
+
+        stream, level = lg.ch.stream, lg.getEffectiveLevel()
+        lg.ch.stream = io
+        setLogLevel("output")
+        try:
+            io.write(banner)
+            LabCLI(self.net, stdin=io, stdout=io)
+        finally:
+            lg.ch.stream = stream
+            lg.setLevel(level)
+            lg.ch.setLevel(level)

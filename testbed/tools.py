@@ -1,0 +1,95 @@
+"""``testbed graph`` and ``testbed decrypt``: commands that read files and touch no host."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from testbed.errors import ConfigError
+
+TEXT_FORMATS = ("dot", "mermaid")
+
+
+def cmd_graph(args) -> int:
+    from testbed import graph, scenario
+    from testbed.cli import scenario_path
+    from testbed.lab.commands import _variant
+
+    sc = scenario.load(scenario_path(args.scenario))
+    out = Path(args.out) if args.out else None
+    fmt = args.format
+    if fmt is None:
+        fmt = "mermaid" if out and out.suffix in (".mmd", ".mermaid", ".md") else "dot"
+    if sc.kind == "fabric":
+        variant = _variant(sc, args.variant)
+        g = graph.fabric_graph(variant.fabric("tb0000"))
+        title = f"{sc.name}/{variant.name}"
+    elif sc.kind == "backbone":
+        if args.variant is not None:
+            _variant(sc, args.variant)  # timer sets share one topology
+        g = graph.backbone_graph(sc.experiment.bb)
+        title = sc.name
+    else:
+        raise ConfigError("SCENARIO", f"a {sc.kind} scenario has no topology to draw "
+                                      "(fabric and backbone scenarios do)")
+    text = (graph.to_mermaid if fmt == "mermaid" else graph.to_dot)(g, title)
+    if out is not None and out.suffix == ".png":
+        graph.to_png(g, title, out)
+        print(f"{out}: {g.number_of_nodes()} nodes, {g.number_of_edges()} links",
+              file=sys.stderr)
+        if args.format:
+            sys.stdout.write(text)
+    elif out is not None:
+        out.write_text(text)
+        print(f"{out}: {fmt}, {g.number_of_nodes()} nodes, {g.number_of_edges()} links",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_decrypt(args) -> int:
+    from testbed.macsec.decrypt import decrypt_to_pcap, keys_from
+    from testbed.macsec.wireshark import write_uat
+    from traffic.pcapfile import PcapError
+
+    try:
+        keys = keys_from(json.loads(Path(args.keys).read_text()))
+    except OSError as exc:
+        raise ConfigError("--keys", f"{args.keys}: {exc.strerror}") from None
+    except (json.JSONDecodeError, ValueError, AttributeError) as exc:
+        raise ConfigError("--keys", f"{args.keys}: {exc}") from None
+    pcap = Path(args.pcap)
+    if not pcap.is_file():
+        raise ConfigError("PCAP", f"{pcap}: no such file")
+    try:
+        counts = decrypt_to_pcap(pcap, keys, Path(args.out))
+    except (PcapError, KeyError, ValueError) as exc:
+        raise ConfigError("PCAP", f"{pcap}: {exc}") from None
+    print(f"{args.out}: {counts['decrypted']} frames decrypted, {counts['not_macsec']} not "
+          f"MACsec (copied), {counts['failed']} MACsec frames no key validates (left out) "
+          f"of {counts['frames']}")
+    if args.wireshark:
+        write_uat(keys, Path(args.wireshark))
+        print(f"{args.wireshark}: the keys as Wireshark's MACsec Pre-Shared Key List")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("graph", help="draw a scenario's topology (DOT, Mermaid, PNG)")
+    p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or file")
+    p.add_argument("--variant", help="the variant to draw (default: the first)")
+    p.add_argument("-o", "--out", help="FILE.png (a drawing), or a file for the text")
+    p.add_argument("--format", choices=TEXT_FORMATS,
+                   help="text format (default dot; with -o FILE.png also printed)")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("decrypt", help="write the plaintext of a MACsec capture")
+    p.add_argument("pcap")
+    p.add_argument("--keys", required=True,
+                   help="macsec-keys.json, or a macsec/backbone run's manifest.json")
+    p.add_argument("-o", "--out", required=True, help="plaintext pcap to write")
+    p.add_argument("--wireshark", help="also write the keys as Wireshark's "
+                                       "psk_config_data file here")
+    p.set_defaults(func=cmd_decrypt)

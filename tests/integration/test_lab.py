@@ -1,0 +1,143 @@
+"""Labs that stay up (``testbed up`` ... ``testbed down``), end to end on a small fabric:
+the lab outlives the command that made it, ``ls`` shows it, commands run in its hosts,
+a fault by hand breaks a ping and its restore mends it, a capture during a short
+training run decodes as RoCEv2, ``down`` leaves nothing; ``clean`` removes a lab whose
+supervisor died and leaves a live one alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.procs import wait_for
+
+from .conftest import leftovers
+
+pytestmark = pytest.mark.ovs
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO = REPO / "tests" / "scenarios" / "lab-small.yaml"
+
+
+def run_testbed(*args: str, timeout: float = 180, stdin: str | None = None
+            ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, input=stdin)
+
+
+def record_of(name: str) -> dict:
+    done = run_testbed("ls", "--json")
+    assert done.returncode == 0, done.stderr
+    return next(r for r in json.loads(done.stdout) if r["name"] == name)
+
+
+def ping(lab: str, src: str, ip: str) -> bool:
+    return run_testbed("exec", lab, src, "--", "ping", "-n", "-c1", "-W1", ip).returncode == 0
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A lab brought up with training and a capture of n0's NIC; removed at the end."""
+    name = f"t{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", name, "--traffic", "--duration", "4",
+                 "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    yield name, record, up.stdout
+    run_testbed("down", name)
+    assert leftovers(f"tb{record['run_id']}") == []
+
+
+def test_lab_up_ls_exec_fault_capture_down(lab):
+    name, record, printed = lab
+    assert f"lab {name} is up" in printed and "n0p0r0 10.0.0.1/24" in printed
+    assert record["alive"] and record["kind"] == "fabric" and record["variant"] == "lab-small"
+    assert Path(f"/proc/{record['owner']['pid']}").exists()  # outlived `testbed up`
+    listed = run_testbed("ls")
+    assert name in listed.stdout and "4 sw / 4 hosts / 8 links" in listed.stdout
+
+    done = run_testbed("exec", name, "n0", "--", "ip", "-o", "addr")
+    assert done.returncode == 0 and "10.0.0.1/24" in done.stdout
+    assert run_testbed("exec", name, "n0", "--", "false").returncode == 1
+    n3 = "10.0.0.4"
+    assert ping(name, "n0", n3)
+
+    # training ran for 4 s from `up`: the scenario capture of n0's NIC holds RoCEv2
+    out = Path(record["out"])
+    assert wait_for(lambda: (out / "training-rank0.jsonl").exists()
+                    and (out / "training-rank0.jsonl").stat().st_size > 0, 30)
+    extra = out / "extra.pcap"
+    cap = run_testbed("capture", name, "p0l0e1", "-o", str(extra), "--seconds", "2")
+    assert cap.returncode == 0, cap.stderr
+    if shutil.which("tshark"):
+        pcap = out / "capture-n0p0r0.pcap"
+        decoded = subprocess.run(
+            ["tshark", "-r", str(pcap), "-d", "udp.port==4791,infiniband", "-T", "fields",
+             "-e", "infiniband.bth.opcode", "-e", "ip.dsfield.ecn", "-Y", "infiniband"],
+            capture_output=True, text=True, timeout=60)
+        rows = [ln.split("\t") for ln in decoded.stdout.splitlines() if ln.strip()]
+        assert rows, decoded.stderr
+        opcodes = {r[0] for r in rows}
+        ecn = {r[1] for r in rows}
+        assert opcodes & {"0", "1", "2", "4"}  # SEND first/middle/last/only
+        assert "2" in ecn  # ECT(0): the senders are ECN-capable (training.ecn)
+        # the 2:1 uplinks queue and the phantom queues mark CE; receivers answer with CNPs
+        assert "3" in ecn or "129" in opcodes, sorted(set(map(tuple, rows)))
+
+    # a fault by hand on the pinged path, seen in a ping, then restored
+    done = run_testbed("fault", name, "link_down", "n0-p0l0")
+    assert done.returncode == 0, done.stderr
+    assert not ping(name, "n0", n3)
+    assert run_testbed("fault", name, "link_up", "n0-p0l0").returncode == 0
+    assert wait_for(lambda: ping(name, "n0", n3), 10, 0.2)
+    assert run_testbed("fault", name, "rail_fail", "n3p0r0").returncode == 0
+    assert not ping(name, "n0", n3)
+    assert run_testbed("fault", name, "rail_restore", "n3p0r0").returncode == 0
+    assert wait_for(lambda: ping(name, "n0", n3), 10, 0.2)
+
+    # Mininet's CLI, served by the supervisor
+    cli = run_testbed("cli", name, stdin="n0 ping -c1 n3\nlink p0l0 p0s0 down\n"
+                                     "link p0l0 p0s0 up\n")
+    assert cli.returncode == 0 and "1 received" in cli.stdout, cli.stdout + cli.stderr
+
+    # bad input: one line, exit 2, nothing created
+    for args in (("exec", "nolab", "n0", "--", "true"), ("exec", name, "n9", "--", "true"),
+                 ("fault", name, "melt", "p0s0"), ("fault", name, "link_down", "n9-p0l0"),
+                 ("capture", name, "p9l9e9", "--seconds", "1"), ("down", "nolab"),
+                 ("up", str(SCENARIO), "--name", name), ("up", str(SCENARIO), "--variant", "x")):
+        done = run_testbed(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+
+    run_id = record["run_id"]
+    done = run_testbed("down", name)
+    assert done.returncode == 0 and f"lab {name} is down" in done.stdout, done.stderr
+    assert leftovers(f"tb{run_id}") == []
+    assert name not in run_testbed("ls").stdout
+
+
+def test_clean_removes_a_dead_lab_and_leaves_a_live_one(lab, tmp_path):
+    name, record, _ = lab
+    dead = f"d{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", dead, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr
+    dead_record = record_of(dead)
+    os.kill(dead_record["owner"]["pid"], signal.SIGKILL)  # the supervisor dies
+    assert wait_for(lambda: not Path(f"/proc/{dead_record['owner']['pid']}").exists(), 10)
+    assert "dead" in run_testbed("ls").stdout
+    dry = run_testbed("clean", "--dry-run")
+    assert f"/run/testbed/{dead_record['run_id']}" in dry.stdout
+    assert f"/run/testbed/{record['run_id']}" not in dry.stdout
+    assert f"left alone: lab {name}" in dry.stdout or record["run_id"] in dry.stdout
+    done = run_testbed("clean")
+    assert done.returncode == 0, done.stderr
+    assert leftovers(f"tb{dead_record['run_id']}") == []
+    assert record_of(name)["alive"]  # the live lab is untouched
+    assert ping(name, "n0", "10.0.0.4")

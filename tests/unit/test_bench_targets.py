@@ -1,0 +1,50 @@
+"""Each benchmark judges its target with a pure function and exits 1 on a miss."""
+
+from __future__ import annotations
+
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from bench import fabric_bench, macsec_bench, replay_bench
+
+
+def test_verdicts():
+    assert replay_bench.verdict([1.2, 0.9, 1.0]) and not replay_bench.verdict([0.9, 0.99, 2.0])
+    assert fabric_bench.verdict({"a": 0.3, "b": 1.0}) and not fabric_bench.verdict({"a": 1.01})
+    rows = [{"mtu": 1500, "ratio": 0.006}, {"mtu": 9000, "ratio": 0.04}]
+    assert macsec_bench.verdict(rows) and not macsec_bench.verdict(rows, target=0.01)
+    assert not (replay_bench.verdict([]) or fabric_bench.verdict({})
+                or macsec_bench.verdict([]))
+
+
+@pytest.mark.parametrize(("ours_pps", "code"), [(2000.0, 0), (500.0, 1)])
+def test_replay_bench_exit_status(monkeypatch, ours_pps, code):
+    monkeypatch.setattr(replay_bench.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    monkeypatch.setattr(replay_bench, "register", lambda *a: None)
+    monkeypatch.setattr(replay_bench, "forget", lambda *a: None)
+    monkeypatch.setattr(replay_bench, "make_frames", lambda n: [bytes(60)] * n)
+    monkeypatch.setattr(replay_bench, "run_tcpreplay", lambda *a: 1000.0)
+    monkeypatch.setattr(replay_bench, "run_ours", lambda *a: ours_pps)
+    assert replay_bench.main(["--frames", "3", "--rounds", "3"]) == code
+
+
+@pytest.mark.parametrize(("ours_s", "code"), [(1.0, 0), (3.0, 1)])
+def test_fabric_bench_exit_status(monkeypatch, ours_s, code):
+    monkeypatch.setattr(fabric_bench, "probe", lambda rid: SimpleNamespace(ovs_datapath="user"))
+    monkeypatch.setattr(fabric_bench, "ours", lambda spec, caps, rid: (ours_s, 1.0))
+    monkeypatch.setattr(fabric_bench, "plain_mininet", lambda spec, caps, prefix: (2.0, 1.0))
+    assert fabric_bench.main(["--rounds", "1"]) == code
+
+
+@pytest.mark.parametrize(("protected", "code"), [(100.0, 0), (10.0, 1)])
+def test_macsec_bench_exit_status(monkeypatch, protected, code):
+    def bench_mtu(mtu, args, work):
+        return {"mtu": mtu, "plain_median_mbps": 10000.0, "protected_median_mbps": protected,
+                "ratio": protected / 10000.0}
+
+    monkeypatch.setattr(macsec_bench, "aesgcm_us", lambda: 4.0)
+    monkeypatch.setattr(macsec_bench, "bench_mtu", bench_mtu)
+    assert macsec_bench.main(["--mtu", "1500"]) == code

@@ -1,0 +1,221 @@
+"""Lab tooling without root: topology graphs (DOT, Mermaid, PNG), MACsec decryption to a
+plaintext pcap and Wireshark's key file, scenario captures, lab records, one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed import graph
+from testbed.errors import ConfigError
+from testbed.lab import state
+from testbed.macsec.attacker import tampered_frame, untagged_frame
+from testbed.macsec.config import LinkConfig
+from testbed.macsec.decrypt import decrypt_to_pcap, keys_from
+from testbed.macsec.forwarder import build_secy
+from testbed.macsec.wireshark import uat_text
+from testbed.scenario import parse
+from topologies.backbone import small_backbone
+from topologies.leafspine import build_fabric
+from traffic.pcapfile import read_records, write_records
+
+SMALL_DOT = r'''graph "small" {
+  rankdir=BT; splines=line; node [fontname="Helvetica", fontsize=10];
+  edge [fontname="Helvetica", fontsize=8];
+  { rank=same;
+    "n0" [shape=box, style=filled, fillcolor="#eeeeee", label="n0"];
+    "n1" [shape=box, style=filled, fillcolor="#eeeeee", label="n1"];
+  }
+  { rank=same;
+    "p0l0" [shape=ellipse, style=filled, fillcolor="#aec7e8", label="p0l0\nleaf p0"];
+    "p1l0" [shape=ellipse, style=filled, fillcolor="#ffbb78", label="p1l0\nleaf p1"];
+  }
+  { rank=same;
+    "p0s0" [shape=ellipse, style=filled, fillcolor="#aec7e8", label="p0s0\nspine p0"];
+    "p1s0" [shape=ellipse, style=filled, fillcolor="#ffbb78", label="p1s0\nspine p1"];
+  }
+  "n0" -- "p0l0" [label="100 Mb/s", color="#1f77b4"];
+  "n0" -- "p1l0" [label="100 Mb/s", color="#ff7f0e"];
+  "n1" -- "p0l0" [label="100 Mb/s", color="#1f77b4"];
+  "n1" -- "p1l0" [label="100 Mb/s", color="#ff7f0e"];
+  "p0l0" -- "p0s0" [label="200 Mb/s", color="#1f77b4"];
+  "p1l0" -- "p1s0" [label="200 Mb/s", color="#ff7f0e"];
+}
+'''
+
+
+def small_spec():
+    return build_fabric(prefix="tb0000", planes=2, nodes=2, leaves_per_plane=1,
+                        spines_per_plane=1, link_mbps=100)
+
+
+def test_dot_of_a_small_two_plane_fabric() -> None:
+    assert graph.to_dot(graph.fabric_graph(small_spec()), "small") == SMALL_DOT
+
+
+def test_unknown_roles_and_tiers_draw_above_the_known_ones() -> None:
+    from dataclasses import replace
+
+    spec = small_spec()
+    renamed = replace(spec, switches=tuple(replace(s, role="superspine" if s.role == "spine"
+                                                   else "odd") for s in spec.switches))
+    g = graph.fabric_graph(renamed)  # the spec's tiers win over the role words
+    assert {g.nodes[n]["tier"] for n in ("p0s0", "p1s0")} == {2}
+    assert {g.nodes[n]["tier"] for n in ("p0l0", "p1l0")} == {1}
+    no_tiers = replace(renamed, switches=tuple(replace(s, tier=None)
+                                               for s in renamed.switches))
+    g = graph.fabric_graph(no_tiers)  # without tiers: known roles first, unknown above
+    assert {g.nodes[n]["tier"] for n in ("p0s0", "p1s0")} == {3}
+    assert {g.nodes[n]["tier"] for n in ("p0l0", "p1l0")} == {4}
+
+
+def test_mermaid_and_png(tmp_path: Path) -> None:
+    g = graph.backbone_graph(small_backbone())
+    text = graph.to_mermaid(g, "small")
+    assert text.startswith("graph LR") and "km" in text
+    assert text.count("---|") == g.number_of_edges()
+    png = graph.to_png(g, "small", tmp_path / "bb.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fabric_png = graph.to_png(graph.fabric_graph(small_spec()), "f", tmp_path / "f.png")
+    assert fabric_png.stat().st_size > 1000
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``testbed ARGS`` in this process (its exit status, stdout and stderr)."""
+    from testbed.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse
+            code = exc.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_graph_command(tmp_path: Path) -> None:
+    done = cli("graph", "link-faults")
+    assert done.returncode == 0 and done.stdout.startswith('graph "link-faults/')
+    done = cli("graph", "backbone-failover", "-o", str(tmp_path / "bb.mmd"))
+    assert done.returncode == 0 and (tmp_path / "bb.mmd").read_text().startswith("graph LR")
+    for args in (("graph", "macsec"), ("graph", "link-faults", "--variant", "nope"),
+                 ("graph", "no-such-scenario")):
+        done = cli(*args)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, args
+
+
+def _keys(cfg: LinkConfig) -> dict:
+    return {"links": [{"name": "t", "suite": cfg.suite, "encrypt": cfg.encrypt,
+                       "salt": cfg.salt, "sides": {
+                           s: {"sci": cfg.side(s).sci, "ssci": cfg.side(s).ssci,
+                               "keys": {str(k): v for k, v in cfg.side(s).keys.items()}}
+                           for s in "ab"}}]}
+
+
+@pytest.mark.parametrize("suite", ["gcm-aes-128", "gcm-aes-xpn-256"])
+def test_decrypt_writes_the_plaintext_with_timestamps(suite: str, tmp_path: Path) -> None:
+    cfg = LinkConfig.generate("dx1", suite=suite)
+    a = build_secy(cfg, "a")
+    mac_a, mac_b = (bytes.fromhex(cfg.side(s).mac.replace(":", "")) for s in "ab")
+    plain = [untagged_frame(mac_b, mac_a, "10.0.0.1", "10.0.0.2", i) for i in range(4)]
+    wire = [a.protect(f) for f in plain]
+    tampered, _ = tampered_frame(wire[-1], 0)
+    records = [(100 + i, 7 * i, f) for i, f in enumerate([*wire, tampered, plain[0]])]
+    write_records(tmp_path / "w.pcap", records)
+    counts = decrypt_to_pcap(tmp_path / "w.pcap", _keys(cfg), tmp_path / "p.pcap")
+    assert counts == {"frames": 6, "decrypted": 4, "failed": 1, "not_macsec": 1}
+    out, nano = read_records(tmp_path / "p.pcap")
+    assert not nano
+    assert [f for _, _, f in out] == [*plain, plain[0]]
+    assert [(s, u) for s, u, _ in out] == [(100, 0), (101, 7), (102, 14), (103, 21), (105, 35)]
+
+
+def test_decrypt_command_and_keys_from_a_manifest(tmp_path: Path) -> None:
+    cfg = LinkConfig.generate("dx2", suite="gcm-aes-128")
+    a = build_secy(cfg, "a")
+    mac_a, mac_b = (bytes.fromhex(cfg.side(s).mac.replace(":", "")) for s in "ab")
+    frame = untagged_frame(mac_b, mac_a, "10.0.0.1", "10.0.0.2", 1)
+    write_records(tmp_path / "w.pcap", [(1, 0, a.protect(frame))])
+    manifest = {"scenario": "x", "macsec": {"keys": _keys(cfg)}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert keys_from(manifest) == _keys(cfg)
+    done = cli("decrypt", str(tmp_path / "w.pcap"), "--keys", str(tmp_path / "manifest.json"),
+               "-o", str(tmp_path / "p.pcap"), "--wireshark", str(tmp_path / "psk"))
+    assert done.returncode == 0, done.stderr
+    assert "1 frames decrypted" in done.stdout
+    assert read_records(tmp_path / "p.pcap")[0][0][2] == frame
+    sak = cfg.side("a").keys[0].lower()
+    assert f'{sak},"t a AN0 gcm-aes-128"' in (tmp_path / "psk").read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    for args in (("decrypt", str(tmp_path / "w.pcap"), "--keys", str(tmp_path / "bad.json"),
+                  "-o", str(tmp_path / "x.pcap")),
+                 ("decrypt", str(tmp_path / "none.pcap"), "--keys",
+                  str(tmp_path / "manifest.json"), "-o", str(tmp_path / "x.pcap"))):
+        done = cli(*args)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, args
+    assert not (tmp_path / "x.pcap").exists()
+
+
+def test_wireshark_keys_each_sak_once() -> None:
+    keys = {"links": [{"name": "l", "suite": "gcm-aes-256", "sides": {
+        "a": {"keys": {"0": "AA" * 32, "1": "bb" * 32}}, "b": {"keys": {"0": "aa" * 32}}}}]}
+    lines = uat_text(keys).splitlines()
+    assert lines[0].startswith("#") and len(lines) == 3
+    assert lines[1] == f'{"aa" * 32},"l a AN0 gcm-aes-256"'
+
+
+BASE = {"name": "cap", "topology": {"planes": 1, "nodes": 4, "leaves_per_plane": 2,
+                                    "spines_per_plane": 2},
+        "agents": {"enabled": False}}
+
+
+def test_scenario_capture_is_checked_against_the_topology() -> None:
+    sc = parse({**BASE, "capture": ["p0l0e3", "n0p0r0"],
+                "variants": [{"name": "a"}, {"name": "b", "capture": ["n1p0r0"]}]})
+    assert [v.capture for v in sc.variants] == [("p0l0e3", "n0p0r0"), ("n1p0r0",)]
+    with pytest.raises(ConfigError, match=r"^capture\[0\]: no port 'p9l0e3'"):
+        parse({**BASE, "capture": ["p9l0e3"]})
+    with pytest.raises(ConfigError, match=r"^variants\[0\]\.capture\[0\]: no port"):
+        parse({**BASE, "variants": [{"name": "a", "capture": ["x"]}]})
+    with pytest.raises(ConfigError, match=r"^capture: ports repeat"):
+        parse({**BASE, "capture": ["n0p0r0", "n0p0r0"]})
+
+
+def test_lab_records(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(state, "RUN_ROOT", tmp_path)
+    monkeypatch.setattr(state, "run_dir", lambda run_id: tmp_path / run_id)
+    (tmp_path / "abcd").mkdir()
+    record = {"name": "demo", "run_id": "abcd", "kind": "fabric", "created": 0,
+              "owner": {"pid": 1}, "prefix": "tbabcd",
+              "hosts": {"n0": {"name": "tbabcdn0", "pid": 42, "netns": "/proc/42/ns/net",
+                               "addresses": []}}}
+    state.write(record)
+    labs = state.all_labs()
+    assert [r["name"] for r in labs] == ["demo"] and labs[0]["alive"] is False
+    with pytest.raises(ConfigError, match="^LAB: lab 'demo' is dead"):
+        state.find("demo")
+    assert state.find("abcd", live=False)["name"] == "demo"
+    with pytest.raises(ConfigError, match=r"^LAB: no lab named 'x' \(live labs: none\)"):
+        state.find("x")
+    assert state.host(record, "n0").argv(["true"]) == ["mnexec", "-a", "42", "true"]
+    assert state.host(record, "tbabcdn0").argv(["true"])[:3] == ["mnexec", "-a", "42"]
+    with pytest.raises(ConfigError, match=r"^HOST: no host 'n9' in lab 'demo' \(n0\)"):
+        state.host(record, "n9")
+
+
+def test_lab_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
+    for args in (("up", "macsec"), ("up", "link-faults", "--variant", "nope"),
+                 ("up", "link-faults", "--name", "Bad Name"),
+                 ("up", "backbone-failover", "--traffic"),
+                 ("exec", "no-such-lab", "n0", "--", "true"), ("fault", "no-such-lab", "x"),
+                 ("cli", "no-such-lab"), ("down", "no-such-lab"),
+                 ("capture", "no-such-lab", "n0p0r0")):
+        done = cli(*args, "--results", str(tmp_path)) if args[0] == "up" else cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+    assert not any(tmp_path.iterdir())
