@@ -87,7 +87,7 @@ def test_monitor_reads_a_saturated_queue_in_a_namespace_and_lets_it_go(tmp_path)
             fast = fidelity.Thresholds(interval_s=0.5)
             with fidelity.Monitor(tmp_path / "fidelity.jsonl", fast) as mon:
                 with mon.watching([fidelity.WatchedLink(ns, "tbfidx0", 2)]):
-                    time.sleep(3.2)
+                    time.sleep(5)
                     thread_ns = os.readlink(f"/proc/self/task/{mon._thread.native_id}/ns/net")
         finally:
             flood.kill()
