@@ -73,6 +73,8 @@ def cmd_run(args) -> int:
         runner.link_latest(results_root, out)
     print()
     print(report.table(summary))
+    for line in report.untrusted(summary):  # the fidelity monitor's flags, for every kind
+        print(f"warning: {line}")
     print()
     print(f"results: {out}  (report.md, summary.json and plots)")
     return 0

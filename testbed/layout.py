@@ -46,6 +46,7 @@ FAULTS = "faults.json"
 TRAINING_CONFIG = "training.json"
 RANK_GLOB = "training-rank*.jsonl"
 PROBE_GLOB = "probe-*.jsonl"
+FIDELITY = "fidelity.jsonl"  # the fidelity monitor's samples (testbed/fidelity.py)
 
 
 def rank_file(rank: int) -> str:

@@ -20,7 +20,7 @@ def table(summary: dict) -> str:
     if own is not None:
         return own
     head = ("variant", "chains ok/all", "p50 ms", "p99 ms", "train Mb/s", "iter p50 ms",
-            "fabric up s")
+            "fabric up s", "fidelity")
     rows = [head]
     for run in summary["runs"]:
         a, t, f = run["agents"], run["training"], run["fabric"]
@@ -32,12 +32,81 @@ def table(summary: dict) -> str:
             _fmt(t["goodput_mbps"]) if t["iterations"] else "-",
             _fmt(t["iteration_ms"]["p50"]) if t["iterations"] else "-",
             _fmt(f["start_s"], 2),
+            _verdict(run.get("fidelity")),
         ))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
     lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _verdict(fidelity: dict | None) -> str:
+    if not fidelity:
+        return "-"
+    return "ok" if fidelity["ok"] else "FLAGGED"
+
+
+def _measured(run: dict) -> list[tuple[str, int | None, dict]]:
+    """(variant, seed or None with one seed, verdict) of every measured run."""
+    entries = run.get("seeds") or [run]
+    several = len(entries) > 1
+    return [(run["name"], e.get("seed") if several else None, e["fidelity"])
+            for e in entries if e.get("fidelity")]
+
+
+def untrusted(summary: dict) -> list[str]:
+    """A plain sentence for every run (variant, seed) whose host did not keep up."""
+    lines = []
+    for run in summary["runs"]:
+        for name, seed, verdict in _measured(run):
+            if not verdict["ok"]:
+                which = f"{name} (seed {seed})" if seed is not None else name
+                lines.append(f"Do not trust the numbers of {which}: "
+                             + "; ".join(verdict["reasons"]) + ".")
+    return lines
+
+
+def _pair(stats: dict, key: str, a: str, b: str, digits: int = 2) -> str:
+    v = stats.get(key) or {}
+    return f"{_fmt(v.get(a), digits)} / {_fmt(v.get(b), digits)}"
+
+
+def fidelity_section(summary: dict) -> list[str]:
+    """The Fidelity section: the monitor's verdict and figures, one row per run and seed."""
+    rows = [r for run in summary["runs"] for r in _measured(run)]
+    if not rows:
+        return []
+    t = rows[0][2].get("thresholds") or {}
+    lines = [
+        "## Fidelity", "",
+        "Every variant ran beside a monitor that sampled the host once a second "
+        "(`fidelity.jsonl` in its folder) and judged the samples of its measured part: a run "
+        "is flagged when, in more than "
+        f"{100 * t.get('share_max', 0.2):g} % of them, the host had less than "
+        f"{100 * t.get('host_idle_min', 0.1):g} % idle CPU, ovs-vswitchd's forwarding thread "
+        f"used more than {t.get('ovs_cores_max', 0.9):g} of a core, or saturated links "
+        f"delivered less than {100 * t.get('delivery_min', 0.9):g} % of their configured "
+        "rate.", "",
+        "| variant | seed | verdict | samples | host idle p10 / mean | ovs-vswitchd cores "
+        "p90 / max | busiest ovs thread p90 / max | lab helpers cores mean / max | "
+        "everything else cores mean / p90 | saturated-link delivery p10 (link-samples) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, seed, v in rows:
+        st = v.get("stats") or {}
+        d = st.get("delivery") or {}
+        lines.append(
+            f"| {name} | {'-' if seed is None else seed} | {_verdict(v)} | {v['samples']} | "
+            f"{_pair(st, 'host_idle', 'p10', 'mean')} | {_pair(st, 'ovs_cores', 'p90', 'max')} | "
+            f"{_pair(st, 'ovs_thread_cores', 'p90', 'max')} | "
+            f"{_pair(st, 'helpers_cores', 'mean', 'max')} | "
+            f"{_pair(st, 'other_cores', 'mean', 'p90')} | "
+            f"{_fmt(d.get('p10'), 2)} ({d.get('link_samples', 0)}) |")
+    flagged = untrusted(summary)
+    lines += ["", *(f"- {line}" for line in flagged)] if flagged else [
+        "", "The host kept up in every run."]
+    return lines + [""]
 
 
 def plot_chain_latency(summary: dict, out: Path) -> Path | None:
@@ -127,9 +196,12 @@ def write(summary: dict, out: Path) -> Path:
     chain_png = plot_chain_latency(summary, out)
     train_png = plot_training(summary, out)
     caps = summary["capabilities"]
+    warnings = untrusted(summary)
     lines = [
         f"# {summary['scenario']}",
         "",
+        *(f"**{line}**" for line in warnings),
+        *([""] if warnings else []),
         summary.get("description", ""),
         "",
         f"Seed {summary['seed']}, {summary['duration_s']:g} s of traffic per variant. "
@@ -155,6 +227,7 @@ def write(summary: dict, out: Path) -> Path:
     kind = experiments.get(summary.get("kind", experiments.DEFAULT_KIND))
     lines += kind.report_section(summary, out)
     lines += resilience_report.section(summary, out)
+    lines += fidelity_section(summary)
     findings = _findings(summary)
     if findings:
         lines += ["## What changed against the baseline", "", *findings, ""]

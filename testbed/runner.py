@@ -14,7 +14,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import layout, report
+from testbed import fidelity, layout, report
 from testbed.capabilities import probe
 from testbed.experiments.base import Progress, RunContext
 from testbed.layout import Layout
@@ -38,6 +38,16 @@ def _done_line(tag: str, entry: dict) -> str:
     if t["iterations"]:
         line += f"; training {t['goodput_mbps']:.1f} Mb/s"
     return line
+
+
+def _fidelity_record(runs: list[dict]) -> dict:
+    """The manifest's ``fidelity``: the monitor's thresholds and which runs (variant, seed)
+    it flagged."""
+    flagged = [{"variant": r["name"], "seed": e.get("seed"), "reasons": e["fidelity"]["reasons"]}
+               for r in runs for e in (r.get("seeds") or [r])
+               if not (e.get("fidelity") or {}).get("ok", True)]
+    return {"thresholds": fidelity.THRESHOLDS.to_dict(), "file": layout.FIDELITY,
+            "ok": not flagged, "flagged": flagged}
 
 
 def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
@@ -64,7 +74,8 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "runs": [],
         }
-        write_json(out / layout.MANIFEST, {**summary, "scenario_source": scenario.source})
+        write_json(out / layout.MANIFEST, {**summary, "fidelity": _fidelity_record([]),
+                                           "scenario_source": scenario.source})
         ctx = RunContext(caps=caps, root=out, duration_s=scenario.duration_s, progress=progress,
                          stack=stack, run_id=run_id)
         experiment.start(ctx)
@@ -77,17 +88,27 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
                 folder = lay.variant(variant.name, seed)
                 folder.mkdir(parents=True, exist_ok=True)
                 tag = f"[{index}/{total}] {variant.name}"
-                entry = experiment.run_variant(variant, seed=seed, out=folder, tag=tag,
-                                               ctx=ctx)
+                with fidelity.Monitor(folder / layout.FIDELITY) as monitor:
+                    ctx.monitor = monitor
+                    try:
+                        entry = experiment.run_variant(variant, seed=seed, out=folder,
+                                                       tag=tag, ctx=ctx)
+                    finally:
+                        ctx.monitor = None
+                entry["fidelity"] = monitor.result
                 entry["dir"] = lay.relative(variant.name, seed)
                 progress(_done_line(tag, entry))
+                if not monitor.result["ok"]:
+                    progress(f"{tag}: warning: do not trust these numbers: "
+                             + "; ".join(monitor.result["reasons"]))
                 per_seed.setdefault(variant.name, []).append(entry)
                 summary["runs"] = [combine(name, e) for name, e in per_seed.items()]
                 write_json(out / layout.SUMMARY, summary)
         own = experiment.finish([e for es in per_seed.values() for e in es], out, ctx)
     summary.update(own)
     # the kind's own record (e.g. the MACsec lab keys that decrypt its wire capture)
-    write_json(out / layout.MANIFEST, {**summary, "scenario_source": scenario.source})
+    write_json(out / layout.MANIFEST, {**summary, "fidelity": _fidelity_record(summary["runs"]),
+                                       "scenario_source": scenario.source})
     fault_list = [{"variant": r["name"], **({"seed": r["seed"]} if "seed" in r else {}), **f}
                   for entries in per_seed.values() for r in entries
                   for f in r.get("faults", [])]

@@ -50,6 +50,32 @@ def median_entry(entries: list[Any]) -> Any:
     return first
 
 
+def combine_fidelity(per_seed: list[dict]) -> dict | None:
+    """One verdict over the seeds: ok only if every seed was; each reason names its seed;
+    stats are medians; ``flagged_seeds`` lists the seeds that were not ok (every seed's
+    own verdict stays in its ``seeds`` entry).
+
+    >>> v = combine_fidelity([{"seed": 1, "fidelity": {"ok": True, "reasons": [],
+    ...                                                "samples": 10, "stats": {"x": 1}}},
+    ...                       {"seed": 2, "fidelity": {"ok": False, "reasons": ["busy"],
+    ...                                                "samples": 12, "stats": {"x": 3}}}])
+    >>> v["ok"], v["reasons"], v["flagged_seeds"], v["samples"], v["stats"]
+    (False, ['seed 2: busy'], [2], 22, {'x': 2})
+    """
+    verdicts = [(e.get("seed"), e["fidelity"]) for e in per_seed if e.get("fidelity")]
+    if not verdicts:
+        return None
+    if len(verdicts) == 1:
+        return verdicts[0][1]
+    flagged = [seed for seed, v in verdicts if not v["ok"]]
+    return {"ok": not flagged,
+            "reasons": [f"seed {seed}: {r}" for seed, v in verdicts for r in v["reasons"]],
+            "samples": sum(v["samples"] for _, v in verdicts),
+            "thresholds": verdicts[0][1].get("thresholds"),
+            "stats": median_entry([v.get("stats") for _, v in verdicts]),
+            "flagged_seeds": flagged}
+
+
 def missing_values(entries: list[Any], seeds: list[Any], path: str = "") -> dict[str, list]:
     """Where some seeds lack a value that others have: ``{"a.b": [seeds lacking it]}``.
 
@@ -75,8 +101,9 @@ def missing_values(entries: list[Any], seeds: list[Any], path: str = "") -> dict
 def combine(name: str, per_seed: list[dict]) -> dict:
     """The variant's ``runs`` entry: medians of ``fabric``, ``agents``, ``training`` and
     ``ecn`` over the seeds, the first seed's other fields (its folder is where the plots
-    look), ``seeds``: every per-seed entry, and, when a seed lacked a value the others
-    have, ``missing``: ``{field: [seeds]}`` (that field's median is None)."""
+    look), the fidelity verdicts combined (not ok if any seed was not), ``seeds``: every
+    per-seed entry, and, when a seed lacked a value the others have, ``missing``:
+    ``{field: [seeds]}`` (that field's median is None)."""
     entry = dict(per_seed[0])
     seeds = [e.get("seed", i) for i, e in enumerate(per_seed)]
     missing: dict[str, list] = {}
@@ -85,6 +112,8 @@ def combine(name: str, per_seed: list[dict]) -> dict:
             values = [e.get(key) for e in per_seed]
             entry[key] = median_entry(values)
             missing.update(missing_values(values, seeds, key))
+    if "fidelity" in entry:
+        entry["fidelity"] = combine_fidelity(per_seed)
     entry["name"] = name
     if missing:
         entry["missing"] = missing

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +34,7 @@ from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.faults import Fault, FaultRecord, Schedule
+from testbed.fidelity import WatchedLink
 from testbed.hosts import NetnsHost
 from testbed.layout import run_dir as results_dir
 from testbed.macsec.cipher import CipherSuite
@@ -348,7 +349,9 @@ class Variant:
 
     def __init__(self, name: str, cfg: dict, bb: Backbone, *, out: Path, root: Path,
                  folder: Path, prefix: str, duration_s: float, caps: Any,
-                 progress: Progress) -> None:
+                 progress: Progress,
+                 watch: Callable[[list[WatchedLink]], AbstractContextManager] | None = None
+                 ) -> None:
         self.name, self.cfg, self.bb = name, cfg, bb
         self.out, self.root = out, root
         self.folder = folder / name
@@ -357,6 +360,8 @@ class Variant:
         self.timers = Timers(**cfg["timers"][name])
         self.snapshots: list[tuple[float, dict]] = []
         self.macsec_backend = macsec_backend(cfg["macsec"], caps)
+        #: the measured window of the fidelity monitor (``RunContext.watch``)
+        self.watch = watch or (lambda links: nullcontext())
 
     def _helper(self, stack: ExitStack, name: str, argv: list[str], **kw: Any) -> Helper:
         helper = Helper(name, argv, pid_dir=self.folder / "pids", env=_env(), **kw)
@@ -378,6 +383,7 @@ class Variant:
                 timers=self.timers, macsec_backend=self.macsec_backend,
                 shape=self.cfg["shape"] and self.caps.htb, delay=self.caps.netem,
                 progress=self.progress, name=self.name, t_start=t_start)
+            stack.enter_context(self.watch(watched_links(net)))  # the measured window
             for node in self.bb.nodes:
                 self._helper(stack, f"mon-{node}", ["ip", "-n", net.ns(node), "-ts", "monitor",
                                                     "route"],
@@ -561,6 +567,21 @@ def wire_sample_figures(pcap: Path, keys: dict, sample: dict) -> dict:
             "not_decrypted": failed}
 
 
+def watched_links(net: BackboneNet) -> list[WatchedLink]:
+    """Both ends of every shaped link (the wires with MACsec), in their namespaces, for
+    the fidelity monitor. With netem delay a queue also holds the packets in flight (up to
+    the rate times the delay), which is not saturation."""
+    if not net.shaped:
+        return []
+    out = []
+    for name, (_, lk) in net.links.items():
+        in_flight = (int(lk.capacity_mbps * 1e6 / 8 * lk.delay_ms / 1000) + 3000
+                     if net.delay_applied else 0)
+        out += [WatchedLink(net.ns(node), net.phys(name, side), lk.capacity_mbps, in_flight)
+                for side, node in (("a", lk.a), ("b", lk.b))]
+    return out
+
+
 def _listening(netns: str, port: int) -> bool:
 
     done = NetnsHost(netns).run(["ss", "-Hltn", f"sport = :{port}"])
@@ -648,7 +669,7 @@ class BackboneExperiment(base.Experiment):
         return Variant(variant.name, self.cfg, self.bb, out=out, root=ctx.root,
                        folder=self.folder, prefix=run_prefix(self.run_id),
                        duration_s=ctx.duration_s, caps=ctx.caps,
-                       progress=ctx.progress).run()
+                       progress=ctx.progress, watch=ctx.watch).run()
 
     def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
         bb, cfg = self.bb, self.cfg

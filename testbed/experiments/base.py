@@ -11,14 +11,15 @@ section and terminal table. A new kind is one module with one subclass of
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from testbed.capabilities import Capabilities
 from testbed.errors import ConfigError
+from testbed.fidelity import Monitor, WatchedLink
 from topologies.params import ParamError, Section, parse
 
 Progress = Callable[[str], None]
@@ -37,6 +38,19 @@ class RunContext:
     stack: ExitStack
     #: a run id chosen by the caller (tests that look for leftovers by it), else None
     run_id: str | None = None
+    #: the fidelity monitor beside the variant that runs (set by the runner), else None
+    monitor: Monitor | None = None
+
+    @contextmanager
+    def watch(self, links: Iterable[WatchedLink] = ()) -> Iterator[None]:
+        """The measured part of a variant (its traffic, not bring-up or teardown): the
+        fidelity monitor judges the samples taken inside and watches ``links``, the
+        shaped egress queues, for saturation. Leave it before the links go."""
+        if self.monitor is None:
+            yield
+            return
+        with self.monitor.watching(links):
+            yield
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ from testbed.experiments.fabric_schema import (
     Workload,
     Workloads,
 )
-from testbed.fabric import OVS_SOCKET_BUFFER
+from testbed.fabric import OVS_SOCKET_BUFFER, Fabric
 from testbed.fabric_faults import needs, parse_faults
 from testbed.faults import Fault
+from testbed.fidelity import WatchedLink
 from testbed.lab import capture
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, training_entry
@@ -93,6 +94,19 @@ def _merge(base_: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def watched_ports(fabric: Fabric) -> list[WatchedLink]:
+    """Every shaped switch port, for the fidelity monitor (none when nothing is shaped).
+    With netem delay a queue also holds the packets in flight: up to the rate times the
+    delay, which is not saturation."""
+    if not fabric.caps.htb:
+        return []
+    spec = fabric.spec
+    in_flight = spec.delay_ms / 1000 if fabric.delay_applied else 0.0
+    return [WatchedLink(None, ifname, mbps,
+                        int(mbps * 1e6 / 8 * in_flight) + 2 * spec.mtu if in_flight else 0)
+            for ifname, mbps in ((p.ifname, p.mbps) for p in spec.switch_ports())]
 
 
 def _merge_topology(base_: dict, override: dict) -> dict:
@@ -371,6 +385,7 @@ class FabricExperiment(base.Experiment):
             live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
                             stack=stack, seed=seed)
             fabric, times = live.fabric, live.times
+            stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")
             send_buffer = ovs_socket.send_buffer_bytes() if caps.ovs_datapath == "user" else None

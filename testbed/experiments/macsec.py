@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from testbed import chains, layout
 from testbed.chains import SERVICES, Service, helper_env
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
+from testbed.fidelity import WatchedLink
 from testbed.hosts import NetnsHost
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import LinkConfig
@@ -48,6 +49,7 @@ from topologies.params import Section
 
 Progress = Callable[[str], None]
 Link = UserspaceLink | KernelMacsecLink
+Watch = Callable[[list[WatchedLink]], AbstractContextManager]
 
 IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
@@ -221,6 +223,11 @@ class Lab:
         shape(ifname_a, self.cfg.a.netns, self.s["link_mbps"], mtu)
         shape(ifname_b, self.cfg.b.netns, self.s["link_mbps"], mtu)
 
+    def watched(self) -> list[WatchedLink]:
+        """The two shaped veths, for the fidelity monitor."""
+        return [WatchedLink(side.netns, side.veth, self.s["link_mbps"])
+                for side in (self.cfg.a, self.cfg.b)]
+
     def _traffic(self, out: Path, stack: ExitStack) -> Traffic:
         out.mkdir(parents=True, exist_ok=True)
         return Traffic(self.cfg, self.s, out=out, pid_dir=self.pid_dir,
@@ -233,8 +240,9 @@ class Lab:
                 "agents": agents_entry(traffic.chains_file),
                 "training": dict(ZERO_TRAINING), "bulk": traffic.bulk_entry()}
 
-    def unprotected(self, out: Path, tag: str) -> dict:
-        """Plain veth between the same namespaces, shaped alike."""
+    def unprotected(self, out: Path, tag: str, watch: Watch | None = None) -> dict:
+        """Plain veth between the same namespaces, shaped alike; ``watch``: the fidelity
+        monitor's measured window (``RunContext.watch``)."""
         cfg = self.cfg
         t0 = time.monotonic()
         with ExitStack() as stack:
@@ -246,6 +254,7 @@ class Lab:
             start_s = time.monotonic() - t0
             self.progress(f"{tag}: plain veth up in {start_s:.2f} s; traffic for "
                           f"{self.duration_s:g} s, bulk {self.s['bulk_seconds']:g} s")
+            stack.enter_context((watch or _no_watch)(self.watched()))
             traffic.start_clients()
             traffic.wait(lambda _t: None, self.progress, tag)
             t1 = time.monotonic()
@@ -254,7 +263,8 @@ class Lab:
                             start_s, time.monotonic() - t1)
         return entry
 
-    def protected(self, out: Path, tag: str) -> tuple[dict, dict]:
+    def protected(self, out: Path, tag: str,
+                  watch: Watch | None = None) -> tuple[dict, dict]:
         """The MACsec link through the tapped hub, attacked and captured."""
         cfg, s = self.cfg, self.s
         wire = TappedWire(self.prefix)
@@ -280,6 +290,7 @@ class Lab:
                           f"{cfg.encrypt}, validate {cfg.validate}) up in {start_s:.2f} s")
             attack = s["attack"]
             at_s = attack["at_s"] if attack["at_s"] is not None else self.duration_s / 2
+            stack.enter_context((watch or _no_watch)(self.watched()))
             traffic.start_clients()
             traffic.helper("attacker", wire.attacker_netns, _python(
                 "testbed.macsec.attacker", "--iface", wire.attacker_veth,
@@ -329,6 +340,10 @@ class Lab:
                  for s in "ab"}
         return {"links": [{"name": self.prefix, "suite": cfg.suite, "encrypt": cfg.encrypt,
                            "salt": cfg.salt, "sides": sides}]}
+
+
+def _no_watch(links: list[WatchedLink]) -> AbstractContextManager:
+    return nullcontext()
 
 
 def _read(path: Path) -> str:
@@ -412,8 +427,8 @@ class MacsecExperiment(base.Experiment):
         assert self.lab is not None
         self.lab.seed = seed
         if variant.name == "unprotected":
-            return self.lab.unprotected(out, tag)
-        entry, self.details = self.lab.protected(out, tag)
+            return self.lab.unprotected(out, tag, ctx.watch)
+        entry, self.details = self.lab.protected(out, tag, ctx.watch)
         write_json(ctx.root / KEYS_FILE, self.lab.keys_record())
         return entry
 
