@@ -2,10 +2,11 @@
 SCENARIO ?= agents-vs-training
 DURATION ?=
 OUT ?=
+VM_TESTS ?=
 VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
-.PHONY: setup run-scenario test bench clean doctor validate lint
+.PHONY: setup run-scenario test bench clean doctor validate lint vm vm-test
 
 setup:
 	@./scripts/setup.sh
@@ -31,3 +32,12 @@ lint: setup
 clean:
 	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; \
 	else echo "no .venv: no testbed run can have left anything behind"; fi
+
+# The lab VM booted here under qemu (scripts/vm/): Debian 12's stock kernel, so the OVS
+# kernel datapath, kernel MACsec, RED and netem exist. The image is built once per hash of
+# its inputs into /var/cache/testbed-vm/.
+vm:
+	@./scripts/vm/boot.sh
+
+vm-test:
+	@./scripts/vm/test.sh $(VM_TESTS)

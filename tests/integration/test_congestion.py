@@ -24,7 +24,7 @@ from testbed.results import read_jsonl
 
 from .conftest import small_fabric
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.vm]
 
 TOOLS = str(Path(__file__).with_name("udp_tools.py"))
 ROCE = 4791

@@ -24,7 +24,7 @@ from testbed.macsec.config import LinkConfig
 from testbed.macsec.link import UserspaceLink
 from testbed.macsec.netns import add_netns, del_netns, leftovers, run, spawn, stop_group
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.vm]
 
 PREFIX = "tbms"
 RESULTS = Path(os.environ.get("TB_MACSEC_RESULTS", "/tmp/tb-macsec-throughput.json"))
