@@ -21,6 +21,12 @@ mount -t tmpfs -o mode=755 tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -o remount,rw /
+# the device nodes that open a module on first use (/dev/net/tun for TAP devices, ...),
+# as systemd-tmpfiles-setup-dev makes them on a systemd boot
+kmod static-nodes --format=tmpfiles | while read -r type path mode _ _ _ dev; do
+    mkdir -p "${path%/*}"
+    [ -e "$path" ] || mknod -m "$mode" "$path" "${type%!}" "${dev%:*}" "${dev#*:}"
+done
 mkdir -p /run/lock "$VM_OUT" /tmp/job
 hostname fabric-lab
 ip link set lo up
