@@ -12,6 +12,7 @@ source "$(dirname "$0")/lib.sh"
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(tests/integration -m vm)
 out="$REPO/results/vm-test/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$out"
 job=$(mktemp)
 trap 'rm -f "$job"' EXIT
 printf '#!/bin/bash\nexec /testbed/scripts/vm/guest-test.sh %s\n' "${args[*]@Q}" > "$job"
