@@ -32,11 +32,12 @@ fi
 work=$(mktemp -d "$VM_CACHE/.build-XXXXXX")
 cleanup() {
     # a build stopped half-way may leave /proc, /sys, /dev mounted in the root file system
-    findmnt -rno TARGET | grep "^$work/" | sort -r | xargs -r umount -l
+    findmnt -rno TARGET | { grep "^$work/" || true; } | sort -r | xargs -r umount -l
     rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
 
+mkdir "$work/root"
 start=$(date +%s)
 vm_say "building the image for inputs $(image_hash) (about 2-4 minutes)"
 nice -n 10 mmdebstrap --variant=important --include="$(image_packages | paste -sd, -)" \
