@@ -4,10 +4,11 @@ DURATION ?=
 OUT ?=
 VARIANT ?=
 LAB ?=
+VM_TESTS ?=
 VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
-.PHONY: setup run-scenario test bench clean doctor validate lint up down
+.PHONY: setup run-scenario test bench clean doctor validate lint up down vm vm-test
 
 setup:
 	@./scripts/setup.sh
@@ -40,3 +41,12 @@ lint: setup
 clean:
 	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; \
 	else echo "no .venv: no testbed run can have left anything behind"; fi
+
+# The lab VM booted here under qemu (scripts/vm/): Debian 12's stock kernel, so the OVS
+# kernel datapath, kernel MACsec, RED and netem exist. The image is built once per hash of
+# its inputs into /var/cache/testbed-vm/.
+vm:
+	@./scripts/vm/boot.sh
+
+vm-test:
+	@./scripts/vm/test.sh $(VM_TESTS)

@@ -3,8 +3,18 @@
 # distribution packages, Open vSwitch running, and the venv at .venv (made from the
 # distribution's python3 with --system-site-packages, so it sees Mininet) with the
 # project installed. Safe to run again: each step checks first.
+#
+#   scripts/setup.sh           # a machine to run the lab on (also the Vagrant VM)
+#   scripts/setup.sh --image   # inside an image being built (chroot, scripts/vm/): packages
+#                              # and venv only; Open vSwitch starts when the image boots
 set -euo pipefail
 cd "$(dirname "$0")/.."
+image=false
+case "${1:-}" in
+    --image) image=true ;;
+    "") ;;
+    *) echo "usage: $0 [--image]" >&2; exit 2 ;;
+esac
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -12,8 +22,8 @@ die() { say "error: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "run as root (the testbed creates namespaces and switches)"
 command -v apt-get >/dev/null || die "needs a Debian or Ubuntu machine (apt-get not found)"
 
-PACKAGES=(mininet openvswitch-switch iperf3 tcpdump tcpreplay tshark ethtool iproute2
-          iputils-ping net-tools nftables frr python3 python3-venv python3-pip)
+# the list the lab VM image is built from too (scripts/vm/build-image.sh)
+mapfile -t PACKAGES < <(grep -v -e '^#' -e '^$' scripts/packages.txt)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,7 +41,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-if ! ovs-vsctl -t 2 show >/dev/null 2>&1; then
+if $image; then
+    say "building an image: Open vSwitch is not started here"
+elif ! ovs-vsctl -t 2 show >/dev/null 2>&1; then
     say "starting Open vSwitch"
     if [ -d /run/systemd/system ]; then
         systemctl start openvswitch-switch

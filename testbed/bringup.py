@@ -105,7 +105,8 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         pid_dir=pids, log=out / "controller.log",
     )
     stack.callback(controller_proc.stop)
-    if not wait_for(lambda: _events(status, "started"), 30):
+    # os-ken's import alone takes about 10 s in the emulated lab VM (make vm-test)
+    if not wait_for(lambda: _events(status, "started"), 60):
         raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
 
     red = None

@@ -1,7 +1,13 @@
 """Shared test set-up: root and Open vSwitch tests skip with a stated reason elsewhere.
 
 Markers: ``root`` needs root (namespaces, veth); ``ovs`` needs root, a running
-Open vSwitch and Mininet (real fabrics).
+Open vSwitch and Mininet (real fabrics); ``vm`` runs inside the lab VM (``make vm-test``);
+``userspace_datapath`` applies only where switches use the OVS userspace datapath.
+
+Inside the lab VM (``TESTBED_REQUIRE_FULL_KERNEL=1``, set by scripts/vm/guest-test.sh)
+the stock kernel has every feature, so a skip there is a failure: a full-kernel path that
+did not run. Only a test that does not apply to that kernel (``userspace_datapath``) may
+skip.
 """
 
 from __future__ import annotations
@@ -30,11 +36,38 @@ def _ovs_missing() -> str | None:
     return None
 
 
+REQUIRE_FULL_KERNEL = os.environ.get("TESTBED_REQUIRE_FULL_KERNEL") == "1"
+
+
+def _kernel_datapath() -> bool:
+    """Whether fabrics here use the OVS kernel datapath (the probe the bring-up uses)."""
+    from testbed.capabilities import probe
+
+    return probe().ovs_datapath == "kernel"
+
+
 def pytest_collection_modifyitems(config, items):
     no_root = None if os.geteuid() == 0 else "needs root"
     no_ovs = _ovs_missing() if any("ovs" in i.keywords for i in items) else None
+    kernel_dp = (not no_ovs and any("userspace_datapath" in i.keywords for i in items)
+                 and _kernel_datapath())
     for item in items:
         if "ovs" in item.keywords and no_ovs:
             item.add_marker(pytest.mark.skip(reason=no_ovs))
         elif "root" in item.keywords and no_root:
             item.add_marker(pytest.mark.skip(reason=no_root))
+        elif "userspace_datapath" in item.keywords and kernel_dp:
+            item.add_marker(pytest.mark.skip(
+                reason="applies to the OVS userspace datapath; this host has the kernel one"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With TESTBED_REQUIRE_FULL_KERNEL=1 a skip is a failure, naming the skip's reason."""
+    report = (yield).get_result()
+    if (REQUIRE_FULL_KERNEL and report.skipped and not hasattr(report, "wasxfail")
+            and "userspace_datapath" not in item.keywords):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (f"skipped where the full kernel is required "
+                           f"(TESTBED_REQUIRE_FULL_KERNEL=1): {reason}")

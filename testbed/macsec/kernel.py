@@ -17,7 +17,7 @@ from types import TracebackType
 from .config import LinkConfig
 from .errors import BackendError, ConfigError
 from .link import UserspaceLink, Wire, direct_wire
-from .netns import add_netns, del_netns, link_stats, run
+from .netns import add_netns, del_netns, link_stats, no_ipv6, run
 from .secy import SecYCounters
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,7 @@ class KernelMacsecLink:
         try:
             for side in (cfg.a, cfg.b):
                 add_netns(side.netns)
+                no_ipv6(side.netns)  # as the userspace link: IPv4 only, no autoconf frames
             self.wire(cfg)
             for s in "ab":
                 for argv in secy_commands(cfg, s):

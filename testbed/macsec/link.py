@@ -31,7 +31,7 @@ from types import TracebackType
 from .config import OVERHEAD, LinkConfig
 from .errors import BackendError
 from .forwarder import control_path, stats_path
-from .netns import add_netns, del_netns, link_stats, run, spawn, stop_group
+from .netns import add_netns, del_netns, link_stats, no_ipv6, run, spawn, stop_group
 
 #: Builds the wire between the two namespaces: creates ``a.veth`` in ``a.netns`` and
 #: ``b.veth`` in ``b.netns`` (a veth pair by default, see :func:`direct_wire`).
@@ -108,8 +108,7 @@ class UserspaceLink:
         a, b = cfg.a, cfg.b
         for side in (a, b):
             add_netns(side.netns)
-            for knob in ("all", "default"):
-                run(["sysctl", "-qw", f"net.ipv6.conf.{knob}.disable_ipv6=1"], netns=side.netns)
+            no_ipv6(side.netns)
         self.wire(cfg)
         for side in (a, b):
             ns = side.netns

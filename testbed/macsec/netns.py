@@ -50,6 +50,13 @@ def add_netns(name: str) -> None:
     run(["ip", "link", "set", "lo", "up"], netns=name)
 
 
+def no_ipv6(netns: str) -> None:
+    """No IPv6 on the devices of ``netns``: the links are IPv4, and IPv6 autoconfiguration
+    would send frames (router solicitations, MLD, DAD) that the SecY counters then count."""
+    for knob in ("all", "default"):
+        run(["sysctl", "-qw", f"net.ipv6.conf.{knob}.disable_ipv6=1"], netns=netns)
+
+
 def del_netns(name: str) -> None:
     """Delete a namespace if it exists (interfaces inside go with it)."""
     if name in list_netns():

@@ -16,15 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import OVERHEAD, LinkConfig
-from .netns import add_netns, del_netns, run
+from .netns import add_netns, del_netns, no_ipv6, run
 
 #: Packets the shaped link may queue (at 20 Mb/s and 1500 B, 60 ms).
 QUEUE_PACKETS = 100
-
-
-def _no_ipv6(ns: str) -> None:
-    for knob in ("all", "default"):
-        run(["sysctl", "-qw", f"net.ipv6.conf.{knob}.disable_ipv6=1"], netns=ns)
 
 
 @dataclass(frozen=True)
@@ -60,7 +55,7 @@ class TappedWire:
         """
         for ns in (self.netns, self.attacker_netns):
             add_netns(ns)
-            _no_ipv6(ns)
+            no_ipv6(ns)
         run(["ip", "link", "add", self.bridge, "type", "bridge", "ageing_time", "0",
              "stp_state", "0", "mcast_snooping", "0"], netns=self.netns)
         run(["ip", "link", "add", self.attacker_veth, "netns", self.attacker_netns, "mtu",
@@ -106,7 +101,7 @@ def plain_pair(cfg: LinkConfig) -> None:
     """The unprotected twin of a link: the same namespaces and addresses on a plain veth."""
     for side in (cfg.a, cfg.b):
         add_netns(side.netns)
-        _no_ipv6(side.netns)
+        no_ipv6(side.netns)
     run(["ip", "link", "add", cfg.a.veth, "netns", cfg.a.netns, "type", "veth",
          "peer", "name", cfg.b.veth, "netns", cfg.b.netns])
     for side in (cfg.a, cfg.b):

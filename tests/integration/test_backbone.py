@@ -22,7 +22,7 @@ from testbed.runner import run_section
 from topologies.backbone import small_backbone
 from traffic.pcapfile import read_frames
 
-pytestmark = [pytest.mark.root,
+pytestmark = [pytest.mark.root, pytest.mark.vm,
               pytest.mark.skipif(not Path("/usr/lib/frr/ospfd").exists()
                                  or shutil.which("iperf3") is None,
                                  reason="needs FRR (apt-get install frr) and iperf3")]

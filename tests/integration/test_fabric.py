@@ -12,7 +12,7 @@ import pytest
 
 from testbed.procs import wait_for
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.vm]
 
 
 def test_every_host_pair_reaches_on_every_plane(live):
@@ -143,9 +143,11 @@ def test_forwarding_survives_the_controller_dying(live):
     assert "n_packets" in flows and "nw_dst=" in flows
 
 
+@pytest.mark.userspace_datapath
 def test_a_small_ovs_send_socket_is_enlarged_in_place(live):
     """ovs-vswitchd's one send socket bounds what all switch queues hold together; one
-    created small before a run (208 KB) is raised to 8 MB in place."""
+    created small before a run (208 KB) is raised to 8 MB in place. The kernel datapath
+    forwards in the kernel and has no such socket."""
     from testbed import ovs_socket
     from testbed.fabric import OVS_SOCKET_BUFFER
 

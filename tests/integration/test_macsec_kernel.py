@@ -19,6 +19,8 @@ from testbed.macsec.link import UserspaceLink
 from testbed.macsec.netns import leftovers, run
 from testbed.macsec.secy import SecYCounters
 
+pytestmark = pytest.mark.vm
+
 IP_S_MACSEC = """\
 11: tbm0: protect on validate strict sc off sa off encrypt on send_sci on end_station off \
 scb off replay off

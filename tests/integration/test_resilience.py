@@ -31,7 +31,7 @@ from testbed.results import read_jsonl
 
 from .conftest import small_fabric
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.vm]
 
 FLOWS_SCRIPT = str(Path(__file__).with_name("udpflows.py"))
 CUT = "p0l0-p0s1"
