@@ -68,7 +68,7 @@ def cmd_run(args) -> int:
     out = Path(args.out) if args.out else runner.default_out(results_root, sc.name)
     if args.out and out.exists() and any(out.iterdir()):
         raise ConfigError("OUT", f"{out} exists and is not empty")
-    summary = runner.run(sc, out)
+    summary = runner.run(sc, out, monitor=not args.no_fidelity)
     if not args.out:
         runner.link_latest(results_root, out)
     print()
@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", help="seconds of traffic per variant (overrides the file)")
     p.add_argument("--out", help="write results straight into this folder")
     p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--no-fidelity", action="store_true",
+                   help="run without the fidelity monitor (to measure what it costs)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a scenario file without touching the host")

@@ -542,9 +542,12 @@ class Monitor:
     context manager (or ``start``/``stop``); :attr:`result` is the verdict after stop."""
 
     def __init__(self, path: Path, thresholds: Thresholds = THRESHOLDS,
-                 owner: int | None = None, run_root: Path = RUN_ROOT) -> None:
+                 owner: int | None = None, run_root: Path = RUN_ROOT,
+                 enabled: bool = True) -> None:
         """``owner``: the process whose run folders (under ``run_root``) hold the helpers'
-        pid files (this one by default)."""
+        pid files (this one by default). ``enabled`` False: nothing is sampled (to
+        measure what the monitor itself costs); the verdict then says so."""
+        self.enabled = enabled
         self.path = path
         self.thresholds = thresholds
         self.samples: list[dict] = []
@@ -585,6 +588,8 @@ class Monitor:
 
     # -- the thread -----------------------------------------------------------------------
     def start(self) -> Monitor:
+        if not self.enabled:
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "w")  # noqa: SIM115 (closed in stop)
         self._sample()  # the baseline the first interval is measured from
@@ -603,6 +608,9 @@ class Monitor:
                 self._file.close()
                 self._file = None
         self.result = verdict(self.samples, self.thresholds)
+        if not self.enabled:
+            self.result["reasons"] = ["not monitored (testbed run --no-fidelity)"]
+            self.result["disabled"] = True
         return self.result
 
     def __enter__(self) -> Monitor:

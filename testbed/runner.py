@@ -51,10 +51,12 @@ def _fidelity_record(runs: list[dict]) -> dict:
 
 
 def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
-        run_id: str | None = None) -> dict:
+        run_id: str | None = None, monitor: bool = True) -> dict:
     """Run every variant of ``scenario`` into ``out``; returns the summary. ``run_id``:
-    the id of what a kind creates for the whole run (else a fresh one)."""
+    the id of what a kind creates for the whole run (else a fresh one). ``monitor``:
+    False runs without the fidelity monitor (to measure its own cost)."""
     out.mkdir(parents=True, exist_ok=True)
+    monitor_on = monitor
     experiment = scenario.experiment
     seeds = scenario.run_seeds
     lay = Layout(out, seeds)
@@ -88,7 +90,8 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
                 folder = lay.variant(variant.name, seed)
                 folder.mkdir(parents=True, exist_ok=True)
                 tag = f"[{index}/{total}] {variant.name}"
-                with fidelity.Monitor(folder / layout.FIDELITY) as monitor:
+                with fidelity.Monitor(folder / layout.FIDELITY,
+                                      enabled=monitor_on) as monitor:
                     ctx.monitor = monitor
                     try:
                         entry = experiment.run_variant(variant, seed=seed, out=folder,
