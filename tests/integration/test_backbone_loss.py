@@ -15,7 +15,7 @@ import pytest
 
 from testbed.backbone import secure
 from testbed.backbone.net import BackboneNet
-from testbed.naming import new_run_id, run_prefix
+from testbed.naming import new_run_id, run_dir, run_prefix
 from topologies.backbone import small_backbone
 
 pytestmark = [pytest.mark.root,
@@ -40,10 +40,13 @@ def _rx_packets(netns: str, ifname: str) -> int:
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "macsec"])
 def test_degrade_link_drops_about_the_set_fraction(tmp_path, encrypted):
-    prefix = run_prefix(new_run_id())
+    run_id = new_run_id()
+    prefix = run_prefix(run_id)
     link = "p1-p2-1"
     macsec = {**secure.DEFAULTS, "enabled": True} if encrypted else None
     with ExitStack() as stack:
+        # the run folder the net registers its names in goes last, as a run's does
+        stack.callback(shutil.rmtree, run_dir(run_id), True)
         net = BackboneNet(small_backbone(), prefix, tmp_path, stack, macsec=macsec,
                           macsec_backend="userspace")
         net.build(shape=False, delay=False)  # no netem qdisc: the nftables path
@@ -71,3 +74,4 @@ def test_degrade_link_drops_about_the_set_fraction(tmp_path, encrypted):
     assert prefix not in names  # namespaces (and their tables) are gone
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in procs  # no forwarder left
+    assert not run_dir(run_id).exists()  # nothing for `testbed clean` to find
