@@ -15,7 +15,16 @@ from .conftest import small_fabric
 pytestmark = pytest.mark.ovs
 
 
-def iperf_mbps(live, src: int, dst: int, seconds: float = 2.0) -> float:
+def iperf_mbps(live, src: int, dst: int, seconds: float = 3.0) -> float:
+    """Goodput of one iperf3 TCP flow (one retry: a client can miss its fresh server)."""
+    for _ in range(2):
+        got = _iperf_once(live, src, dst, seconds)
+        if got is not None:
+            return got
+    raise AssertionError("iperf3 measured nothing twice")
+
+
+def _iperf_once(live, src: int, dst: int, seconds: float) -> float | None:
     spec, fabric = live.spec, live.fabric
     server = spec.hosts[dst].interface(0, 0).ip
     proc = fabric.spawn(spec.hosts[dst].name, "iperf-s", ["iperf3", "-s", "-1", "-B", server],
@@ -27,7 +36,10 @@ def iperf_mbps(live, src: int, dst: int, seconds: float = 2.0) -> float:
                                                  "-J"], timeout=seconds + 15)
     finally:
         proc.stop()
-    return json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    try:
+        return json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    except (ValueError, KeyError):
+        return None
 
 
 def test_rate_fault_slows_the_link_and_restore_brings_it_back(tmp_path_factory):
@@ -38,6 +50,6 @@ def test_rate_fault_slows_the_link_and_restore_brings_it_back(tmp_path_factory):
         slowed = iperf_mbps(live, 0, 3)
         act["rate_restore"]("n0-p0l0")
         after = iperf_mbps(live, 0, 3)
-    assert before > 25, before
-    assert slowed < 9, slowed  # the host link's new rate bounds the flow
-    assert after > 25, after
+    assert before > 20, before  # half the link rate at least, on a loaded host
+    assert slowed < 10, slowed  # the host link's new rate (8 Mb/s) bounds the flow
+    assert after > 20, after
