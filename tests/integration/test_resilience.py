@@ -249,7 +249,10 @@ def test_host_multipath_survives_plane_failure(fab):
                                    "spines_per_plane": 2, "link_mbps": 50},
         "agents": {"enabled": True, "driver": 0,
                    "services": {"retriever": 1, "tool": 2, "model": 3, "agent": 1},
-                   "concurrency": 4, "multipath": True, "attempt_ms": 300},
+                   # a chain may retry each of its (up to 8) hops once on the other
+                   # plane (300 ms a try): its time-out must leave room for that
+                   "concurrency": 4, "multipath": True, "attempt_ms": 300,
+                   "timeout_ms": 5000},
     }).variants[0]
     wdir = out / "multipath"
     wdir.mkdir()
