@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -253,50 +252,97 @@ def attach_cli(record: dict, command: str | None = None) -> int:
                  .encode())
     try:
         if interactive:
-            return _relay(sock)
+            return _relay(sock, prompt, completions(record))
         lines = [command] if command is not None else sys.stdin.read().splitlines()
         return _script(sock, [ln for ln in lines if ln.strip()] + ["exit"], prompt)
     finally:
         sock.close()
 
 
-def _relay(sock: socket.socket) -> int:
-    threading.Thread(target=_pump_stdin, args=(sock,), daemon=True).start()
+def completions(record: dict) -> list[str]:
+    """What Tab completes at the CLI's prompt: Mininet's commands and the lab's nodes by
+    their short names."""
+    from mininet.cli import CLI
+
+    commands = [name[3:] for name in dir(CLI) if name.startswith("do_")]
+    return sorted(set(commands) | set(record.get("hosts", {})) | set(record.get("switches", [])))
+
+
+def completer(words: list[str]):
+    """A readline completer over ``words`` (state-indexed, as readline asks)."""
+    def complete(text: str, index: int) -> str | None:
+        matches = [w + " " for w in words if w.startswith(text)]
+        return matches[index] if index < len(matches) else None
+    return complete
+
+
+def _relay(sock: socket.socket, prompt: str, words: list[str]) -> int:
+    """An interactive session: lines are read here with readline (Tab completes commands
+    and node names, arrows recall earlier lines), output is relayed until the prompt is
+    back; while a command runs, typed keys reach it and Ctrl-C interrupts it."""
+    import readline
+
+    readline.set_completer(completer(words))
+    readline.set_completer_delims(" \t")
+    readline.parse_and_bind("tab: complete")
+    if not _output_until_prompt(sock, prompt):
+        return 0
+    while True:
+        try:
+            line = input(prompt)
+        except KeyboardInterrupt:  # at the prompt: a fresh line, as in mn
+            sys.stdout.write("\n")
+            continue
+        except EOFError:
+            sys.stdout.write("\n")
+            line = "exit"
+        _send(sock, (line + "\n").encode())
+        if not _output_until_prompt(sock, prompt):
+            return 0
+
+
+def _output_until_prompt(sock: socket.socket, prompt: str, keys: bool = True) -> bool:
+    """Write what the session prints until its prompt (not printed: ``input`` does that);
+    False when the session has ended. A running command gets Ctrl-C and, with ``keys``,
+    what is typed."""
+    held, sources = "", [sock] + ([sys.stdin] if keys else [])
     old = signal.signal(signal.SIGINT, lambda *_: _send(sock, b"\x03"))
     try:
         while True:
+            ready, _, _ = select.select(sources, [], [])
+            if sys.stdin in ready:
+                data = os.read(sys.stdin.fileno(), 4096)
+                if data:
+                    _send(sock, data)
+                else:
+                    sources.remove(sys.stdin)
+            if sock not in ready:
+                continue
             data = sock.recv(65536)
             if not data:
-                return 0
-            sys.stdout.write(data.decode(errors="replace"))
+                sys.stdout.write(held)
+                sys.stdout.flush()
+                return False
+            held += data.decode(errors="replace")
+            if held.endswith(prompt):
+                sys.stdout.write(held[:-len(prompt)])
+                sys.stdout.flush()
+                return True
+            keep = next((k for k in range(min(len(prompt), len(held)), 0, -1)
+                         if held.endswith(prompt[:k])), 0)  # maybe the prompt's beginning
+            sys.stdout.write(held[:len(held) - keep])
             sys.stdout.flush()
+            held = held[len(held) - keep:]
     finally:
         signal.signal(signal.SIGINT, old)
 
 
 def _script(sock: socket.socket, lines: list[str], prompt: str) -> int:
-    buffer = ""
-
-    def until_prompt() -> bool:
-        nonlocal buffer
-        while not buffer.endswith(prompt):
-            data = sock.recv(65536)
-            if not data:
-                return False
-            buffer += data.decode(errors="replace")
-        return True
-
-    if not until_prompt():
-        sys.stdout.write(buffer)
+    if not _output_until_prompt(sock, prompt, keys=False):
         return 1
-    buffer = ""
     for line in lines:
-        sock.sendall((line + "\n").encode())
-        done = until_prompt() if line != "exit" else False
-        sys.stdout.write(buffer.removesuffix(prompt))
-        sys.stdout.flush()
-        buffer = ""
-        if not done:
+        _send(sock, (line + "\n").encode())
+        if not _output_until_prompt(sock, prompt, keys=False):
             break
     return 0
 
@@ -306,21 +352,6 @@ def _send(sock: socket.socket, data: bytes) -> None:
         sock.sendall(data)
     except OSError:
         pass
-
-
-def _pump_stdin(sock: socket.socket) -> None:
-    while True:
-        try:
-            data = os.read(sys.stdin.fileno(), 4096)
-        except OSError:
-            data = b""
-        if not data:
-            try:
-                sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-            return
-        _send(sock, data)
 
 
 # -- fault -----------------------------------------------------------------------------

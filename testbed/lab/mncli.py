@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
+from pathlib import Path
 
 INTERRUPT = "\x03"
 
@@ -93,6 +95,66 @@ def sync_addresses(net, spec) -> None:
             mn_intf.ip, mn_intf.prefixLen = intf.ip, intf.prefixlen
 
 
+def listening(pid: int, port: int, udp: bool) -> bool:
+    """Whether a socket listens on ``port`` in the network namespace of process ``pid``
+    (its ``/proc/PID/net`` tables are that namespace's: no shell of the node is needed,
+    and the node's one shell is busy with the server)."""
+    state = "07" if udp else "0A"  # UDP unconnected, TCP LISTEN
+    for table in ("udp", "udp6") if udp else ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == state and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def iperf(net, hosts=None, l4Type: str = "TCP", udpBw: str = "10M", fmt=None,
+          seconds: int = 5, port: int = 5001) -> list[str]:
+    """Mininet's ``iperf``/``iperfudp`` (the CLI calls ``net.iperf`` with these arguments),
+    made to finish with iperf 2.1 (Debian 12, Ubuntu 24.04).
+
+    Mininet 2.3 waits for the server's port with a telnet connection and then for two
+    ``/sec`` reports from the server, one of them for the telnet connection; iperf since
+    2.0.14 reports no empty connection, so the wait never ends (mininet/mininet#1060).
+    Here the port is awaited with ``ss`` in the server, one report is enough, and the
+    wait is bounded. Nor does it ``killall -9 iperf`` first as Mininet does: its hosts
+    share the machine's process table, so that would kill every iperf on the host.
+    """
+    from mininet.log import output
+
+    client, server = hosts or (net.hosts[0], net.hosts[-1])
+    output(f"*** Iperf: testing {l4Type} bandwidth between {client} and {server}\n")
+    if l4Type not in ("TCP", "UDP"):
+        raise ValueError(f"Unexpected l4 type: {l4Type}")
+    udp = l4Type == "UDP"
+    args = f"iperf -p {port} " + ("-u " if udp else "") + (f"-f {fmt} " if fmt else "")
+    server.sendCmd(args + "-s")
+    servout = ""
+    try:
+        deadline = time.monotonic() + 5
+        while not listening(server.pid, port, udp):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"iperf did not listen on port {port} of {server}")
+            time.sleep(0.1)
+        cliout = client.cmd(args + f"-t {seconds} -c {server.IP()} "
+                            + (f"-b {udpBw}" if udp else ""))
+        deadline = time.monotonic() + 10
+        while "/sec" not in servout and time.monotonic() < deadline:
+            servout += server.monitor(timeoutms=500)
+    finally:
+        server.sendInt()
+        servout += server.waitOutput()
+    result = [net._parseIperf(servout), net._parseIperf(cliout)]
+    if udp:
+        result.insert(0, udpBw)
+    output(f"*** Results: {result}\n")
+    return result
+
+
 class Sessions:
     """Serves one CLI session at a time on a Mininet object."""
 
@@ -100,6 +162,7 @@ class Sessions:
         self.net = net
         self.name = name
         self.lock = threading.Lock()
+        net.iperf = lambda *args, **kwargs: iperf(net, *args, **kwargs)
 
     def serve(self, conn: socket.socket, banner: str) -> None:
         io = SocketIO(conn)

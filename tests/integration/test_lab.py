@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +34,49 @@ def run_testbed(*args: str, timeout: float = 180, stdin: str | None = None
             ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, input=stdin)
+
+
+def on_terminal(args: list[str], steps: list[tuple[bytes, str | None]],
+                timeout: float = 60) -> str:
+    """Run ``testbed ARGS`` on a pseudo-terminal, type each step's keys once the prompt is
+    up and wait for its text on the screen (None: for the program to end); the screen."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: testbed on the terminal
+        os.chdir(REPO)
+        os.execv(sys.executable, [sys.executable, "-m", "testbed.cli", *args])
+    screen, deadline = "", time.monotonic() + timeout
+
+    def until(text: str | None) -> bool:
+        nonlocal screen
+        while time.monotonic() < deadline:
+            if text is not None and text in screen:
+                return True
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:  # the program ended
+                    data = b""
+                if not data:
+                    return text is None
+                screen += data.decode(errors="replace")
+        return False
+
+    try:
+        assert until("> "), screen
+        for keys, text in steps:
+            mark = len(screen)
+            os.write(fd, keys)
+            assert until(text), (keys, screen[mark:])
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, screen
+        pid = 0
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    return screen
 
 
 def record_of(name: str) -> dict:
@@ -104,8 +151,16 @@ def test_lab_up_ls_exec_fault_capture_down(lab):
 
     # Mininet's CLI, served by the supervisor
     cli = run_testbed("cli", name, stdin="n0 ping -c1 n3\nlink p0l0 p0s0 down\n"
-                                     "link p0l0 p0s0 up\n")
+                                     "link p0l0 p0s0 up\niperf n0 n3\n", timeout=60)
     assert cli.returncode == 0 and "1 received" in cli.stdout, cli.stdout + cli.stderr
+    # Mininet's own iperf (iperf 2.1 made it wait for ever: mininet/mininet#1060)
+    rates = re.search(r"Results: \['([\d.]+) Mbits/sec', '([\d.]+) Mbits/sec'\]", cli.stdout)
+    assert rates and 0 < float(rates[1]) < 25, cli.stdout  # 20 Mb/s links
+    # on a terminal: Tab completes commands (and node names), Ctrl-D leaves
+    screen = on_terminal(["cli", name], [(b"pinga\t\n", "Results: 0% dropped"),
+                                         (b"n0 ping -c1 -W1 p0\t\t", "p0l0"),
+                                         (b"\x15\x04", None)])
+    assert "*** Ping: testing ping reachability" in screen, screen  # "pinga" + Tab ran pingall
 
     # bad input: one line, exit 2, nothing created
     for args in (("exec", "nolab", "n0", "--", "true"), ("exec", name, "n9", "--", "true"),

@@ -219,3 +219,29 @@ def test_lab_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
     assert not any(tmp_path.iterdir())
+
+
+def test_tab_completes_mininet_commands_and_the_labs_nodes():
+    from testbed.lab.commands import completer, completions
+    words = completions({"hosts": {"n0": {}, "n1": {}}, "switches": ["p0l0", "p0s0"]})
+    assert {"pingall", "iperf", "link", "n0", "p0l0"} <= set(words)
+    complete = completer(words)
+    assert [complete("pinga", i) for i in range(3)] == ["pingall ", "pingallfull ", None]
+    assert [complete("p0", i) for i in range(3)] == ["p0l0 ", "p0s0 ", None]
+    assert complete("zz", 0) is None
+
+
+def test_listening_reads_the_namespace_socket_tables(tmp_path):
+    import os
+    import socket
+
+    from testbed.lab.mncli import listening
+    with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        tcp.bind(("127.0.0.1", 0))
+        udp.bind(("127.0.0.1", 0))
+        port, uport = tcp.getsockname()[1], udp.getsockname()[1]
+        assert not listening(os.getpid(), port, udp=False)  # bound, not listening yet
+        tcp.listen()
+        assert listening(os.getpid(), port, udp=False)
+        assert listening(os.getpid(), uport, udp=True)
+        assert not listening(os.getpid(), uport, udp=False)
