@@ -29,6 +29,7 @@ class Capabilities:
     fq_codel: bool
     macsec: bool
     nftables: bool
+    ovs_afxdp: bool = False  # Open vSwitch offers AF_XDP ports (linked with libxdp)
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -44,6 +45,12 @@ class Capabilities:
                 if self.ovs_kernel_datapath
                 else "Open vSwitch userspace datapath (netdev), offloads off on every veth, "
                 "8 MB packet-socket buffers"
+            ),
+            "switch ports": (
+                "kernel vports" if self.ovs_kernel_datapath
+                else "AF_PACKET (AF_XDP ports exist but transmit around the egress qdiscs that "
+                "emulate each link: python -m bench.afxdp_bench)" if self.ovs_afxdp
+                else "AF_PACKET"
             ),
             "link rate": "HTB + byte FIFO" if self.htb else "not shaped (HTB missing)",
             "link delay": "netem" if self.netem else "not applied (netem missing)",
@@ -90,6 +97,14 @@ def _ovs_kernel_module() -> bool:
     return shutil.which("modprobe") is not None and _run(["modprobe", "-q", "openvswitch"])
 
 
+def _ovs_afxdp() -> bool:
+    if shutil.which("ovs-vsctl") is None:
+        return False
+    done = subprocess.run(["ovs-vsctl", "--timeout=5", "get", "Open_vSwitch", ".",
+                           "iface_types"], capture_output=True, text=True)
+    return done.returncode == 0 and "afxdp" in done.stdout
+
+
 def probe(run_id: str | None = None) -> Capabilities:
     """Probe kernel features in a temporary namespace ``tb<run_id>probe``; needs root.
 
@@ -117,6 +132,7 @@ def probe(run_id: str | None = None) -> Capabilities:
         caps = Capabilities(
             kernel=platform.release(),
             ovs_kernel_datapath=_ovs_kernel_module(),
+            ovs_afxdp=_ovs_afxdp(),
             netem=qdisc("netem", "delay", "1ms"),
             htb=qdisc("htb", "default", "1"),
             red=qdisc("red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
@@ -148,7 +164,8 @@ def format_report(caps: Capabilities) -> str:
     """The ``testbed doctor`` text: features found, versions, and backends chosen."""
     yes = {True: "yes", False: "no"}
     lines = [f"kernel {caps.kernel} (running as uid {os.geteuid()})", "", "kernel features:"]
-    for name in ("ovs_kernel_datapath", "htb", "netem", "red", "fq_codel", "macsec", "nftables"):
+    for name in ("ovs_kernel_datapath", "ovs_afxdp", "htb", "netem", "red", "fq_codel", "macsec",
+                 "nftables"):
         lines.append(f"  {name:<20} {yes[getattr(caps, name)]}")
     lines += ["", "versions:"]
     lines += [f"  {k:<20} {v}" for k, v in caps.versions.items()]

@@ -48,3 +48,18 @@ def test_macsec_bench_exit_status(monkeypatch, protected, code):
     monkeypatch.setattr(macsec_bench, "aesgcm_us", lambda: 4.0)
     monkeypatch.setattr(macsec_bench, "bench_mtu", bench_mtu)
     assert macsec_bench.main(["--mtu", "1500"]) == code
+
+
+def test_afxdp_verdict_keeps_af_packet_only_for_a_reason():
+    from bench.afxdp_bench import Result, verdict
+    rows = lambda pps: [dict(delivered=1.0, delivered_pps=pps,  # noqa: E731
+                             forwardings_per_cpu_s=pps)]
+    packet = Result("system", rows=rows(9e4), shaped_mbps=19.6)
+    bypass = Result("afxdp-nonpmd", rows=rows(2e5), shaped_mbps=58.0)
+    assert verdict(packet, bypass)[0]  # faster, but the links' qdiscs would be lost
+    shaping_faster = Result("afxdp-nonpmd", rows=rows(2e5), shaped_mbps=20.3)
+    assert not verdict(packet, shaping_faster)[0]  # the lab should switch: a miss
+    shaping_slower = Result("afxdp-nonpmd", rows=rows(5e4), shaped_mbps=20.3)
+    assert verdict(packet, shaping_slower)[0]
+    assert not verdict(Result("system", error="no frames delivered"), bypass)[0]
+    assert not Result("x", shaped_mbps=0.0).keeps_qdisc  # nothing delivered proves nothing
