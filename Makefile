@@ -1,6 +1,7 @@
 # Thin front door: everything real lives in scripts/ and the testbed CLI.
 SCENARIO ?= agents-vs-training
 DURATION ?=
+SEEDS ?=
 OUT ?=
 VARIANT ?=
 LAB ?=
@@ -14,7 +15,7 @@ setup:
 	@./scripts/setup.sh
 
 run-scenario: setup
-	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(OUT),--out $(OUT))
+	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(OUT),--out $(OUT))
 
 up: setup
 	$(TESTBED) up $(SCENARIO) $(if $(VARIANT),--variant $(VARIANT)) $(if $(LAB),--name $(LAB))

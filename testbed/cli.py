@@ -61,7 +61,15 @@ def cmd_run(args) -> int:
         except ValueError:
             raise ConfigError(
                 "DURATION", f"must be a number of seconds, got {args.duration!r}") from None
-    sc = scenario.load(scenario_path(args.scenario), duration_override=duration)
+    seeds = None
+    if args.seeds not in (None, ""):
+        try:
+            seeds = [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise ConfigError("SEEDS", "must be integers separated by commas, got "
+                                       f"{args.seeds!r}") from None
+    sc = scenario.load(scenario_path(args.scenario), duration_override=duration,
+                       seeds_override=seeds)
     if os.geteuid() != 0:
         raise HostError("running a scenario needs root (namespaces, Open vSwitch)")
     results_root = Path(args.results)
@@ -134,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", nargs="?", default="agents-vs-training",
                    help="scenario name (scenarios/NAME.yaml) or file")
     p.add_argument("--duration", help="seconds of traffic per variant (overrides the file)")
+    p.add_argument("--seeds", help="comma-separated seeds, each variant once per seed "
+                                   "(overrides the file: judge on seeds it was not tuned on)")
     p.add_argument("--out", help="write results straight into this folder")
     p.add_argument("--results", default="results", help="results root (default: results)")
     p.add_argument("--no-fidelity", action="store_true",

@@ -92,10 +92,14 @@ def _check_keys(data: dict, kind: str, cls: type[Experiment]) -> None:
         raise ConfigError(key, f"unknown field (known: {', '.join(sorted(mine))})")
 
 
-def parse(data: Any, duration_override: float | None = None) -> Scenario:
-    """Validate a scenario already loaded from YAML; raises :class:`ConfigError`."""
+def parse(data: Any, duration_override: float | None = None,
+          seeds_override: list[int] | None = None) -> Scenario:
+    """Validate a scenario already loaded from YAML; raises :class:`ConfigError`.
+    ``seeds_override`` replaces the file's ``seeds`` (judge on seeds it was not tuned on)."""
     if not isinstance(data, dict):
         raise ConfigError("scenario", "must be a YAML mapping")
+    if seeds_override is not None:
+        data = {**data, "seeds": seeds_override}
     head = _head(data, duration_override)
     kind = experiments.kind_of(data)
     cls = experiments.get(kind)
@@ -109,7 +113,8 @@ def parse(data: Any, duration_override: float | None = None) -> Scenario:
                     experiment=experiment, seeds=seeds)
 
 
-def load(path: Path | str, duration_override: float | None = None) -> Scenario:
+def load(path: Path | str, duration_override: float | None = None,
+         seeds_override: list[int] | None = None) -> Scenario:
     """Read and validate a scenario file."""
     path = Path(path)
     try:
@@ -123,4 +128,4 @@ def load(path: Path | str, duration_override: float | None = None) -> Scenario:
         where = f"{path.name}:{mark.line + 1}" if mark else path.name
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise ConfigError(where, f"YAML syntax: {problem}") from exc
-    return parse(data, duration_override)
+    return parse(data, duration_override, seeds_override)

@@ -157,3 +157,17 @@ def test_run_with_bad_duration_exits_2_before_touching_the_host(capsys):
     assert main(["run", "agents-vs-training", "--duration", "abc"]) == 2
     assert "DURATION" in capsys.readouterr().err
     assert main(["run", "no-such-scenario"]) == 2
+
+
+def test_seeds_from_the_command_line_replace_the_files():
+    sc = load(REPO / "scenarios" / "ecn-tuning.yaml", seeds_override=[4, 5, 6])
+    assert sc.run_seeds == (4, 5, 6) and sc.experiment.seeds == (4, 5, 6)
+    assert load(REPO / "scenarios" / "ecn-tuning.yaml").run_seeds == (1, 2, 3)
+    for bad, field in (([4, 4], "seeds"), ([-1], "seeds"), ([], "seeds")):
+        with pytest.raises(ConfigError) as err:
+            load(DEFAULT, seeds_override=bad)
+        assert err.value.field.startswith(field), err.value
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(DEFAULT),
+                           "--seeds", "1,x"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "SEEDS" in done.stderr
