@@ -71,7 +71,7 @@ def training_config(spec: FabricSpec, params: dict, seed: int = 1) -> dict:
             for i in (host.interface(p, 0) for p in range(spec.planes))
         ]})
     keys = ("bytes", "compute_ms", "rate_mbps", "step_timeout_ms", "payload",
-            "ecn", "cnp_interval_us", "spray", "dcqcn")
+            "ecn", "cnp_interval_us", "spray", "qps", "dcqcn")
     send_to = destinations(params.get("pattern", "ring"), len(ranks),
                            stride=params.get("stride") or None, seed=seed)
     return {**{k: params[k] for k in keys if k in params}, "ranks": ranks,

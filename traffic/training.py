@@ -17,7 +17,11 @@ Beyond the ring: ``send_to`` in the config gives any permutation of destinations
 mark ECT(0) and a receiver answers CE-marked packets with CNPs (at most one per flow per
 ``cnp_interval_us``); with ``dcqcn.enabled`` each channel's pacing follows a DCQCN
 reaction point (traffic/dcqcn.py); with ``spray`` the UDP source port rotates per packet
-and receivers place packets by PSN (traffic/reorder.py), so reordering is not loss.
+and receivers place packets by PSN (traffic/reorder.py), so reordering is not loss. With
+``qps`` N > 1 each channel is N queue pairs, as RoCE stacks open them for ECMP entropy
+(NCCL_IB_QPS_PER_CONNECTION): the packets of a message go round-robin over the N QPs, as
+a NIC's QP arbiter interleaves messages posted on them at once, each QP its own UDP source
+port (hashed independently); receivers place by PSN as for spraying.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Config:
     cnp_interval_us: float = 50.0
     spray: bool = False
     spray_ports: int = 16
+    qps: int = 1
     dcqcn: DcqcnParams = field(default_factory=DcqcnParams)
     multipath: bool = False
 
@@ -124,6 +129,7 @@ def load_config(path: str | Path) -> Config:
             cnp_interval_us=float(raw.get("cnp_interval_us", 50.0)),
             spray=bool(raw.get("spray", False)),
             spray_ports=int(raw.get("spray_ports", 16)),
+            qps=int(raw.get("qps", 1)),
             dcqcn=DcqcnParams.from_dict(raw.get("dcqcn")),
         )
     except (KeyError, TypeError, ValueError) as exc:
@@ -149,6 +155,8 @@ def load_config(path: str | Path) -> Config:
     checks += [
         (cfg.cnp_interval_us >= 0, "cnp_interval_us must be >= 0"),
         (1 <= cfg.spray_ports <= 1024, "spray_ports must be 1..1024"),
+        (1 <= cfg.qps <= 64, "qps must be 1..64"),
+        (not (cfg.spray and cfg.qps > 1), "spray and qps > 1 exclude each other"),
         (0 < cfg.dcqcn.g <= 1, "dcqcn.g must be in (0, 1]"),
         (cfg.dcqcn.timer_us > 0 and cfg.dcqcn.alpha_timer_us > 0, "dcqcn timers must be > 0"),
         (cfg.dcqcn.byte_counter_kb > 0, "dcqcn.byte_counter_kb must be > 0"),
@@ -313,10 +321,15 @@ class RingRank:
         self.expected = [len(p) for p in self.plan]
 
     def _sport(self, k: int, psn: int = 0) -> int:
-        """UDP source port of channel ``k``; with spray it rotates with the PSN (entropy)."""
-        flow = (self.rank * 64 + k) * (self.cfg.spray_ports if self.cfg.spray else 1)
-        spread = psn % self.cfg.spray_ports if self.cfg.spray else 0
-        return SPORT_BASE + (flow + spread) % 16384
+        """UDP source port of channel ``k``'s packet ``psn``: with spray it rotates over
+        ``spray_ports``, with N queue pairs over the N QPs' ports (round-robin)."""
+        ports = self.rotation
+        return SPORT_BASE + ((self.rank * 64 + k) * ports + psn % ports) % 16384
+
+    @property
+    def rotation(self) -> int:
+        """How many source ports a channel's packets rotate over (1: one flow)."""
+        return self.cfg.spray_ports if self.cfg.spray else self.cfg.qps
 
     def close(self) -> None:
         for sock in self.rx_socks:
@@ -431,7 +444,7 @@ class RingRank:
                     cost = len(tmpl) * 8
                     if tokens[k] < cost:
                         continue
-                    if self.cfg.spray:
+                    if self.rotation > 1:
                         tmpl.set_sport(self._sport(k, self.psn[k]))
                     frame = tmpl.frame_into(self.psn[k], opcode_for(i, len(sizes)), dqpn)
                     try:

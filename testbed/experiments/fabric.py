@@ -336,6 +336,9 @@ class FabricExperiment(base.Experiment):
             raise ConfigError(f"{prefix}training.stride",
                               f"{training['stride']} sends every rank to itself with "
                               f"{len(ranks)} ranks")
+        if training["spray"] and training["qps"] > 1:
+            raise ConfigError(f"{prefix}training.qps", "spray already rotates every packet "
+                                                       "over 16 source ports; use one of them")
         if training["dcqcn"]["min_rate_mbps"] > training["rate_mbps"]:
             raise ConfigError(f"{prefix}training.dcqcn.min_rate_mbps",
                               f"must not exceed rate_mbps ({training['rate_mbps']:g})")

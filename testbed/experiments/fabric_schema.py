@@ -133,6 +133,8 @@ class Training(Section):
     ecn: bool = False
     cnp_interval_us: float = Field(50, ge=0)
     spray: bool = False
+    qps: int = Field(1, ge=1, le=64, description="queue pairs per channel: each message is "
+                     "striped over them packet by packet, each its own UDP source port")
     dcqcn: Dcqcn = Dcqcn()
     multipath: bool = False
 

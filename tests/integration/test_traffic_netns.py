@@ -103,8 +103,10 @@ def child_env() -> dict[str, str]:
 
 
 @pytest.mark.root
-def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path) -> None:
-    """3 ranks, 2 channels each (one bridge per plane): every byte arrives, nothing lost."""
+@pytest.mark.parametrize("qps", [1, 4])
+def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: int) -> None:
+    """3 ranks, 2 channels each (one bridge per plane): every byte arrives, nothing lost;
+    with 4 queue pairs a channel's packets leave from 4 UDP source ports, round-robin."""
     n, planes = 3, 2
     switch = lab.netns("s")
     hosts = [lab.netns(f"h{r}") for r in range(n)]
@@ -123,11 +125,16 @@ def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path) -> None
             channels.append({"iface": dev, "ip": ip, "mac": mac_of(host, dev)})
         ranks.append({"channels": channels})
     cfg = {"bytes": 600_000, "compute_ms": 10, "rate_mbps": 60, "step_timeout_ms": 1000,
-           "payload": 1000, "ranks": ranks}
+           "payload": 1000, "ranks": ranks, "qps": qps}
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cfg))
     iterations = 3
     start_at = time.time() + 2.0
+    pcap = tmp_path / "p0e0.pcap"  # rank 0's plane-0 NIC, at the switch
+    dump = subprocess.Popen(["ip", "netns", "exec", switch, "tcpdump", "-i", "p0e0", "-w",
+                             str(pcap), "-U", "-s", "64", "udp dst port 4791"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
     procs = [
         subprocess.Popen(
             traffic_cmd(host, "training", "--rank", str(r), "--config", str(cfg_path),
@@ -143,6 +150,13 @@ def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path) -> None
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        time.sleep(0.5)
+        dump.terminate()
+        dump.wait(10)
+    sent = [f for f in read_frames(pcap) if f[26:30] == bytes([10, 77, 0, 1])]  # from rank 0
+    sports = [int.from_bytes(f[34:36], "big") for f in sent]
+    assert len(set(sports)) == qps, sorted(set(sports))
+    assert sports[:2 * qps] == sports[:qps] * 2  # round-robin over the QPs
     expected = 2 * (n - 1) * (cfg["bytes"] // n)
     for r, (stdout, stderr) in enumerate(outs):
         assert procs[r].returncode == 0, stderr
