@@ -27,6 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
+from controllers.telemetry import QueueReader
 from testbed import host_settings, ovs_socket
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
@@ -44,7 +45,6 @@ tc_plugins.setdefault("bfifo", sched_pfifo)
 OFFLOAD_WORDS = ("checksum", "segmentation", "rx-gro", "tx-scatter-gather", "rx-lro")
 OFFLOAD_FLAGS = "rx off tx off sg off tso off gso off gro off"
 HTB_MINOR = 0x10
-TC_H_ROOT = 0xFFFFFFFF
 #: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
 OVS_SOCKET_BUFFER = 8 * 1024 * 1024
 
@@ -346,21 +346,18 @@ class Fabric:
         return self.spec.port_roles()
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
-        """Egress counters of every switch port's root qdisc: bytes, packets, drops."""
-        stats = {}
-        with IPRoute() as ipr:
-            for ifname in self.port_roles():
-                index = ipr.link_lookup(ifname=ifname)
-                if not index:
-                    continue
-                for msg in ipr.get_qdiscs(index[0]):
-                    if msg["parent"] != TC_H_ROOT:
-                        continue
-                    s2 = msg.get_attr("TCA_STATS2")
-                    basic, queue = s2.get_attr("TCA_STATS_BASIC"), s2.get_attr("TCA_STATS_QUEUE")
-                    stats[ifname] = {"bytes": basic["bytes"], "packets": basic["packets"],
-                                     "drops": queue["drops"]}
-        return stats
+        """Egress counters of every switch port's root qdisc: bytes, packets, drops.
+
+        One netlink dump of the root namespace's qdiscs, parsed for the counters only:
+        asking pyroute2 per port dumped (and parsed) every qdisc of the host once per
+        port, minutes on a 128-switch fabric."""
+        reader = QueueReader(list(self.port_roles()))
+        try:
+            queues = reader.read()
+        finally:
+            reader.close()
+        return {ifname: {"bytes": q.sent_bytes, "packets": q.sent_packets, "drops": q.drops}
+                for ifname, q in queues.items()}
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self) -> float:
