@@ -60,8 +60,10 @@ def ours(spec: FabricSpec, caps: Capabilities, run_id: str) -> tuple[float, floa
     return up, fabric.times.stop_s
 
 
-def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str) -> tuple[float, float]:
-    """Mininet's own way: Topo, TCLink(bw=...), OVSSwitch; short names so they fit 15 chars."""
+def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str,
+                  hold_s: float = 0.0) -> tuple[float, float]:
+    """Mininet's own way: Topo, TCLink(bw=...), OVSSwitch; short names so they fit 15 chars.
+    ``hold_s``: seconds the network stays up between ``start()`` and ``stop()``."""
     from mininet.link import TCLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
@@ -88,6 +90,7 @@ def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str) -> tuple[fl
     try:
         net.start()
         up = time.monotonic() - t0
+        time.sleep(hold_s)
     finally:
         t1 = time.monotonic()
         net.stop()

@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -364,8 +365,11 @@ class Fabric:
         """Remove the fabric; returns the seconds it took. Safe after a failed start.
 
         Faster than Mininet's ``net.stop()`` (one ``ip link del`` process per link): all
-        bridges go in one ovs-vsctl transaction, the veths over one netlink socket (a
-        veth's peer in a host namespace goes with it), then every node's shell is ended.
+        bridges go in one ovs-vsctl transaction; the veths are put in the run's interface
+        group and deleted with it in one netlink request (the kernel then waits for one
+        RCU grace period instead of one per veth: 17 ms each here, 13 s for 768 links; a
+        veth's peer in a host namespace goes with it); what is left is deleted one by
+        one; then every node's shell is ended.
         """
         t0 = time.monotonic()
         net, self.net = self.net, None
@@ -375,18 +379,48 @@ class Fabric:
                 for sw in net.switches:
                     argv += ["--", "--if-exists", "del-br", sw.name]
                 subprocess.run(argv, capture_output=True)
-                with IPRoute() as ipr:
-                    for lk in self.spec.links:
-                        for name in (lk.b_intf, lk.a_intf):
-                            index = ipr.link_lookup(ifname=name)
-                            if index:
-                                _delete_link(ipr, index[0])
+                self._delete_links()
             finally:
                 # Mininet's RemoteController.stop() does nothing: every shell is ended here
                 for node in net.hosts + net.switches + net.controllers:
                     node.terminate()
         self.times.stop_s = time.monotonic() - t0
         return self.times.stop_s
+
+    def _delete_links(self) -> None:
+        names = [name for lk in self.spec.links for name in (lk.b_intf, lk.a_intf)]
+        group = link_group(self.run_id)
+        with IPRoute() as ipr:
+            for name in names:
+                index = ipr.link_lookup(ifname=name)
+                if index:
+                    try:
+                        ipr.link("set", index=index[0], group=group)
+                    except NetlinkError as exc:
+                        if exc.code != errno.ENODEV:
+                            raise
+            try:
+                ipr.link("del", index=0, group=group)
+            except NetlinkError as exc:  # a kernel without group deletion: one by one
+                log.debug("deleting interface group %d: %s", group, exc)
+            for name in names:
+                index = ipr.link_lookup(ifname=name)
+                if index:
+                    _delete_link(ipr, index[0])
+
+
+def link_group(run_id: str) -> int:
+    """The interface group (``ip link ... group N``) of a run's links while they are
+    deleted together: one of its own, from the run id (unique on the host).
+
+    >>> hex(link_group("1a2b"))
+    '0x7e571a2b'
+    """
+    try:
+        low = int(run_id, 16) & 0xFFFF
+    except ValueError:
+        low = zlib.crc32(run_id.encode()) & 0xFFFF
+    return 0x7E570000 | low
 
 
 def _delete_link(ipr: IPRoute, index: int) -> None:
