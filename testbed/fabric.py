@@ -65,7 +65,7 @@ def _mininet():
     return Mininet, OVSSwitch, RemoteController, (Link, Intf), setLogLevel
 
 
-def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int):
+def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int, group: int):
     """Mininet's Link, with its veth pair made over netlink instead of shell commands.
 
     Mininet makes each pair with an ``ip link add`` and then sets each end up (and a
@@ -73,7 +73,9 @@ def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int):
     node's shell: six on a host link, 4,600 process starts on a 128-switch fabric. Here
     one netlink request makes the pair with its MACs, the host end already in its
     namespace (set up there with the rest of the host's configuration) and the root end
-    up, both with the fabric's MTU; the interfaces' ``config`` has nothing left to do.
+    up, both with the fabric's MTU, the root end in the run's interface ``group`` (which
+    :meth:`Fabric.stop` deletes at once); the interfaces' ``config`` has nothing left to
+    do.
     """
 
     class NetlinkIntf(intf_cls):
@@ -82,18 +84,20 @@ def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int):
 
     class NetlinkLink(link_cls):
         def __init__(self, node1, node2, **params):
-            super().__init__(node1, node2, intf=NetlinkIntf, **params)
+            super().__init__(node1, node2, **{**params, "intf": NetlinkIntf})
 
         def makeIntfPair(self, intf1, intf2, addr1=None, addr2=None,  # noqa: N802 (Mininet's)
                          node1=None, node2=None, deleteIntfs=True):  # noqa: N803
-            make_veth(ipr, (intf1, addr1, node1), (intf2, addr2, node2), mtu=mtu)
+            make_veth(ipr, (intf1, addr1, node1), (intf2, addr2, node2), mtu=mtu,
+                      group=group)
 
     return NetlinkLink
 
 
-def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int) -> None:
+def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int, group: int) -> None:
     """A veth pair between two Mininet nodes' ends ``(name, MAC or None, node)``: made in
-    the root namespace (where switches live), a host's end moved into its namespace."""
+    the root namespace (where switches live), a host's end moved into its namespace; the
+    end made first is in interface ``group`` (deleting it deletes its peer)."""
     ends = sorted((end1, end2), key=lambda e: e[2].inNamespace)  # a root end first
     (name, mac, node), (peer_name, peer_mac, peer_node) = ends
     if node.inNamespace:
@@ -105,7 +109,8 @@ def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int) -> None:
         peer["net_ns_pid"] = peer_node.pid
     args = {"address": mac} if mac else {}
     try:
-        ipr.link("add", ifname=name, kind="veth", state="up", mtu=mtu, peer=peer, **args)
+        ipr.link("add", ifname=name, kind="veth", state="up", mtu=mtu, group=group,
+                 peer=peer, **args)
         if not peer_node.inNamespace:
             ipr.link("set", index=ipr.link_lookup(ifname=peer_name)[0], state="up")
     except NetlinkError as exc:
@@ -136,6 +141,31 @@ def socket_buffer_defaults(size: int) -> AbstractContextManager[None]:
     ``testbed clean`` put them back after a run that was killed meanwhile.
     """
     return host_settings.raised({"net.core.rmem_default": size, "net.core.wmem_default": size})
+
+
+#: seconds the first and last host may take to reach each other on every plane
+REACH_S = 20.0
+#: the kernel's switch for expedited RCU grace periods (sysfs, not a sysctl)
+RCU_EXPEDITED = "/sys/kernel/rcu_expedited"
+
+
+def fast_rcu() -> AbstractContextManager[None]:
+    """Expedite the kernel's RCU grace periods for a moment (while a fabric comes up or
+    goes), then put the host's setting back.
+
+    Building and removing a fabric waits for an RCU grace period (about 17 ms on the
+    2-core development machine) at every veth deleted, every root qdisc grafted onto an
+    up interface and every packet socket ovs-vswitchd closes when a port leaves its
+    userspace datapath: 1,280 switch ports made a 128-switch fabric's ``ovs-vsctl
+    del-br`` take 30 s, nearly all of it asleep. Expedited, a grace period takes
+    microseconds (measured: 64 bridges deleted in 1.8 s instead of 6.5 s). It is the
+    whole host's setting, so it is held like the socket buffers
+    (:mod:`testbed.host_settings`: shared between runs, put back by the last one, and
+    by ``testbed clean`` after a killed run); a kernel without it is left as it is.
+    """
+    if not host_settings.sysctl_path(RCU_EXPEDITED).exists():
+        return nullcontext()
+    return host_settings.raised({RCU_EXPEDITED: 1})
 
 
 @dataclass
@@ -209,7 +239,8 @@ class Fabric:
             register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         with IPRoute() as ipr:
-            link_cls = _netlink_link(link_base, intf_base, ipr, self.spec.mtu)
+            link_cls = _netlink_link(link_base, intf_base, ipr, self.spec.mtu,
+                                     link_group(self.run_id))
             for lk in self.spec.links:
                 register(self.run_id, "link", lk.a_intf)
                 register(self.run_id, "link", lk.b_intf)
@@ -222,7 +253,7 @@ class Fabric:
                 )
         buffers = (socket_buffer_defaults(OVS_SOCKET_BUFFER) if self.caps.ovs_datapath == "user"
                    else nullcontext())
-        with buffers:
+        with buffers, fast_rcu():
             net.build()
             net.start()
             self.times.build_s = time.monotonic() - t0
@@ -244,12 +275,20 @@ class Fabric:
             self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER)
         return self.times
 
-    def check_reachability(self) -> None:
-        """First and last host reach each other on every plane, or BringUpError."""
+    def check_reachability(self, within_s: float = REACH_S) -> None:
+        """First and last host reach each other on every plane, or BringUpError.
+
+        Pings are retried until ``within_s`` (for all planes together) has passed: on a
+        large fabric ovs-vswitchd can still be taking in the controller's rules when the
+        paths are reported installed (a 128-switch fabric answered on plane 0 after
+        4 s; one ping with a 2 s wait failed the run)."""
         a, b = self.spec.hosts[0], self.spec.hosts[-1]
+        deadline = time.monotonic() + within_s
         for plane in range(self.spec.planes):
-            if not self.ping(a.name, b.interface(plane, 0).ip, count=1, wait_s=2):
-                raise BringUpError(f"{a.name} cannot reach {b.name} on plane {plane}")
+            ip = b.interface(plane, 0).ip
+            while not self.ping(a.name, ip, count=1, wait_s=1):
+                if time.monotonic() >= deadline:
+                    raise BringUpError(f"{a.name} cannot reach {b.name} on plane {plane}")
 
     def _tag_bridges(self) -> None:
         argv = ["ovs-vsctl"]
@@ -414,22 +453,23 @@ class Fabric:
     def stop(self) -> float:
         """Remove the fabric; returns the seconds it took. Safe after a failed start.
 
-        Faster than Mininet's ``net.stop()`` (one ``ip link del`` process per link): all
-        bridges go in one ovs-vsctl transaction; the veths are put in the run's interface
-        group and deleted with it in one netlink request (the kernel then waits for one
-        RCU grace period instead of one per veth: 17 ms each here, 13 s for 768 links; a
-        veth's peer in a host namespace goes with it); what is left is deleted one by
-        one; then every node's shell is ended.
+        Faster than Mininet's ``net.stop()`` (one ``ip link del`` process per link), with
+        RCU grace periods expedited (:func:`fast_rcu`): all bridges go in one ovs-vsctl
+        transaction; the veths, made in the run's interface group, go with it in one
+        netlink request (one by one, the kernel waited for a grace period at each veth: 17
+        ms here, 13 s for 768 links; a veth's peer in a host namespace goes with it);
+        what is left is deleted one by one; then every node's shell is ended.
         """
         t0 = time.monotonic()
         net, self.net = self.net, None
         if net is not None:
             try:
-                argv = ["ovs-vsctl", "-t", "30"]
-                for sw in net.switches:
-                    argv += ["--", "--if-exists", "del-br", sw.name]
-                subprocess.run(argv, capture_output=True)
-                self._delete_links()
+                with fast_rcu():
+                    argv = ["ovs-vsctl", "-t", "30"]
+                    for sw in net.switches:
+                        argv += ["--", "--if-exists", "del-br", sw.name]
+                    subprocess.run(argv, capture_output=True)
+                    self._delete_links()
             finally:
                 # Mininet's RemoteController.stop() does nothing: every shell is ended here
                 for node in net.hosts + net.switches + net.controllers:
@@ -438,25 +478,21 @@ class Fabric:
         return self.times.stop_s
 
     def _delete_links(self) -> None:
-        names = [name for lk in self.spec.links for name in (lk.b_intf, lk.a_intf)]
+        """Every veth of the fabric: the run's interface group in one request (each veth
+        joined it when it was made), then whatever is left one by one."""
         group = link_group(self.run_id)
         with IPRoute() as ipr:
-            for name in names:
-                index = ipr.link_lookup(ifname=name)
-                if index:
-                    try:
-                        ipr.link("set", index=index[0], group=group)
-                    except NetlinkError as exc:
-                        if exc.code != errno.ENODEV:
-                            raise
             try:
                 ipr.link("del", index=0, group=group)
             except NetlinkError as exc:  # a kernel without group deletion: one by one
                 log.debug("deleting interface group %d: %s", group, exc)
-            for name in names:
-                index = ipr.link_lookup(ifname=name)
-                if index:
-                    _delete_link(ipr, index[0])
+            for lk in self.spec.links:
+                for name in (lk.b_intf, lk.a_intf):
+                    try:
+                        index = socket.if_nametoindex(name)
+                    except OSError:  # gone (or in a host's namespace)
+                        continue
+                    _delete_link(ipr, index)
 
 
 def link_group(run_id: str) -> int:
