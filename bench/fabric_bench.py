@@ -72,8 +72,9 @@ def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str,
 
     setLogLevel("critical")  # TCLink warns about HTB quanta on every link
     Mininet.inited = True
-    short = {sw.name: f"{prefix}s{i}" for i, sw in enumerate(spec.switches)}
-    short |= {h.name: f"{prefix}h{i}" for i, h in enumerate(spec.hosts)}
+    # hexadecimal indices: "tb1a2bs7f-eth10" still fits 15 characters at 128 switches
+    short = {sw.name: f"{prefix}s{i:x}" for i, sw in enumerate(spec.switches)}
+    short |= {h.name: f"{prefix}h{i:x}" for i, h in enumerate(spec.hosts)}
 
     class Same(Topo):
         def build(self):
@@ -85,10 +86,11 @@ def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str,
                 self.addLink(short[lk.a], short[lk.b], bw=lk.mbps)
 
     t0 = time.monotonic()
-    net = Mininet(topo=Same(), controller=None, link=TCLink, autoSetMacs=True,
+    net = Mininet(topo=Same(), controller=None, link=TCLink, autoSetMacs=True, build=False,
                   switch=partial(OVSSwitch, datapath=caps.ovs_datapath, protocols="OpenFlow13"))
     try:
-        net.start()
+        net.build()  # what the constructor does with build=True, inside the try: a failed
+        net.start()  # build is stopped (and its interfaces removed) too
         up = time.monotonic() - t0
         time.sleep(hold_s)
     finally:

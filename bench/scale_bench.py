@@ -67,7 +67,7 @@ def scenario(size: dict, duration_s: float) -> dict:
     """
     base = yaml.safe_load(SCENARIO.read_text())
     return {**base, "name": f"scale-{size['planes']}x{size['leaves_per_plane']}"
-                            f"+{size['spines_per_plane']}",
+                            f"-{size['spines_per_plane']}",
             "duration_s": duration_s,
             "topology": {**base["topology"], **size},
             "variants": [{"name": "agents-only"}]}
