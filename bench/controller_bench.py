@@ -31,6 +31,7 @@ from testbed.capabilities import probe
 from testbed.naming import new_run_id, run_prefix
 from testbed.procs import wait_for
 from testbed.results import read_jsonl
+from testbed.telemetry_report import port_samples
 from topologies.leafspine import build_fabric
 
 TOOLS = str(Path(__file__).resolve().parents[1] / "tests" / "integration" / "udp_tools.py")
@@ -126,7 +127,7 @@ def bench_marking(steps: list[float], thresholds: dict) -> list[dict]:
                 p.stop()
             got = json.loads(rx.proc.stdout.readline())
             rx.stop()
-            backlog = [s["backlog_bytes"] for s in read_jsonl(telemetry)
+            backlog = [s["backlog_bytes"] for s in port_samples(telemetry)
                        if s["ifname"] == ifname and t0 + 1 <= s["t"] <= t0 + 5]
             rows.append({"offered": load, "packets": got["packets"],
                          "ce_share": round(got["ce"] / max(1, got["packets"]), 3),
@@ -152,8 +153,9 @@ def bench_overhead(seconds: float) -> dict:
             time.sleep(seconds)
             c1, t1 = _cpu_s(live.controller.pid), time.monotonic()
             lines = sum(1 for _ in read_jsonl(Path(tmp) / "telemetry.jsonl"))
+            samples = sum(1 for _ in port_samples(Path(tmp) / "telemetry.jsonl"))
             out[label] = {"cpu_percent": round(100 * (c1 - c0) / (t1 - t0), 1),
-                          "telemetry_lines": lines}
+                          "telemetry_lines": lines, "port_samples": samples}
     return out
 
 

@@ -60,9 +60,12 @@ def ours(spec: FabricSpec, caps: Capabilities, run_id: str) -> tuple[float, floa
     return up, fabric.times.stop_s
 
 
-def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str) -> tuple[float, float]:
-    """Mininet's own way: Topo, TCLink(bw=...), OVSSwitch; short names so they fit 15 chars."""
-    from mininet.link import TCLink
+def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str,
+                  hold_s: float = 0.0, shaped: bool = True) -> tuple[float, float]:
+    """Mininet's own way: Topo, TCLink(bw=...), OVSSwitch; short names so they fit 15 chars.
+    ``hold_s``: seconds the network stays up between ``start()`` and ``stop()`` (idle);
+    ``shaped`` False: Mininet's plain Link, no rate limits (less work than ours)."""
+    from mininet.link import Link, TCLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.node import OVSSwitch
@@ -70,8 +73,9 @@ def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str) -> tuple[fl
 
     setLogLevel("critical")  # TCLink warns about HTB quanta on every link
     Mininet.inited = True
-    short = {sw.name: f"{prefix}s{i}" for i, sw in enumerate(spec.switches)}
-    short |= {h.name: f"{prefix}h{i}" for i, h in enumerate(spec.hosts)}
+    # hexadecimal indices: "tb1a2bs7f-eth10" still fits 15 characters at 128 switches
+    short = {sw.name: f"{prefix}s{i:x}" for i, sw in enumerate(spec.switches)}
+    short |= {h.name: f"{prefix}h{i:x}" for i, h in enumerate(spec.hosts)}
 
     class Same(Topo):
         def build(self):
@@ -80,14 +84,17 @@ def plain_mininet(spec: FabricSpec, caps: Capabilities, prefix: str) -> tuple[fl
             for h in spec.hosts:
                 self.addHost(short[h.name])
             for lk in spec.links:
-                self.addLink(short[lk.a], short[lk.b], bw=lk.mbps)
+                self.addLink(short[lk.a], short[lk.b], **({"bw": lk.mbps} if shaped else {}))
 
     t0 = time.monotonic()
-    net = Mininet(topo=Same(), controller=None, link=TCLink, autoSetMacs=True,
+    net = Mininet(topo=Same(), controller=None, link=TCLink if shaped else Link,
+                  autoSetMacs=True, build=False,
                   switch=partial(OVSSwitch, datapath=caps.ovs_datapath, protocols="OpenFlow13"))
     try:
-        net.start()
+        net.build()  # what the constructor does with build=True, inside the try: a failed
+        net.start()  # build is stopped (and its interfaces removed) too
         up = time.monotonic() - t0
+        time.sleep(hold_s)  # idle, as long as the lab's traffic runs
     finally:
         t1 = time.monotonic()
         net.stop()

@@ -103,6 +103,9 @@ class ControllerConfig:
     seed: int = 1
     mode: str = "ecmp"
     telemetry_ms: float = 100
+    #: port samples a second at most: the interval grows beyond telemetry_ms on fabrics
+    #: with more ports than that (0: no limit)
+    telemetry_budget: int = 2000
     prometheus_port: int = 0
     link_mbps: float = 0.0
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
@@ -143,6 +146,7 @@ class ControllerConfig:
             seed=int(data.get("seed", 1)),
             mode=data.get("mode", "ecmp"),
             telemetry_ms=telemetry_ms,
+            telemetry_budget=int(data.get("telemetry_budget", 2000)),
             prometheus_port=int(data.get("prometheus_port", 0)),
             link_mbps=float(data.get("link_mbps", 0.0)),
             adaptive=AdaptiveConfig(

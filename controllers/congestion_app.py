@@ -47,7 +47,9 @@ from controllers.telemetry import (
     PortCounters,
     PrometheusExporter,
     QueueReader,
+    TelemetryWriter,
     make_sample,
+    poll_interval_ms,
     port_table,
 )
 from topologies.spec import FabricSpec
@@ -66,6 +68,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.mode = self.cfg.mode
         self.status = StatusLog(self.cfg.status)
         self.telemetry_path = self.cfg.telemetry
+        self.writer = TelemetryWriter(self.telemetry_path) if self.telemetry_path else None
         self.link_mbps = self.cfg.link_mbps or self.spec.link_mbps
         self.ports = port_table(self.spec)
         self.plans = {sw.dpid: plan_switch(self.spec, sw.dpid) for sw in self.spec.switches}
@@ -96,11 +99,15 @@ class CongestionControl(app_manager.OSKenApp):
                          if self.cfg.prometheus_port else None)
         self.active = bool(self.telemetry_path or self.exporter or self.mode == "adaptive"
                            or self.cfg.controller_marks)
+        #: the sampling interval: telemetry_ms, longer when the ports exceed the budget
+        self.interval_ms = poll_interval_ms(self.cfg.telemetry_ms, len(self.ports),
+                                            self.cfg.telemetry_budget)
         if self.active:
             self.reader = QueueReader(sorted(p.ifname for p in self.ports.values()))
             hub.spawn(self.poll_loop)
         self.status.emit("congestion_started", mode=self.mode, ecn=self.cfg.ecn_backend,
-                         telemetry_ms=self.cfg.telemetry_ms)
+                         telemetry_ms=self.cfg.telemetry_ms,
+                         interval_ms=round(self.interval_ms, 1), ports=len(self.ports))
 
     # -- switches -------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -214,9 +221,9 @@ class CongestionControl(app_manager.OSKenApp):
 
     # -- telemetry ------------------------------------------------------------------
     def poll_loop(self) -> None:
-        interval = self.cfg.telemetry_ms / 1000
+        interval = self.interval_ms / 1000
         every = max(1, round(max(self.cfg.adaptive.interval_ms, 1000 * adaptive.FLOW_POLL_S)
-                             / self.cfg.telemetry_ms))
+                             / self.interval_ms))
         next_t, next_cpu = time.monotonic(), time.monotonic() + CPU_EVENT_S
         while True:
             try:
@@ -298,9 +305,8 @@ class CongestionControl(app_manager.OSKenApp):
                 if max(util) - min(util) > self.cfg.adaptive.imbalance:
                     self.request_flow_stats(dp)  # imbalanced: decide now, not at the next poll
                     break
-        if self.telemetry_path and samples:
-            with open(self.telemetry_path, "a") as f:
-                f.write("".join(s.to_json() + "\n" for s in samples))
+        if self.writer and samples:
+            self.writer.write(samples[0].switch, t, samples)
         if self.exporter:
             self.exporter.update(samples)
 
@@ -432,7 +438,7 @@ class CongestionControl(app_manager.OSKenApp):
         if move is None:
             return
         self.pin_flow(dp, move.key, move.to_port, dp.ofproto.OFPFC_MODIFY_STRICT)
-        ticks = lambda s: max(2, round(s * 1000 / self.cfg.telemetry_ms))  # noqa: E731
+        ticks = lambda s: max(2, round(s * 1000 / self.interval_ms))  # noqa: E731
         frozen[move.key] = self.tick_no + ticks(adaptive.FREEZE_S)
         self.hold[dp.id] = self.tick_no + ticks(adaptive.HOLD_S)
         self.placed.setdefault(dp.id, {})[move.key] = move.to_port

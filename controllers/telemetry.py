@@ -15,7 +15,8 @@ import json
 import socket
 import struct
 import threading
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, astuple, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from topologies.spec import FabricSpec
@@ -67,8 +68,12 @@ class PortCounters:
 
 @dataclass(frozen=True)
 class Queue:
+    """A root qdisc's counters: what it holds and dropped, and what it sent."""
+
     backlog_bytes: int
     drops: int
+    sent_bytes: int = 0
+    sent_packets: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,86 @@ class Sample:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
+
+    def state(self) -> tuple:
+        """Everything but the time: equal states make equal records."""
+        return astuple(self)[1:]
+
+
+def poll_interval_ms(telemetry_ms: float, ports: int, budget: int) -> float:
+    """The telemetry interval: ``telemetry_ms``, or longer where sampling every port that
+    often would exceed ``budget`` port samples a second (0: no budget), so that the
+    controller's work grows no faster than the budget on large fabrics.
+
+    >>> poll_interval_ms(100, 48, 2000), poll_interval_ms(100, 1280, 2000)
+    (100, 640.0)
+    >>> poll_interval_ms(100, 1280, 0)
+    100
+    """
+    if budget <= 0:
+        return telemetry_ms
+    return max(telemetry_ms, 1000 * ports / budget)
+
+
+class TelemetryWriter:
+    """Appends the samples of one port-stats reply to ``telemetry.jsonl``, bounded: a
+    port's full record only when anything but its time changed since the record last
+    written for it, and the ports that did not change in one short line
+    (``{"t": T, "switch": S, "same": [ports]}``), which :func:`expand` turns back into
+    their records. An idle port costs a few bytes a sample instead of a 250-byte line;
+    nothing is lost.
+    """
+
+    def __init__(self, path: str):
+        self._file = open(path, "a")  # noqa: SIM115 (closed in close)
+        self._last: dict[tuple[str, int], tuple] = {}
+
+    def lines(self, switch: str, t: float, samples: Iterable[Sample]) -> list[str]:
+        """The lines for one reply's ``samples`` (all of ``switch``, taken at ``t``)."""
+        out, same = [], []
+        for s in samples:
+            key, state = (s.switch, s.port), s.state()
+            if self._last.get(key) == state:
+                same.append(s.port)
+            else:
+                self._last[key] = state
+                out.append(s.to_json())
+        if same:
+            out.append(json.dumps({"t": round(t, 4), "switch": switch, "same": same},
+                                  separators=(",", ":")))
+        return out
+
+    def write(self, switch: str, t: float, samples: Iterable[Sample]) -> int:
+        """Write one reply's samples; returns the number of lines written."""
+        lines = self.lines(switch, t, samples)
+        if lines:
+            self._file.write("\n".join(lines) + "\n")
+            self._file.flush()  # readers (reports, tests) may look while the run goes on
+        return len(lines)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def expand(records: Iterable[dict]) -> Iterator[dict]:
+    """Every port sample of telemetry records (:class:`TelemetryWriter`): a ``same`` line
+    stands for the listed ports' last records at its time. One pass, memory per port.
+
+    >>> rec = {"t": 1.0, "switch": "s", "port": 3, "util": 0.0}
+    >>> [(s["t"], s["port"]) for s in expand([rec, {"t": 1.1, "switch": "s", "same": [3]}])]
+    [(1.0, 3), (1.1, 3)]
+    """
+    last: dict[tuple[str, int], dict] = {}
+    for rec in records:
+        same = rec.get("same")
+        if same is None:
+            last[(rec["switch"], rec["port"])] = rec
+            yield rec
+            continue
+        for port in same:
+            prev = last.get((rec["switch"], port))
+            if prev is not None:
+                yield {**prev, "t": rec["t"]}
 
 
 def utilisation(prev: PortCounters | None, now: PortCounters, mbps: float) -> float:
@@ -124,11 +209,12 @@ def make_sample(t: float, info: PortInfo, prev: PortCounters | None, now: PortCo
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-TCA_STATS2, TCA_STATS_QUEUE = 7, 3
+TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_QUEUE = 7, 1, 3
 NLMSG_HDR = struct.Struct("=IHHII")
 TCMSG = struct.Struct("=BxxxiIII")
 RTATTR = struct.Struct("=HH")
 GNET_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
+GNET_BASIC = struct.Struct("=QI")  # bytes, packets
 
 
 def _attrs(data: bytes, start: int, end: int):
@@ -142,8 +228,8 @@ def _attrs(data: bytes, start: int, end: int):
 
 
 def parse_qdisc_dump(data: bytes) -> tuple[dict[int, Queue], bool]:
-    """Root-qdisc queue stats by interface index from RTM_NEWQDISC messages; and whether
-    the dump is complete (NLMSG_DONE seen)."""
+    """Root-qdisc counters by interface index from RTM_NEWQDISC messages (backlog, drops,
+    bytes and packets sent); and whether the dump is complete (NLMSG_DONE seen)."""
     out: dict[int, Queue] = {}
     offset, done = 0, False
     while offset + NLMSG_HDR.size <= len(data):
@@ -162,45 +248,53 @@ def parse_qdisc_dump(data: bytes) -> tuple[dict[int, Queue], bool]:
                 for kind2, a, b in _attrs(data, body, end):
                     if kind2 != TCA_STATS2:
                         continue
-                    for kind3, c, _ in _attrs(data, a, b):
+                    sent, packets, queue = 0, 0, None
+                    for kind3, c, d in _attrs(data, a, b):
                         if kind3 == TCA_STATS_QUEUE:
-                            _, backlog, drops, _, _ = GNET_QUEUE.unpack_from(data, c)
-                            out[index] = Queue(backlog_bytes=backlog, drops=drops)
+                            queue = GNET_QUEUE.unpack_from(data, c)
+                        elif kind3 == TCA_STATS_BASIC and d - c >= GNET_BASIC.size:
+                            sent, packets = GNET_BASIC.unpack_from(data, c)
+                    if queue is not None:
+                        out[index] = Queue(backlog_bytes=queue[1], drops=queue[2],
+                                           sent_bytes=sent, sent_packets=packets)
         offset = (end + 3) & ~3
     return out, done
 
 
 class QueueReader:
-    """Root-qdisc backlog and drops of the given interfaces, one netlink dump per call.
+    """Root-qdisc counters of the given interfaces, one netlink dump per call.
 
-    The dump is parsed here, reading only the queue counters: pyroute2 parses every
-    attribute of every qdisc on the host, about 30 ms for a hundred qdiscs, which at 10
-    samples a second is a third of a core. Interface indexes come from pyroute2, looked
-    up again only for names not yet found (ports appear while the fabric comes up).
+    The dump is parsed here, reading only the counters: pyroute2 parses every attribute
+    of every qdisc on the host, about 30 ms for a hundred qdiscs, which at 10 samples a
+    second is a third of a core (and on a 128-switch fabric, 2,600 qdiscs, most of a
+    second per dump). Interface indexes are looked up by name (one ioctl each), again
+    only for names not yet found (ports appear while the fabric comes up).
+
+    ``sock``: a netlink route socket to dump through (e.g. one opened in another network
+    namespace); by default one in this process's namespace.
     """
 
-    def __init__(self, ifnames: list[str]):
+    def __init__(self, ifnames: list[str] | tuple[str, ...] = (),
+                 sock: socket.socket | None = None):
         self._wanted = set(ifnames)
         self._names: dict[int, str] = {}
-        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        self._sock.bind((0, 0))
+        if sock is None:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            sock.bind((0, 0))
+        self._sock = sock
         self._sock.settimeout(2.0)
         self._seq = 0
 
     def _resolve(self) -> None:
         missing = self._wanted - set(self._names.values())
-        if not missing:
-            return
-        from pyroute2 import IPRoute
-
-        with IPRoute() as ipr:
-            for link in ipr.get_links():
-                name = link.get_attr("IFLA_IFNAME")
-                if name in missing:
-                    self._names[link["index"]] = name
+        for name in missing:
+            try:
+                self._names[socket.if_nametoindex(name)] = name
+            except OSError:  # not created yet
+                continue
 
     def dump(self) -> dict[int, Queue]:
-        """Queue counters of every root qdisc on the host, by interface index."""
+        """Counters of every root qdisc in the socket's namespace, by interface index."""
         self._seq += 1
         request = NLMSG_HDR.pack(NLMSG_HDR.size + TCMSG.size, RTM_GETQDISC,
                                  NLM_F_REQUEST | NLM_F_DUMP, self._seq, 0)
@@ -213,6 +307,7 @@ class QueueReader:
                 return out
 
     def read(self) -> dict[str, Queue]:
+        """Counters of the wanted interfaces that exist, by name."""
         self._resolve()
         return {self._names[i]: q for i, q in self.dump().items() if i in self._names}
 

@@ -74,13 +74,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from controllers.telemetry import QueueReader
 from testbed.naming import OWNER, RUN_ROOT
 
 log = logging.getLogger(__name__)
 
 OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
-TC_H_ROOT = 0xFFFFFFFF
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
@@ -381,10 +381,14 @@ def netlink_socket_in(netns: str) -> socket.socket:
 
 
 class _Netns:
-    """One netlink socket per namespace, opened when first needed."""
+    """Per namespace, opened when first needed: a netlink socket for root-qdisc dumps
+    (parsed for the counters only, :class:`~controllers.telemetry.QueueReader`: pyroute2
+    parsed every attribute of every qdisc, most of a second per dump on a 128-switch
+    fabric) and, for another namespace than ours, pyroute2 for index lookups."""
 
     def __init__(self) -> None:
         self.sockets: dict[str | None, Any] = {}
+        self.readers: dict[str | None, QueueReader] = {}
         self.index: dict[tuple[str | None, str], int] = {}
 
     def _ipr(self, netns: str | None):
@@ -395,6 +399,12 @@ class _Netns:
                                    IPRoute(fileno=netlink_socket_in(netns).detach()))
         return self.sockets[netns]
 
+    def _reader(self, netns: str | None) -> QueueReader:
+        if netns not in self.readers:
+            self.readers[netns] = QueueReader(
+                sock=None if netns is None else netlink_socket_in(netns))
+        return self.readers[netns]
+
     def queues(self, links: list[WatchedLink]) -> dict[str, tuple[int, int, float]]:
         """(bytes sent, backlog, monotonic time of the read) of each link's root qdisc;
         links that are gone are left out."""
@@ -404,32 +414,29 @@ class _Netns:
         out = {}
         for netns, group in by_ns.items():
             try:
-                ipr = self._ipr(netns)
-                roots = {m["index"]: m for m in ipr.get_qdiscs() if m["parent"] == TC_H_ROOT}
+                roots = self._reader(netns).dump()
                 read_at = time.monotonic()
             except OSError as exc:  # the namespace went (teardown)
                 log.debug("fidelity: %s: %s", netns, exc)
                 self.close(netns)
                 continue
             for lk in group:
-                index = self._index(ipr, lk)
-                msg = roots.get(index) if index else None
-                if msg is None:
+                index = self._index(lk)
+                q = roots.get(index) if index else None
+                if q is None:
                     self.index.pop((lk.netns, lk.ifname), None)
                     continue
-                s2 = msg.get_attr("TCA_STATS2")
-                basic, queue = s2.get_attr("TCA_STATS_BASIC"), s2.get_attr("TCA_STATS_QUEUE")
-                out[lk.name] = (basic["bytes"], queue["backlog"], read_at)
+                out[lk.name] = (q.sent_bytes, q.backlog_bytes, read_at)
         return out
 
-    def _index(self, ipr, lk: WatchedLink) -> int | None:
+    def _index(self, lk: WatchedLink) -> int | None:
         key = (lk.netns, lk.ifname)
         if key not in self.index:
             try:
                 if lk.netns is None:
                     found = [socket.if_nametoindex(lk.ifname)]
                 else:
-                    found = ipr.link_lookup(ifname=lk.ifname)
+                    found = self._ipr(lk.netns).link_lookup(ifname=lk.ifname)
             except OSError:
                 found = []
             if not found:
@@ -438,13 +445,16 @@ class _Netns:
         return self.index[key]
 
     def close(self, netns: str | None = ...) -> None:  # type: ignore[assignment]
-        """Close one namespace's socket (or all): a socket keeps its namespace alive."""
-        names = list(self.sockets) if netns is ... else [netns]
+        """Close one namespace's sockets (or all): a socket keeps its namespace alive."""
+        names = set(self.sockets) | set(self.readers) if netns is ... else {netns}
         for name in names:
             ipr = self.sockets.pop(name, None)
             if ipr is not None:
                 ipr.close()
-        self.index = {k: v for k, v in self.index.items() if k[0] in self.sockets}
+            reader = self.readers.pop(name, None)
+            if reader is not None:
+                reader.close()
+        self.index = {k: v for k, v in self.index.items() if k[0] in self.readers}
 
 
 class _Cpu:

@@ -1,7 +1,9 @@
 """Host-wide sysctls a run changes for a moment, shared safely between runs.
 
 A fabric on the userspace datapath raises ``net.core.{r,w}mem_default`` while it comes
-up (see :func:`testbed.fabric.socket_buffer_defaults`). Those are the whole host's, so:
+up (see :func:`testbed.fabric.socket_buffer_defaults`), and every fabric expedites the
+kernel's RCU grace periods while it comes up and goes (:func:`testbed.fabric.fast_rcu`).
+Those are the whole host's, so:
 
 - every change happens under one lock (``fcntl`` on :data:`LOCK`);
 - the original values are saved in :data:`SAVED` before the first change, and the first
@@ -27,6 +29,7 @@ from pathlib import Path
 from testbed import naming
 
 SYSCTL_ROOT = Path("/proc/sys")
+SYSFS_ROOT = Path("/sys")
 
 
 def _paths() -> tuple[Path, Path]:
@@ -35,7 +38,10 @@ def _paths() -> tuple[Path, Path]:
 
 
 def sysctl_path(name: str) -> Path:
-    """``net.core.rmem_default`` -> /proc/sys/net/core/rmem_default."""
+    """``net.core.rmem_default`` -> /proc/sys/net/core/rmem_default; a kernel knob that
+    is not a sysctl is named by its path under /sys (``/sys/kernel/rcu_expedited``)."""
+    if name.startswith("/sys/"):
+        return SYSFS_ROOT / name[len("/sys/"):]
     return SYSCTL_ROOT / name.replace(".", "/")
 
 

@@ -1,21 +1,25 @@
 """Telemetry of a variant (``telemetry.jsonl``): its summary numbers and its report section.
 
-The controller writes one line per switch port per sample (see
-:mod:`controllers.telemetry`); here they become ``runs[i].telemetry`` in summary.json and
+The controller writes one line per switch port per sample, or a short line for the ports
+of a switch that did not change (see :mod:`controllers.telemetry`); here they are
+streamed (never read whole) and become ``runs[i].telemetry`` in summary.json and
 a plot of link utilisation and queue depth per port role over time.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
+from controllers.telemetry import expand
 from testbed.results import read_jsonl
 from topologies.spec import ordered_roles
 
 
-def roles_of(samples: list[dict]) -> list[str]:
+def roles_of(samples: Iterable[dict]) -> list[str]:
     """The port roles in ``samples``, in report order (a leaf-spine's: leaf uplink, spine
     downlink, leaf downlink; other graphs' by tier from the top).
 
@@ -25,14 +29,13 @@ def roles_of(samples: list[dict]) -> list[str]:
     return ordered_roles({s["role"] for s in samples})
 
 
-def _by_time(samples: list[dict]) -> dict[float, list[dict]]:
-    out: dict[float, list[dict]] = defaultdict(list)
-    for s in samples:
-        out[s["t"]].append(s)
-    return out
+def port_samples(telemetry_file: Path) -> Iterator[dict]:
+    """Every port sample of a ``telemetry.jsonl``, one at a time (the file is never read
+    whole; the controller's short lines for unchanged ports are expanded)."""
+    return expand(read_jsonl(Path(telemetry_file)))
 
 
-def uplink_imbalance(samples: list[dict]) -> list[float]:
+def uplink_imbalance(samples: Iterable[dict]) -> list[float]:
     """Per sample time and switch: busiest minus idlest uplink utilisation (the uplinks
     of a leaf, of an edge or aggregation switch).
 
@@ -40,11 +43,87 @@ def uplink_imbalance(samples: list[dict]) -> list[float]:
     >>> uplink_imbalance(rows)
     [0.8]
     """
-    groups: dict[tuple, list[float]] = defaultdict(list)
+    scan = _Scan()
     for s in samples:
-        if s["role"].endswith("_uplink"):
-            groups[(s["t"], s["switch"])].append(s["util"])
-    return [round(max(u) - min(u), 4) for u in groups.values() if len(u) > 1]
+        scan.imbalance_add(s)
+    return scan.imbalance_done()
+
+
+#: a (time, switch) group of uplink samples is complete once samples this much newer came
+GROUP_WINDOW_S = 10.0
+
+
+@dataclass
+class _Role:
+    ports: set = field(default_factory=set)
+    n: int = 0
+    backlog_sum: float = 0.0
+    backlog_peak: int = 0
+    util_sum: float = 0.0
+    util_peak: float = 0.0
+
+
+@dataclass
+class _Scan:
+    """One pass over the port samples: everything the summary and the plot need, held in
+    memory per port, per role and per sample time, never per sample."""
+
+    times: set = field(default_factory=set)
+    roles: dict = field(default_factory=dict)
+    first: dict = field(default_factory=dict)
+    last: dict = field(default_factory=dict)
+    #: (role, t) -> [util sum, count, deepest backlog]
+    series: dict = field(default_factory=dict)
+    #: open (t, switch) uplink groups -> [max util, min util, count]; closed ones' spread
+    groups: dict = field(default_factory=dict)
+    spreads: list = field(default_factory=list)
+    newest: float = float("-inf")
+
+    def add(self, s: dict) -> None:
+        t, role, ifname = s["t"], s["role"], s["ifname"]
+        self.times.add(t)
+        r = self.roles.get(role)
+        if r is None:
+            r = self.roles[role] = _Role()
+        r.ports.add(ifname)
+        r.n += 1
+        r.backlog_sum += s["backlog_bytes"]
+        r.backlog_peak = max(r.backlog_peak, s["backlog_bytes"])
+        r.util_sum += s["util"]
+        r.util_peak = max(r.util_peak, s["util"])
+        self.first.setdefault(ifname, s["qdisc_drops"])
+        self.last[ifname] = s["qdisc_drops"]
+        point = self.series.get((role, t))
+        if point is None:
+            self.series[(role, t)] = [s["util"], 1, s["backlog_bytes"]]
+        else:
+            point[0] += s["util"]
+            point[1] += 1
+            point[2] = max(point[2], s["backlog_bytes"])
+        self.imbalance_add(s)
+
+    def imbalance_add(self, s: dict) -> None:
+        if not s["role"].endswith("_uplink"):
+            return
+        t, util = s["t"], s["util"]
+        g = self.groups.get((t, s["switch"]))
+        if g is None:
+            self.groups[(t, s["switch"])] = [util, util, 1]
+        else:
+            g[0], g[1], g[2] = max(g[0], util), min(g[1], util), g[2] + 1
+        if t > self.newest + GROUP_WINDOW_S / 2:  # now and then, close the old groups
+            self.newest = t
+            self._close(lambda key: key[0] < t - GROUP_WINDOW_S)
+
+    def _close(self, done) -> None:
+        for key in [k for k in self.groups if done(k)]:
+            hi, lo, n = self.groups.pop(key)
+            if n > 1:
+                self.spreads.append(round(hi - lo, 4))
+
+    def imbalance_done(self) -> list[float]:
+        self._close(lambda key: True)
+        return self.spreads
 
 
 def controller_actions(events_file: Path) -> dict:
@@ -63,46 +142,49 @@ def controller_actions(events_file: Path) -> dict:
             "ecn_on": counts["ecn_on"], "ecn_off": counts["ecn_off"], "cpu_s": cpu}
 
 
+def _scan(telemetry_file: Path) -> _Scan:
+    scan = _Scan()
+    for s in port_samples(telemetry_file):
+        scan.add(s)
+    return scan
+
+
+def _summary(scan: _Scan) -> dict:
+    if not scan.times:
+        return {"samples": 0}
+    times = sorted(scan.times)
+    out: dict = {"samples": len(times),
+                 "interval_ms": (round(1000 * (times[-1] - times[0]) / (len(times) - 1), 1)
+                                 if len(times) > 1 else None),
+                 "roles": {}}
+    for role in ordered_roles(set(scan.roles)):
+        r = scan.roles[role]
+        out["roles"][role] = {
+            "ports": len(r.ports),
+            "peak_backlog_bytes": r.backlog_peak,
+            "mean_backlog_bytes": round(r.backlog_sum / r.n, 1),
+            "mean_util": round(r.util_sum / r.n, 4),
+            "peak_util": r.util_peak,
+            "qdisc_drops": sum(scan.last[p] - scan.first[p] for p in r.ports),
+        }
+    imbalance = scan.imbalance_done()
+    out["uplink_imbalance"] = {
+        "mean": round(mean(imbalance), 4) if imbalance else None,
+        "max": max(imbalance) if imbalance else None,
+    }
+    return out
+
+
 def summarize(telemetry_file: Path, events_file: Path | None = None) -> dict:
     """Peak and mean queue depth, mean utilisation and drops per port role; uplink imbalance.
 
     Means are over busy samples too idle ones: every sample of every port of the role.
     Drops are each port's qdisc drop counter at the end minus at the start. With
-    ``events_file`` (controller-events.jsonl), also ``controller``: what it did.
+    ``events_file`` (controller-events.jsonl), also ``controller``: what it did. The
+    samples are streamed: memory grows with ports and sample times, not with samples.
     """
-    samples = list(read_jsonl(Path(telemetry_file)))
     extra = {"controller": controller_actions(events_file)} if events_file else {}
-    if not samples:
-        return {"samples": 0, **extra}
-    times = sorted({s["t"] for s in samples})
-    out: dict = {"samples": len(times),
-                 "interval_ms": (round(1000 * (times[-1] - times[0]) / (len(times) - 1), 1)
-                                 if len(times) > 1 else None),
-                 "roles": {}}
-    first: dict[str, dict] = {}
-    last: dict[str, dict] = {}
-    for s in samples:
-        first.setdefault(s["ifname"], s)
-        last[s["ifname"]] = s
-    for role in roles_of(samples):
-        rows = [s for s in samples if s["role"] == role]
-        if not rows:
-            continue
-        ports = {s["ifname"] for s in rows}
-        out["roles"][role] = {
-            "ports": len(ports),
-            "peak_backlog_bytes": max(s["backlog_bytes"] for s in rows),
-            "mean_backlog_bytes": round(mean(s["backlog_bytes"] for s in rows), 1),
-            "mean_util": round(mean(s["util"] for s in rows), 4),
-            "peak_util": max(s["util"] for s in rows),
-            "qdisc_drops": sum(last[p]["qdisc_drops"] - first[p]["qdisc_drops"] for p in ports),
-        }
-    imbalance = uplink_imbalance(samples)
-    out["uplink_imbalance"] = {
-        "mean": round(mean(imbalance), 4) if imbalance else None,
-        "max": max(imbalance) if imbalance else None,
-    }
-    return {**out, **extra}
+    return {**_summary(_scan(telemetry_file)), **extra}
 
 
 def _events(variant_dir: Path) -> dict[str, int]:
@@ -112,23 +194,21 @@ def _events(variant_dir: Path) -> dict[str, int]:
     return counts
 
 
-def plot(samples: list[dict], path: Path, title: str) -> Path | None:
-    """Mean utilisation and deepest queue per port role over time, one figure."""
-    if not samples:
+def plot(series: dict[tuple[str, float], list], path: Path, title: str) -> Path | None:
+    """Mean utilisation and deepest queue per port role over time, one figure, from the
+    per (role, time) points of a scan: [utilisation sum, samples, deepest backlog]."""
+    if not series:
         return None
     from testbed.plots import plt, save
 
-    t0 = min(s["t"] for s in samples)
+    t0 = min(t for _, t in series)
     fig, (ax_u, ax_q) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    for role in roles_of(samples):
-        series = _by_time([s for s in samples if s["role"] == role])
-        if not series:
-            continue
-        ts = sorted(series)
+    for role in ordered_roles({r for r, _ in series}):
+        ts = sorted(t for r, t in series if r == role)
         x = [t - t0 for t in ts]
-        ax_u.plot(x, [mean(s["util"] for s in series[t]) for t in ts],
+        ax_u.plot(x, [series[(role, t)][0] / series[(role, t)][1] for t in ts],
                   label=role.replace("_", " "), lw=1)
-        ax_q.plot(x, [max(s["backlog_bytes"] for s in series[t]) / 1000 for t in ts],
+        ax_q.plot(x, [series[(role, t)][2] / 1000 for t in ts],
                   label=role.replace("_", " "), lw=1)
     ax_u.set_ylabel("mean utilisation")
     ax_u.set_ylim(0, 1.05)
@@ -144,8 +224,8 @@ def section(variant_dir: Path, title: str,
     """Markdown for one variant's telemetry and the PNGs it refers to (paths relative to
     the report in ``root``; without it, two levels above ``variant_dir``)."""
     variant_dir = Path(variant_dir)
-    telemetry = variant_dir / "telemetry.jsonl"
-    summary = summarize(telemetry)
+    scan = _scan(variant_dir / "telemetry.jsonl")  # one pass for the table and the plot
+    summary = _summary(scan)
     if not summary.get("samples"):
         return "", []
     lines = [f"### {title}", "",
@@ -168,7 +248,7 @@ def section(variant_dir: Path, title: str,
             if events.get(name)]
     if acts:
         lines += ["", "Controller actions: " + ", ".join(acts) + "."]
-    png = plot(list(read_jsonl(telemetry)), variant_dir / "telemetry.png", title)
+    png = plot(scan.series, variant_dir / "telemetry.png", title)
     names = []
     if png:
         rel = (str(png.relative_to(root)) if root is not None

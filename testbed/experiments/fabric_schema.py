@@ -70,6 +70,10 @@ class Health(Section):
 class Controller(Section):
     mode: Literal["ecmp", "adaptive", "spray"] = "ecmp"
     telemetry_ms: int = Field(100, ge=10, le=5000)
+    telemetry_budget: int = Field(
+        2000, ge=0, le=1_000_000,
+        description="port samples a second at most (0: no limit): on a fabric with more "
+                    "switch ports than budget x telemetry_ms / 1000 the interval grows")
     prometheus_port: int = Field(0, ge=0, le=65535,
                                  description="0 (off) or 1024..65535, on 127.0.0.1")
     adaptive: Adaptive = Adaptive()

@@ -21,6 +21,7 @@ from controllers import ecn
 from controllers.telemetry import port_table
 from testbed.procs import wait_for
 from testbed.results import read_jsonl
+from testbed.telemetry_report import port_samples
 
 from .conftest import small_fabric
 
@@ -143,7 +144,7 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
                            capture_output=True, text=True, check=True).stdout
     assert f"priority={ecn.PRIORITY_MARK}," not in flows  # the marking rules are gone
     # the telemetry saw that queue, and exports it for Prometheus on 127.0.0.1
-    peak = max(s["backlog_bytes"] for s in read_jsonl(live.out / "telemetry.jsonl")
+    peak = max(s["backlog_bytes"] for s in port_samples(live.out / "telemetry.jsonl")
                if s["ifname"] == congested)
     assert peak > 10_000
     url = f"http://127.0.0.1:{_prometheus_port(live)}/metrics"

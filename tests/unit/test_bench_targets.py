@@ -63,3 +63,29 @@ def test_afxdp_verdict_keeps_af_packet_only_for_a_reason():
     assert verdict(packet, shaping_slower)[0]
     assert not verdict(Result("system", error="no frames delivered"), bypass)[0]
     assert not Result("x", shaped_mbps=0.0).keeps_qdisc  # nothing delivered proves nothing
+
+
+@pytest.mark.parametrize(("whole_s", "code"), [(95.0, 0), (121.0, 1), (None, 1)])
+def test_scale_bench_exit_status(monkeypatch, capsys, whole_s, code):
+    """The largest fabric's whole run against the issue's 120 s; a failed run is a miss."""
+    from bench import scale_bench
+
+    def lab(size, duration_s, work):
+        if whole_s is None:
+            return {"rc": 2, "whole_s": 3.0, "peak_bytes": 0, "phases": {}, "error": "boom"}
+        return {"rc": 0, "whole_s": whole_s, "peak_bytes": 4e8, "max_process_bytes": 1e8,
+                "start_s": 10.0,
+                "stop_s": 2.0, "chains": 90, "chains_started": 90, "fidelity_ok": True,
+                "telemetry_bytes": 1e6, "phases": {"bring_up_s": 12.0}}
+
+    monkeypatch.setattr(scale_bench, "lab_run", lab)
+    monkeypatch.setattr(scale_bench, "plain_run", lambda key, d: {
+        "rc": 0, "whole_s": 60.0, "peak_bytes": 2e8, "max_process_bytes": 1e8, "start_s": 20.0,
+        "stop_s": 8.0})
+    assert scale_bench.main(["--sizes", "16,128"]) == code
+    out = capsys.readouterr().out
+    assert "ratio lab/plain  start 0.50  stop 0.25" in out or whole_s is None
+    assert ("PASS" if code == 0 else "MISS") in out or whole_s is None
+    # a selection without the largest size is not judged, and not failed for it
+    if whole_s is not None:
+        assert scale_bench.main(["--sizes", "16"]) == 0

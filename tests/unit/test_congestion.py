@@ -252,7 +252,8 @@ def test_a_lone_flow_whose_rate_lags_is_not_moved():
 
 
 def test_qdisc_dump_parser_reads_what_pyroute2_encodes():
-    """The hand parser against pyroute2's encoder: root qdiscs only, backlog and drops."""
+    """The hand parser against pyroute2's encoder: root qdiscs only, backlog and drops,
+    bytes and packets sent."""
     import struct
 
     from pyroute2.netlink.rtnl.tcmsg import tcmsg
@@ -273,7 +274,8 @@ def test_qdisc_dump_parser_reads_what_pyroute2_encodes():
     done = struct.pack("=IHHIIi", 20, 3, 2, 1, 0, 0)  # NLMSG_DONE
     data = qdisc(5, TC_H_ROOT, 18_028, 7) + qdisc(5, 0x100010, 99, 9) + qdisc(6, TC_H_ROOT,
                                                                                0, 0)
-    assert parse_qdisc_dump(data) == ({5: Queue(18_028, 7), 6: Queue(0, 0)}, False)
+    assert parse_qdisc_dump(data) == ({5: Queue(18_028, 7, 5, 1), 6: Queue(0, 0, 5, 1)},
+                                      False)
     assert parse_qdisc_dump(data + done)[1] is True
 
 

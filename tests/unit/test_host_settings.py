@@ -91,3 +91,24 @@ def test_clean_leaves_settings_a_live_run_holds(host):
         assert host_settings.restore_saved() == []
         assert values() == [8388608, 8388608]
     assert values() == [212992, 212992]
+
+
+def test_fast_rcu_is_held_and_put_back_like_a_sysctl(host, tmp_path, monkeypatch):
+    """RCU expedited for a fabric's bring-up and teardown: a /sys knob, shared between
+    runs, back to the host's value after the last; no knob, nothing done."""
+    from testbed import fabric
+
+    sysfs = tmp_path / "sysfs"
+    knob = sysfs / "kernel" / "rcu_expedited"
+    knob.parent.mkdir(parents=True)
+    knob.write_text("0\n")
+    monkeypatch.setattr(host_settings, "SYSFS_ROOT", sysfs)
+    assert host_settings.sysctl_path(fabric.RCU_EXPEDITED) == knob
+    with fabric.fast_rcu():
+        with fabric.fast_rcu():
+            assert knob.read_text().strip() == "1"
+        assert knob.read_text().strip() == "1"  # the outer holder still needs it
+    assert knob.read_text().strip() == "0"
+    knob.unlink()
+    with fabric.fast_rcu():  # a kernel without the knob: left alone
+        assert not knob.exists()
