@@ -7,6 +7,9 @@ variant (chains protected without starving the collective).
 
 from __future__ import annotations
 
+import json
+
+from testbed import layout
 from testbed.grading import Results, Verdict, failed, host_kept_up, passed, verdict
 
 ALONE, FULL, OVER, PACED = "agents-only", "training-1to1", "training-4to1", "training-4to1-paced"
@@ -58,6 +61,16 @@ def fabrics_as_asked(r: Results) -> Verdict:
                                                   "where named")
 
 
+def paced_slower(r: Results) -> Verdict:
+    """Student task: the paced variant's senders are configured below the unpaced rate
+    (its training.json, the collective's configuration as the run used it)."""
+    over, paced = (json.loads(r.record(n, layout.TRAINING_CONFIG).read_text())["rate_mbps"]
+                   for n in (OVER, PACED))
+    return verdict(paced < over, f"{PACED} sends at {paced:g} Mb/s per rank and plane, "
+                                 f"{OVER} at {over:g}" + ("" if paced < over else
+                                                          ": pace it (the TODO)"))
+
+
 def oversubscription_hurts(r: Results) -> Verdict:
     """The lesson: on 4:1 the same bursts multiply chain p99 (>= 1.5x that on 1:1)."""
     full, over = _p99(r, FULL), _p99(r, OVER)
@@ -84,4 +97,4 @@ def paced_trains_no_less(r: Results) -> Verdict:
 
 
 CHECKS = [chains_complete, latency_is_sum_of_hops, fabrics_as_asked, oversubscription_hurts,
-          paced_protects_chains, paced_trains_no_less, host_kept_up]
+          paced_slower, paced_protects_chains, paced_trains_no_less, host_kept_up]

@@ -168,23 +168,26 @@ def write_runs(folder: Path, runs: list[dict], **top) -> Path:
         d.mkdir(parents=True, exist_ok=True)
         (d / "spec.json").write_text(json.dumps(run.pop("_spec")))
         (d / "controller.json").write_text(json.dumps({"apps": run.pop("_apps", [])}))
+        (d / "training.json").write_text(json.dumps({"rate_mbps": run.pop("_rate", 12)}))
     return write(folder, {"runs": runs, **top})
 
 
-def lab1_runs(paced_p99: float, paced_goodput: float) -> list[dict]:
+def lab1_runs(paced_p99: float, paced_goodput: float, rate: float = 4) -> list[dict]:
     # the guide's figures (README run): 185.6 / 246.4 / 624.3 ms, 66.8 / 14.9 Mb/s
     return [fabric_run("agents-only", p99=185.6),
             fabric_run("training-1to1", p99=246.4, goodput=66.8, iterations=30),
             fabric_run("training-4to1", p99=624.3, goodput=14.9, iterations=7,
                        oversubscription=4),
             fabric_run("training-4to1-paced", p99=paced_p99, goodput=paced_goodput,
-                       iterations=9, oversubscription=4)]
+                       iterations=9, oversubscription=4, _rate=rate)]
 
 
 def test_lab1_paced_variant_graded(tmp_path):
     assert failing(grade(1, write_runs(tmp_path / "sol", lab1_runs(240.0, 20.0)))) == set()
-    v = grade(1, write_runs(tmp_path / "starter", lab1_runs(650.0, 14.0)))
-    assert failing(v) == {"paced-protects-chains", "paced-trains-no-less"}
+    v = grade(1, write_runs(tmp_path / "starter", lab1_runs(650.0, 14.0, rate=12)))
+    assert failing(v) == {"paced-slower", "paced-protects-chains", "paced-trains-no-less"}
+    assert "sends at 12 Mb/s per rank and plane, training-4to1 at 12: pace it" in \
+        v["paced-slower"].reason
     assert "650 ms paced against 186 ms alone (3.50x, limit 1.5x" in \
         v["paced-protects-chains"].reason
     # a rate so low the chains are safe but the collective starves
