@@ -114,6 +114,7 @@ def test_lab1_explore(tmp_path):
 
 def test_lab2_calc_and_grading(tmp_path):
     run_step("2", "run-solution", tmp_path)
+    run_step("2", "run-starter", tmp_path)
     assert grade("2", "check-solution", tmp_path)[0] == 0
     status, v = grade("2", "check-starter", tmp_path)
     assert status == 1 and all("still TODO" in x for x in v.values()), v
