@@ -316,3 +316,14 @@ def test_lab6_secy_graded(tmp_path):
     assert failing(v) == {"confidential", "attack-rejected", "attack-counted", "keys-rotated"}
     assert "50 of 75 injected frames reached the host" in v["attack-rejected"].reason
     assert "InPktsLate 0/25" in v["attack-counted"].reason
+
+
+def test_app_with_a_syntax_error_is_one_line(tmp_path, monkeypatch):
+    """A student's app that does not compile is refused naming the file and line (it
+    was a traceback)."""
+    from controllers.__main__ import app_module
+
+    (tmp_path / "halfdone.py").write_text("import os\nx = (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"cannot import 'halfdone': .*halfdone.py, line 2"):
+        app_module("halfdone:App")
