@@ -100,8 +100,10 @@ class Results:
         return path
 
     def spec(self, name: str) -> dict:
-        """The topology spec variant ``name`` ran on (its spec.json)."""
-        return json.loads(self.record(name, layout.SPEC).read_text())
+        """The topology spec variant ``name`` ran on (its spec.json), with the builder's
+        ``params`` (leaves_per_plane, oversubscription, ...) lifted to the top level."""
+        spec = json.loads(self.record(name, layout.SPEC).read_text())
+        return {**spec, **(spec.get("params") or {})}
 
     def flagged(self) -> list[str]:
         """Variants the fidelity monitor flagged (the host did not keep up)."""
@@ -218,6 +220,8 @@ def grade(lab: Lab, folder: Path) -> list[tuple[str, Verdict]]:
             v = check(results)
         except Missing as exc:
             v = failed(str(exc))
+        except (KeyError, TypeError) as exc:  # results of another shape (an older run)
+            v = failed(f"the results lack a field this check reads ({exc!r})")
         out.append((check_name(check), v))
     return out
 

@@ -156,8 +156,9 @@ def fabric_run(name: str, *, p99: float, goodput: float = 0.0, iterations: int =
                       "hop_sum_ms": {"p50": p99 / 3 * 0.998, "p99": p99}},
            "training": {"goodput_mbps": goodput, "iterations": iterations,
                         "packets_lost": 0, "cnps_received": 0},
-           "_spec": {"oversubscription": oversubscription, "leaves_per_plane": 4,
-                     "spines_per_plane": 4}}
+           "_spec": {"builder": "leaf-spine", "params": {
+               "oversubscription": oversubscription, "leaves_per_plane": 4,
+               "spines_per_plane": 4}}}
     run.update(extra)
     return run
 
@@ -198,7 +199,7 @@ def test_lab1_paced_variant_graded(tmp_path):
 def test_lab1_flagged_run_and_wrong_fabric_fail(tmp_path):
     runs = lab1_runs(240.0, 20.0)
     runs[3]["fidelity"] = {"ok": False, "reasons": ["idle CPU"]}
-    runs[2]["_spec"]["oversubscription"] = 1
+    runs[2]["_spec"]["params"]["oversubscription"] = 1
     v = grade(1, write_runs(tmp_path / "r", runs))
     assert failing(v) == {"fabrics-as-asked", "host-kept-up"}
     assert "training-4to1 ran 1:1" in v["fabrics-as-asked"].reason
