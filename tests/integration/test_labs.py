@@ -18,8 +18,10 @@ What is judged where (CI budget: about 4 minutes for this file):
   full-length runs (lab 1's p99 and goodput targets, lab 3's solution ratio, lab 4's
   targets) and lab 7's failover checks (a backbone run takes 30 s to converge and its
   schedule 36 s); lab 7's designs are validated here with the guide's command.
-- the explore blocks run for labs 1 and 5 (``testbed up`` ... ``down``); the others
-  were followed by hand.
+- the explore blocks run for labs 1, 2 and 6 (``testbed up`` ... ``down``, tshark and
+  ``testbed decrypt`` on the run's capture); those of labs 3, 4, 5 and 7 (a 16-node
+  fabric, a fabric with traffic, a backbone that takes 30 s to converge) were followed
+  by hand.
 """
 
 from __future__ import annotations
@@ -113,6 +115,16 @@ def test_lab1_explore(tmp_path):
 
 
 def test_lab2_calc_and_grading(tmp_path):
+    lines = commands("2", "explore")
+    try:
+        looks = shell(lines[:-1], tmp_path, timeout=120)
+    finally:
+        down = shell(lines[-1:], tmp_path)
+    assert all(r.returncode == 0 for r in looks), [(r.args, r.stderr[-500:]) for r in looks]
+    assert down[0].returncode == 0, down[0].stderr
+    assert "131,072" in looks[0].stdout and (tmp_path / "my-labs" / "fat-tree.png").is_file()
+    assert "3 received" in next(r.stdout for line, r in zip(lines, looks, strict=False)
+                                if " ping " in line)
     run_step("2", "run-solution", tmp_path)
     run_step("2", "run-starter", tmp_path)
     assert grade("2", "check-solution", tmp_path)[0] == 0
@@ -150,6 +162,12 @@ def test_lab6_starter_fails_solution_passes(tmp_path):
     for name in ("confidential", "attack-rejected", "attack-counted", "keys-rotated"):
         assert bad[name].startswith("FAIL"), bad
         assert good[name].startswith("PASS"), good
+    # the guide's look at the wire: tshark on the capture, decrypted with the run's keys
+    looks = shell(commands("6", "explore"), tmp_path)
+    assert all(r.returncode == 0 for r in looks), [(r.args, r.stderr[-500:]) for r in looks]
+    assert "0x88e5" in looks[0].stdout.lower(), looks[0].stdout
+    decrypted = int(looks[1].stdout.split(": ", 1)[1].split(" frames decrypted")[0])
+    assert decrypted > 1000, looks[1].stdout
 
 
 def test_lab7_designs_validate(tmp_path):
