@@ -12,9 +12,10 @@ import json
 from testbed import layout
 from testbed.grading import Results, Verdict, failed, host_kept_up, passed, verdict
 
-ALONE, FULL, OVER, PACED = "agents-only", "training-1to1", "training-4to1", "training-4to1-paced"
+ALONE, ALONE4, FULL, OVER, PACED = ("agents-only", "agents-only-4to1", "training-1to1",
+                                    "training-4to1", "training-4to1-paced")
 HURT = 1.5      # 4:1 without pacing: chain p99 at least this many times 1:1's
-PROTECTED = 1.5  # the paced variant: chain p99 at most this many times agents-only's
+PROTECTED = 1.5  # the paced variant: chain p99 at most this many times the chains' alone on 4:1
 
 
 def _p99(r: Results, name: str) -> float:
@@ -24,7 +25,7 @@ def _p99(r: Results, name: str) -> float:
 def chains_complete(r: Results) -> Verdict:
     """Every variant ran chains and lost at most 1 % of them."""
     bad = []
-    for name in (ALONE, FULL, OVER, PACED):
+    for name in (ALONE, ALONE4, FULL, OVER, PACED):
         started = r.value(name, "agents.chains_started")
         done = r.value(name, "agents.chains_completed")
         if started == 0 or done < 0.99 * started:
@@ -50,15 +51,14 @@ def latency_is_sum_of_hops(r: Results) -> Verdict:
 
 def fabrics_as_asked(r: Results) -> Verdict:
     """The variants ran on the fabrics they claim (spec.json: oversubscription)."""
-    want = {ALONE: 1.0, FULL: 1.0, OVER: 4.0, PACED: 4.0}
+    want = {ALONE: 1.0, ALONE4: 4.0, FULL: 1.0, OVER: 4.0, PACED: 4.0}
     got = {name: float(r.spec(name)["oversubscription"]) for name in want}
     wrong = [f"{n} ran {got[n]:g}:1, expected {w:g}:1" for n, w in want.items() if got[n] != w]
     training = [n for n in (FULL, OVER, PACED) if not r.value(n, "training.iterations")]
-    if r.value(ALONE, "training.iterations"):
-        wrong.append(f"{ALONE} ran training")
+    wrong += [f"{n} ran training" for n in (ALONE, ALONE4) if r.value(n, "training.iterations")]
     wrong += [f"{n} completed no training iteration" for n in training]
-    return verdict(not wrong, "; ".join(wrong) or "1:1, 1:1, 4:1, 4:1 as named; training "
-                                                  "where named")
+    return verdict(not wrong, "; ".join(wrong) or "1:1 and 4:1 as named; training where "
+                                                  "named")
 
 
 def paced_slower(r: Results) -> Verdict:
@@ -79,11 +79,12 @@ def oversubscription_hurts(r: Results) -> Verdict:
 
 
 def paced_protects_chains(r: Results) -> Verdict:
-    """Student task: the paced 4:1 variant keeps chain p99 within 1.5x of agents-only."""
-    alone, paced = _p99(r, ALONE), _p99(r, PACED)
+    """Student task: the paced 4:1 variant keeps chain p99 within 1.5x of the chains
+    alone on the same 4:1 fabric."""
+    alone, paced = _p99(r, ALONE4), _p99(r, PACED)
     rate = r.value(PACED, "training.goodput_mbps")
     return verdict(paced <= PROTECTED * alone,
-                   f"chain p99 {paced:.0f} ms paced against {alone:.0f} ms alone "
+                   f"chain p99 {paced:.0f} ms paced against {alone:.0f} ms alone on 4:1 "
                    f"({paced / alone:.2f}x, limit {PROTECTED}x; training {rate:.1f} Mb/s)")
 
 

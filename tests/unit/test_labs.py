@@ -176,6 +176,7 @@ def write_runs(folder: Path, runs: list[dict], **top) -> Path:
 def lab1_runs(paced_p99: float, paced_goodput: float, rate: float = 4) -> list[dict]:
     # the guide's figures (README run): 185.6 / 246.4 / 624.3 ms, 66.8 / 14.9 Mb/s
     return [fabric_run("agents-only", p99=185.6),
+            fabric_run("agents-only-4to1", p99=200.0, oversubscription=4),
             fabric_run("training-1to1", p99=246.4, goodput=66.8, iterations=30),
             fabric_run("training-4to1", p99=624.3, goodput=14.9, iterations=7,
                        oversubscription=4),
@@ -189,7 +190,7 @@ def test_lab1_paced_variant_graded(tmp_path):
     assert failing(v) == {"paced-slower", "paced-protects-chains", "paced-trains-no-less"}
     assert "sends at 12 Mb/s per rank and plane, training-4to1 at 12: pace it" in \
         v["paced-slower"].reason
-    assert "650 ms paced against 186 ms alone (3.50x, limit 1.5x" in \
+    assert "650 ms paced against 200 ms alone on 4:1 (3.25x, limit 1.5x" in \
         v["paced-protects-chains"].reason
     # a rate so low the chains are safe but the collective starves
     v = grade(1, write_runs(tmp_path / "starved", lab1_runs(200.0, 5.0)))
@@ -198,8 +199,8 @@ def test_lab1_paced_variant_graded(tmp_path):
 
 def test_lab1_flagged_run_and_wrong_fabric_fail(tmp_path):
     runs = lab1_runs(240.0, 20.0)
-    runs[3]["fidelity"] = {"ok": False, "reasons": ["idle CPU"]}
-    runs[2]["_spec"]["params"]["oversubscription"] = 1
+    runs[4]["fidelity"] = {"ok": False, "reasons": ["idle CPU"]}
+    runs[3]["_spec"]["params"]["oversubscription"] = 1
     v = grade(1, write_runs(tmp_path / "r", runs))
     assert failing(v) == {"fabrics-as-asked", "host-kept-up"}
     assert "training-4to1 ran 1:1" in v["fabrics-as-asked"].reason
