@@ -9,7 +9,9 @@ VM_TESTS ?=
 VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
-.PHONY: setup run-scenario test bench clean doctor validate lint up down vm vm-test
+RESULTS ?= results/latest
+
+.PHONY: setup run-scenario test bench clean doctor validate lint up down check vm vm-test
 
 setup:
 	@./scripts/setup.sh
@@ -23,6 +25,11 @@ up: setup
 down:
 	@test -n "$(LAB)" || { echo "make down LAB=name (see: $(TESTBED) ls)"; exit 2; }
 	$(TESTBED) down $(LAB)
+
+# Grade a results folder against a lab guide (labs/): make check LAB=1 RESULTS=dir
+check: setup
+	@test -n "$(LAB)" || { echo "make check LAB=number RESULTS=dir (labs: labs/README.md)"; exit 2; }
+	$(TESTBED) check $(LAB) $(RESULTS)
 
 test: setup
 	$(VENV)/bin/python -m pytest

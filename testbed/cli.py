@@ -1,5 +1,6 @@
 """``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
-(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt.
+(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt;
+check (grading a results folder against a lab guide, :mod:`testbed.grading`).
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
 that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
@@ -181,11 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this run (its 4-hex-digit id; may repeat)")
     p.set_defaults(func=cmd_clean)
 
+    from testbed.grading import add_parsers as add_grading_parsers
     from testbed.lab.commands import add_parsers as add_lab_parsers
     from testbed.tools import add_parsers as add_tool_parsers
 
     add_lab_parsers(sub)
     add_tool_parsers(sub)
+    add_grading_parsers(sub)
     return parser
 
 

@@ -1,0 +1,331 @@
+"""The lab guides (labs/) and their grading (testbed/grading.py), without root.
+
+Labs 2 and 7 (design tasks) are graded here on the real starter and solution files;
+the other labs' checks are fed synthetic summary.json files shaped like real runs
+(the figures of the guides: a solution-like run passes, a starter-like run fails with
+the reason). tests/integration/test_labs.py runs the guides' commands for real.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import grading, scenario
+from testbed.cli import main
+from testbed.errors import ConfigError
+from testbed.experiments.backbone import validate as validate_backbone
+
+LABS = grading.all_labs()
+
+
+def grade(lab: int, folder: Path) -> dict[str, grading.Verdict]:
+    return dict(grading.grade(grading.find(str(lab)), folder))
+
+
+def failing(verdicts: dict[str, grading.Verdict]) -> set[str]:
+    return {name for name, v in verdicts.items() if not v.ok}
+
+
+# the framework ---------------------------------------------------------------------
+def test_seven_labs_each_complete():
+    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7]
+    for lab in LABS:
+        assert lab.title.startswith(f"Lab {lab.number}: "), lab.folder
+        assert (lab.folder / "solution" / "NOTES.md").is_file(), lab.folder
+        assert any((lab.folder / "starter").iterdir()), lab.folder
+        steps = lab.commands()
+        assert set(steps) >= set(grading.STEPS) - {"explore"}, (lab.name, sorted(steps))
+        assert all(lab.module().CHECKS), lab.name
+        readme = (lab.folder / "README.md").read_text()
+        for heading in ("## Background", "## Predict, then run", "## What to observe",
+                        "## Your task"):
+            assert heading in readme, (lab.name, heading)
+
+
+def test_find_by_number_folder_and_name():
+    assert grading.find("03").name == "hashing"
+    assert grading.find("lab05_resilience").number == 5
+    assert grading.find("macsec").number == 6
+    with pytest.raises(ConfigError, match="LAB: no lab '8'"):
+        grading.find("8")
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.name)
+def test_starter_and_solution_scenarios_validate(lab):
+    files = sorted(lab.folder.glob("*/*.yaml"))
+    for path in files:
+        if path.name != "answers.yaml":
+            scenario.load(path)  # raises ConfigError with the field on a bad file
+    assert files
+
+
+def test_check_cli_exit_status(tmp_path, capsys):
+    assert main(["check", "9", str(tmp_path)]) == 2
+    assert "LAB: no lab '9'" in capsys.readouterr().err
+    assert main(["check", "1", str(tmp_path)]) == 2
+    assert "has no summary.json" in capsys.readouterr().err
+    assert main(["check", "1", str(tmp_path / "nowhere")]) == 2
+    (tmp_path / "summary.json").write_text("{not json")
+    assert main(["check", "1", str(tmp_path)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+    solution = grading.find("2").folder / "solution"
+    assert main(["check", "2", str(solution)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("PASS ") for line in out[:-1]) and "4/4" in out[-1]
+    assert main(["check", "2", str(solution.parent / "starter")]) == 1
+    assert capsys.readouterr().out.count("FAIL ") == 4
+
+
+# lab 2: the calculator ---------------------------------------------------------------
+def test_lab2_wrong_answers_named(tmp_path):
+    folder = grading.find("2").folder
+    data = yaml.safe_load((folder / "solution" / "answers.yaml").read_text())
+    data["part_a"]["reach_ratio"] = 64          # the 102.4 Tb/s example's ratio
+    data["part_a"]["more_gpus"] = "planes"
+    data["part_b"]["planes"] = 8                # reaches 30,000 but 4 planes do too
+    (tmp_path / "answers.yaml").write_text(yaml.safe_dump(data))
+    v = grade(2, tmp_path)
+    assert failing(v) == {"two-tier-radix-and-reach", "planes-or-third-tier", "fewest-planes"}
+    assert "reach_ratio 64" in v["two-tier-radix-and-reach"].reason
+    assert "4 planes already reach 30,000" in v["fewest-planes"].reason
+
+
+# lab 7: the backbone design, graded from summary.json --------------------------------
+def backbone_summary(path: Path, restore_ms: float, goodput: float = 30.0) -> dict:
+    """summary.json of a backbone run of ``path`` (as the kind writes it), with every
+    fault restored after ``restore_ms``."""
+    section = yaml.safe_load(path.read_text())["backbone"]
+    design = validate_backbone(copy.deepcopy(section))["design"]
+    groups = {g["name"]: g["links"] for g in design["risk_groups"]}
+    links = [{**lk, "risk_groups": [n for n, ls in groups.items() if lk["name"] in ls]}
+             for lk in design["links"]]
+    faults = [f for f in section["faults"] if not f["action"].startswith("restore")]
+    failovers = [{"fault": f"{f['action']} {f['target']}", "ok": True, "restore_ms": restore_ms,
+                  "reachability_after": 1.0} for f in faults]
+    return {"backbone": {"pops": [p["name"] for p in design["pops"]],
+                         "regions": [r["name"] for r in design["regions"]],
+                         "links": links, "risk_groups": groups},
+            "runs": [{"name": "student", "failovers": failovers,
+                      "replication": [{"src": "us-east", "dst": "eu-central", "rate_mbps": 30,
+                                       "goodput_mbps": goodput, "error": None}],
+                      "fidelity": {"ok": True}}]}
+
+
+def write(folder: Path, summary: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def test_lab7_design_and_timers(tmp_path):
+    folder = grading.find("7").folder
+    good = write(tmp_path / "good", backbone_summary(folder / "solution" / "backbone.yaml", 250))
+    assert failing(grade(7, good)) == set()
+    starter = write(tmp_path / "starter",
+                    backbone_summary(folder / "starter" / "backbone.yaml", 4519))
+    v = grade(7, starter)
+    assert failing(v) == {"fewer-links", "restore-within-target"}
+    assert "21 PoP-PoP links against the default's 21" in v["fewer-links"].reason
+    assert "too slow" in v["restore-within-target"].reason
+
+
+def test_lab7_design_rule_recomputed_not_trusted(tmp_path):
+    """A design that breaks the rule fails, whatever the run said about it."""
+    folder = grading.find("7").folder
+    summary = backbone_summary(folder / "solution" / "backbone.yaml", 100)
+    summary["backbone"]["links"] = [lk for lk in summary["backbone"]["links"]
+                                    if lk["name"] != "dxb-sin-2"]
+    summary["backbone"]["design_check"] = {"ok": True}
+    v = grade(7, write(tmp_path / "r", summary))
+    assert not v["design-rule"].ok and "sin" in v["design-rule"].reason
+
+
+# synthetic fabric runs ---------------------------------------------------------------
+def fabric_run(name: str, *, p99: float, goodput: float = 0.0, iterations: int = 0,
+               oversubscription: float = 1.0, pattern: str = "ring", **extra) -> dict:
+    run = {"name": name, "pattern": pattern, "dir": f"variants/{name}",
+           "fidelity": {"ok": True, "reasons": []},
+           "agents": {"chains_started": 500, "chains_completed": 500, "chains_failed": 0,
+                      "latency_ms": {"p50": p99 / 3, "p99": p99},
+                      "hop_sum_ms": {"p50": p99 / 3 * 0.998, "p99": p99}},
+           "training": {"goodput_mbps": goodput, "iterations": iterations,
+                        "packets_lost": 0, "cnps_received": 0},
+           "_spec": {"builder": "leaf-spine", "params": {
+               "oversubscription": oversubscription, "leaves_per_plane": 4,
+               "spines_per_plane": 4}}}
+    run.update(extra)
+    return run
+
+
+def write_runs(folder: Path, runs: list[dict], **top) -> Path:
+    for run in runs:
+        d = folder / run["dir"]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "spec.json").write_text(json.dumps(run.pop("_spec")))
+        (d / "controller.json").write_text(json.dumps({"apps": run.pop("_apps", [])}))
+        (d / "training.json").write_text(json.dumps({"rate_mbps": run.pop("_rate", 12)}))
+    return write(folder, {"runs": runs, **top})
+
+
+def lab1_runs(paced_p99: float, paced_goodput: float, rate: float = 4) -> list[dict]:
+    # the guide's figures (README run): 185.6 / 246.4 / 624.3 ms, 66.8 / 14.9 Mb/s
+    return [fabric_run("agents-only", p99=185.6),
+            fabric_run("agents-only-4to1", p99=200.0, oversubscription=4),
+            fabric_run("training-1to1", p99=246.4, goodput=66.8, iterations=30),
+            fabric_run("training-4to1", p99=624.3, goodput=14.9, iterations=7,
+                       oversubscription=4),
+            fabric_run("training-4to1-paced", p99=paced_p99, goodput=paced_goodput,
+                       iterations=9, oversubscription=4, _rate=rate)]
+
+
+def test_lab1_paced_variant_graded(tmp_path):
+    assert failing(grade(1, write_runs(tmp_path / "sol", lab1_runs(240.0, 20.0)))) == set()
+    v = grade(1, write_runs(tmp_path / "starter", lab1_runs(650.0, 14.0, rate=12)))
+    assert failing(v) == {"paced-slower", "paced-protects-chains", "paced-trains-no-less"}
+    assert "sends at 12 Mb/s per rank and plane, training-4to1 at 12: pace it" in \
+        v["paced-slower"].reason
+    assert "650 ms paced against 200 ms alone on 4:1 (3.25x, limit 1.5x" in \
+        v["paced-protects-chains"].reason
+    # a rate so low the chains are safe but the collective starves
+    v = grade(1, write_runs(tmp_path / "starved", lab1_runs(200.0, 5.0)))
+    assert failing(v) == {"paced-trains-no-less"}
+
+
+def test_lab1_flagged_run_and_wrong_fabric_fail(tmp_path):
+    runs = lab1_runs(240.0, 20.0)
+    runs[4]["fidelity"] = {"ok": False, "reasons": ["idle CPU"]}
+    runs[3]["_spec"]["params"]["oversubscription"] = 1
+    v = grade(1, write_runs(tmp_path / "r", runs))
+    assert failing(v) == {"fabrics-as-asked", "host-kept-up"}
+    assert "training-4to1 ran 1:1" in v["fabrics-as-asked"].reason
+
+
+def lab3_runs(app_goodput: float, apps: list[str]) -> list[dict]:
+    # the README's stride figures (seed medians): ecmp 121.5, adaptive 165.6, spray 192.6,
+    # one switch 197.7 Mb/s
+    runs = [fabric_run(n, p99=0, goodput=g, iterations=4, pattern="stride")
+            for n, g in (("ecmp-stride", 121.5), ("adaptive-stride", 165.6),
+                         ("spray-stride", 192.6), ("placement-stride", app_goodput),
+                         ("reference", 197.7))]
+    runs[3]["_apps"] = apps
+    return runs
+
+
+def test_lab3_placement_graded(tmp_path):
+    app = ["labs.lab03_hashing.solution.placement:StridePlacement"]
+    assert failing(grade(3, write_runs(tmp_path / "sol", lab3_runs(190.0, app)))) == set()
+    v = grade(3, write_runs(tmp_path / "starter", lab3_runs(75.0, app)))
+    assert failing(v) == {"placement-beats-ecmp", "placement-near-reference"}
+    assert "(0.62x, needs 1.25x" in v["placement-beats-ecmp"].reason
+    v = grade(3, write_runs(tmp_path / "noapp", lab3_runs(190.0, [])))
+    assert failing(v) == {"app-loaded"}
+
+
+@pytest.mark.parametrize("who, collide", [("solution", False), ("starter", True)])
+def test_lab3_placement_plan(who, collide):
+    """The placement apps' plans on the lab's fabric: the solution puts a leaf's four
+    flows on four uplinks (and so on four spine downlinks); the starter stacks them."""
+    sc = scenario.load(grading.find("3").folder / who / "scenario.yaml")
+    variant = next(v for v in sc.variants if v.name == "placement-stride")
+    spec = variant.fabric("tb0000")
+    rules = importlib.import_module(f"labs.lab03_hashing.{who}.placement").plan(spec)
+    assert sorted(len(r) for r in rules.values()) == [4, 4, 4, 4]
+    shared = any(len({port for _, _, port in r}) < len(r) for r in rules.values())
+    assert shared is collide
+
+
+def lab4_runs(p99: float, goodput: float, marks: int = 8254) -> list[dict]:
+    # ecn-off and ecn-tuned of the README's ecn-tuning run (medians of 3 seeds)
+    ecn = {"backend": "phantom", "marked": {"collective": marks, "agents": 2214}}
+    return [fabric_run("ecn-off", p99=519.4, goodput=11.4, iterations=5, oversubscription=4),
+            fabric_run("ecn-student", p99=p99, goodput=goodput, iterations=6,
+                       oversubscription=4, ecn=ecn)]
+
+
+def test_lab4_thresholds_graded(tmp_path):
+    runs = lab4_runs(358.0, 16.2)
+    runs[1]["training"]["cnps_received"] = 900
+    assert failing(grade(4, write_runs(tmp_path / "sol", runs))) == set()
+    # textbook thresholds: p99 1.15x of off, training unchanged
+    runs = lab4_runs(598.7, 11.4, marks=2124)
+    runs[1]["training"]["cnps_received"] = 300
+    v = grade(4, write_runs(tmp_path / "textbook", runs))
+    assert failing(v) == {"chain-p99-cut"}
+    assert "(-15% cut, needs >= 30%)" in v["chain-p99-cut"].reason
+    # marking everything hard: chains fast, training pays more than 10 %
+    runs = lab4_runs(240.0, 8.9)
+    runs[1]["training"]["cnps_received"] = 5000
+    assert failing(grade(4, write_runs(tmp_path / "hard", runs))) == {"training-kept"}
+
+
+def fault(kind: str, **fields) -> dict:
+    return {"fault": kind, "ok": True, "lost_packets": 0, "chains_failed": 0,
+            "repair_ms": None, "detect_ms": None, "detected_by": None, **fields}
+
+
+def lab5_runs(repaired: bool) -> list[dict]:
+    # the README's link-faults / plane-failure / controller-crash figures
+    cut = (fault("link_down", repair_ms=8.0, lost_packets=3) if repaired else
+           fault("link_down", lost_packets=1605, chains_failed=16))
+    degrade = (fault("degrade", repair_ms=536.0, detected_by="health") if repaired else
+               fault("degrade", lost_packets=900, chains_failed=7))
+    plane = fault("plane_fail", detect_ms=12.8, detected_by="host:agents",
+                  chains_failed=0 if repaired else 31, chains_inflight=261)
+    return [fabric_run("cut", p99=300, faults=[cut]),
+            fabric_run("degrade", p99=300, faults=[degrade]),
+            fabric_run("plane", p99=300, iterations=20, faults=[plane]),
+            fabric_run("crash", p99=300, faults=[fault("controller_kill"),
+                                                 fault("controller_restart")])]
+
+
+def test_lab5_repairs_graded(tmp_path):
+    assert failing(grade(5, write_runs(tmp_path / "sol", lab5_runs(True)))) == set()
+    v = grade(5, write_runs(tmp_path / "starter", lab5_runs(False)))
+    assert failing(v) == {"link-cut-repaired", "lossy-link-drained", "plane-loss-survived"}
+    assert "repaired after never (limit 100 ms), 1605 probes lost, 16 chains failed" in \
+        v["link-cut-repaired"].reason
+    runs = lab5_runs(True)
+    runs[3]["faults"][0]["lost_packets"] = 4
+    assert failing(grade(5, write_runs(tmp_path / "lossy", runs))) == \
+        {"controller-crash-lossless"}
+
+
+def test_lab6_secy_graded(tmp_path):
+    side = {"OutPktsEncrypted": 40000, "OutPktsProtected": 0, "OutPktsUntagged": 0}
+    attack = {"tampered_sent": 25, "replayed_sent": 25, "untagged_sent": 25,
+              "delivered_to_tap": 0, "accounting_exact": True,
+              "counters_b": {"InPktsNotValid": 25, "InPktsLate": 25, "InPktsNoTag": 25}}
+    macsec = {"links": [{"sides": {"a": side, "b": side}}], "attack": attack,
+              "rotations": [{"at_s": 5.0, "an": 1}],
+              "throughput_mbps": {"protected": 14.0, "unprotected": 15.6}}
+    runs = [{"name": n, "agents": {"chains_failed": 0}, "fidelity": {"ok": True}}
+            for n in ("unprotected", "protected")]
+    assert failing(grade(6, write(tmp_path / "sol", {"runs": runs, "macsec": macsec}))) == set()
+    # the starter's SecY: integrity only, validate check, a huge replay window, no rotation
+    bad = copy.deepcopy(macsec)
+    plain = {"OutPktsEncrypted": 0, "OutPktsProtected": 40000, "OutPktsUntagged": 0}
+    bad["links"][0]["sides"] = {"a": plain, "b": plain}
+    bad["attack"].update(delivered_to_tap=50, counters_b={"InPktsInvalid": 25,
+                                                          "InPktsNoTag": 25})
+    bad["rotations"] = []
+    v = grade(6, write(tmp_path / "starter", {"runs": runs, "macsec": bad}))
+    assert failing(v) == {"confidential", "attack-rejected", "attack-counted", "keys-rotated"}
+    assert "50 of 75 injected frames reached the host" in v["attack-rejected"].reason
+    assert "InPktsLate 0/25" in v["attack-counted"].reason
+
+
+def test_app_with_a_syntax_error_is_one_line(tmp_path, monkeypatch):
+    """A student's app that does not compile is refused naming the file and line (it
+    was a traceback)."""
+    from controllers.__main__ import app_module
+
+    (tmp_path / "halfdone.py").write_text("import os\nx = (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"cannot import 'halfdone': .*halfdone.py, line 2"):
+        app_module("halfdone:App")
