@@ -222,6 +222,9 @@ class RingRank:
         if not 0 <= rank < n:
             raise UsageError(f"argument --rank: must be 0..{n - 1}, got {rank}")
         self.cfg = cfg
+        #: how many source ports a channel's packets rotate over (1: one flow): spray's
+        #: ports or the queue pairs
+        self.rotation = cfg.spray_ports if cfg.spray else cfg.qps
         self.rank = rank
         self.n = n
         self.steps = 2 * (n - 1)
@@ -326,11 +329,6 @@ class RingRank:
         ports = self.rotation
         return SPORT_BASE + ((self.rank * 64 + k) * ports + psn % ports) % 16384
 
-    @property
-    def rotation(self) -> int:
-        """How many source ports a channel's packets rotate over (1: one flow)."""
-        return self.cfg.spray_ports if self.cfg.spray else self.cfg.qps
-
     def close(self) -> None:
         for sock in self.rx_socks:
             sock.close()
@@ -426,6 +424,7 @@ class RingRank:
         clock = time.perf_counter
         st = self.stats
         rps = self.rps
+        rotate = self.rotation > 1
         while active and not self.stop_requested:
             now = clock()
             if rps:
@@ -444,7 +443,7 @@ class RingRank:
                     cost = len(tmpl) * 8
                     if tokens[k] < cost:
                         continue
-                    if self.rotation > 1:
+                    if rotate:
                         tmpl.set_sport(self._sport(k, self.psn[k]))
                     frame = tmpl.frame_into(self.psn[k], opcode_for(i, len(sizes)), dqpn)
                     try:

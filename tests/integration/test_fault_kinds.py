@@ -53,5 +53,5 @@ def test_rate_fault_slows_the_link_and_restore_brings_it_back(tmp_path_factory):
     # on a loaded 2-core host one TCP flow may reach only half of the 40 Mb/s; what
     # matters is that the 8 Mb/s fault bounds it and the restore lifts that bound
     assert before > 15, before
-    assert slowed < 10, slowed
+    assert slowed < 9, slowed  # the host link's new rate bounds the flow
     assert after > 15, after

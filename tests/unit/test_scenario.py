@@ -171,3 +171,17 @@ def test_seeds_from_the_command_line_replace_the_files():
                            "--seeds", "1,x"], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
     assert "SEEDS" in done.stderr
+
+
+def test_queue_pairs_are_checked():
+    data = yaml.safe_load((REPO / "scenarios" / "qp-scaling.yaml").read_text())
+    assert parse(copy.deepcopy(data)).variants[2].training["qps"] == 8
+    for training, reason in (({"qps": 0}, "must be 1 or more"),
+                             ({"qps": 65}, "65"),
+                             ({"qps": 4, "spray": True}, "spray already rotates")):
+        bad = copy.deepcopy(data)
+        bad["variants"][1]["training"] = training
+        with pytest.raises(ConfigError) as err:
+            parse(bad)
+        assert err.value.field == "variants[1].training.qps", err.value
+        assert reason in str(err.value), err.value
