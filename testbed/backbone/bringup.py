@@ -66,6 +66,10 @@ def bring_up(bb: Backbone, *, prefix: str, folder: Path, stack: ExitStack, cfg: 
     start_s = round(time.monotonic() - t_start, 3)
     if progress:
         progress(f"  {name}: {len(bb.nodes)} routers converged in {start_s:g} s")
+    # routers still to announce a link, or SPF runs still waiting, leave the FIB quiet
+    # over paths that are not the best ones
+    if not wait_for(lambda: not net.spf_pending(), timeout, 0.25):
+        raise BringUpError("OSPF did not settle: " + "; ".join(net.spf_pending()))
     if not settled(net, cfg["settle_s"], timeout):
         raise BringUpError(f"routing did not settle for {cfg['settle_s']:g} s "
                            f"within {timeout:g} s")

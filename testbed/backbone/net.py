@@ -326,6 +326,40 @@ class BackboneNet:
                 if self.ifname(name, "a") not in full.get(lk.a, set())
                 or self.ifname(name, "b") not in full.get(lk.b, set())]
 
+    def spf_pending(self) -> list[str]:
+        """Why OSPF's routes may not yet be the final ones, per router; none once every
+        router announces all its Full adjacencies, every router holds the same router-LSAs
+        and no SPF run is waiting (always none with BGP).
+
+        A quiet FIB is not enough: a router re-announces its links at most once per
+        MinLSInterval (5 s) and an SPF run waits up to its maximum hold time (5 s), so the
+        FIB can stay unchanged for seconds over a path that is not the best one.
+        """
+        if self.protocol == "bgpd":
+            return []
+        pending, lsdbs = [], set()
+        for node in self.daemons:
+            try:
+                ospf = json.loads(self.vty(node, "show ip ospf json") or "{}")
+                own = json.loads(self.vty(node, "show ip ospf database router self-originate json")
+                                 or "{}")
+            except json.JSONDecodeError:
+                pending.append(f"{node}: no answer")
+                continue
+            area = ospf.get("areas", {}).get("0.0.0.0", {})
+            lsdbs.add((area.get("lsaRouterNumber"), area.get("lsaRouterChecksum")))
+            if "spfTimerDueInMsecs" in ospf:
+                pending.append(f"{node}: SPF due in {ospf['spfTimerDueInMsecs']} ms")
+            links = [lk for lsa in own.get("Router Link States", {}).get("0.0.0.0", {}).values()
+                     for lk in lsa.get("routerLinks", {}).values()]
+            announced = sum("point-to-point" in str(lk.get("linkType")) for lk in links)
+            if announced != area.get("nbrFullAdjacentCounter"):
+                pending.append(f"{node}: announces {announced} of "
+                               f"{area.get('nbrFullAdjacentCounter')} adjacencies")
+        if len(lsdbs) > 1:
+            pending.append(f"link-state databases differ ({len(lsdbs)} versions)")
+        return pending
+
     def established(self, node: str) -> set[str]:
         """Peer addresses of ``node``'s Established BGP sessions."""
         try:
