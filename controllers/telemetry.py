@@ -227,10 +227,13 @@ def _attrs(data: bytes, start: int, end: int):
         start += (length + 3) & ~3
 
 
-def parse_qdisc_dump(data: bytes) -> tuple[dict[int, Queue], bool]:
+def parse_qdisc_dump(data: bytes, leaves: bool = False) -> tuple[dict, bool]:
     """Root-qdisc counters by interface index from RTM_NEWQDISC messages (backlog, drops,
-    bytes and packets sent); and whether the dump is complete (NLMSG_DONE seen)."""
-    out: dict[int, Queue] = {}
+    bytes and packets sent); and whether the dump is complete (NLMSG_DONE seen).
+
+    ``leaves``: every other qdisc's counters instead, by (interface index, major of
+    its handle), e.g. the leaf queues of traffic classes."""
+    out: dict = {}
     offset, done = 0, False
     while offset + NLMSG_HDR.size <= len(data):
         length, kind, _, _, _ = NLMSG_HDR.unpack_from(data, offset)
@@ -242,8 +245,8 @@ def parse_qdisc_dump(data: bytes) -> tuple[dict[int, Queue], bool]:
         elif kind == NLMSG_ERROR:
             raise OSError("netlink error in qdisc dump")
         elif kind == RTM_NEWQDISC:
-            _, index, _, parent, _ = TCMSG.unpack_from(data, offset + NLMSG_HDR.size)
-            if parent == TC_H_ROOT:
+            _, index, handle, parent, _ = TCMSG.unpack_from(data, offset + NLMSG_HDR.size)
+            if (parent != TC_H_ROOT) == leaves:
                 body = offset + NLMSG_HDR.size + TCMSG.size
                 for kind2, a, b in _attrs(data, body, end):
                     if kind2 != TCA_STATS2:
@@ -255,8 +258,9 @@ def parse_qdisc_dump(data: bytes) -> tuple[dict[int, Queue], bool]:
                         elif kind3 == TCA_STATS_BASIC and d - c >= GNET_BASIC.size:
                             sent, packets = GNET_BASIC.unpack_from(data, c)
                     if queue is not None:
-                        out[index] = Queue(backlog_bytes=queue[1], drops=queue[2],
-                                           sent_bytes=sent, sent_packets=packets)
+                        key = (index, handle >> 16) if leaves else index
+                        out[key] = Queue(backlog_bytes=queue[1], drops=queue[2],
+                                         sent_bytes=sent, sent_packets=packets)
         offset = (end + 3) & ~3
     return out, done
 
@@ -293,15 +297,16 @@ class QueueReader:
             except OSError:  # not created yet
                 continue
 
-    def dump(self) -> dict[int, Queue]:
-        """Counters of every root qdisc in the socket's namespace, by interface index."""
+    def dump(self, leaves: bool = False) -> dict:
+        """Counters of every root qdisc in the socket's namespace, by interface index
+        (``leaves``: of every other qdisc, by interface index and handle major)."""
         self._seq += 1
         request = NLMSG_HDR.pack(NLMSG_HDR.size + TCMSG.size, RTM_GETQDISC,
                                  NLM_F_REQUEST | NLM_F_DUMP, self._seq, 0)
         self._sock.send(request + TCMSG.pack(0, 0, 0, 0, 0))
         out: dict[int, Queue] = {}
         while True:
-            part, done = parse_qdisc_dump(self._sock.recv(1 << 20))
+            part, done = parse_qdisc_dump(self._sock.recv(1 << 20), leaves)
             out.update(part)
             if done:
                 return out
@@ -310,6 +315,12 @@ class QueueReader:
         """Counters of the wanted interfaces that exist, by name."""
         self._resolve()
         return {self._names[i]: q for i, q in self.dump().items() if i in self._names}
+
+    def read_leaves(self) -> dict[tuple[str, int], Queue]:
+        """Counters of the wanted interfaces' non-root qdiscs, by (name, handle major)."""
+        self._resolve()
+        return {(self._names[i], major): q for (i, major), q in self.dump(True).items()
+                if i in self._names}
 
     def close(self) -> None:
         self._sock.close()

@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from controllers.config import ControllerConfig, ecn_backend
-from testbed import phantom
+from testbed import layout, phantom
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError
 from testbed.fabric import Fabric, FabricTimes
 from testbed.naming import claim
 from testbed.procs import Helper, wait_for
+from testbed.qos import Qos, classes_of
 from testbed.results import read_jsonl, write_json
 from topologies.spec import FabricSpec
 
@@ -77,7 +78,7 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
-             seed: int = 1) -> LiveFabric:
+             seed: int = 1, qos: dict | None = None) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
@@ -113,7 +114,9 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     if config["ecn_backend"] == "switch":  # the class that marks earliest sets the queue
         classes = ControllerConfig.from_dict(config).ecn.classes.values()
         red = asdict(min(classes, key=lambda c: c.min_kb))
-    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red)
+    qos_section = Qos.model_validate(qos or {})
+    classes = classes_of(qos_section)
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red, classes=classes)
     stack.callback(fabric.stop)
     n = len(spec.switches)
 
@@ -124,12 +127,53 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
                 f"controller installed paths on {len(installed())} of {n} switches in 30 s")
 
     times = fabric.start(await_paths)
+    if classes and caps.htb:  # per-class counters, and PFC if asked for
+        start_pfc_agent(fabric, qos_section, out=out, pid_dir=pids, stack=stack)
     table = None
     if config["ecn_backend"] == "phantom":  # per-packet marking in the ports' egress path
         ecn = ControllerConfig.from_dict(config).ecn
         table = phantom.install(spec, ecn.classes, ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
                       times=times, phantom_table=table)
+
+
+def start_pfc_agent(fabric: Fabric, section: Qos, *, out: Path, pid_dir: Path,
+                    stack: ExitStack) -> Helper:
+    """The agent of :mod:`testbed.pfc` for every port with traffic classes: per-class
+    counters always, PAUSE frames when ``pfc.enabled``. Its record is ``pfc.json``."""
+    spec, pfc = fabric.spec, section.pfc
+    peer = {}
+    for lk in spec.links:
+        peer[lk.a_intf], peer[lk.b_intf] = lk.b_intf, lk.a_intf
+    ports = [{"ifname": p.ifname, "netns": None, "mbps": p.mbps, "switch": p.switch,
+              "role": p.role, "peer": peer[p.ifname]} for p in spec.switch_ports()]
+    for host in spec.hosts:
+        ns = f"/proc/{fabric.host_pid(host.name)}/ns/net"
+        for intf in host.interfaces:
+            ports.append({"ifname": intf.name, "netns": ns, "peer": peer[intf.name],
+                          "switch": None, "role": "host_nic",
+                          "mbps": fabric.host_link_mbps.get(intf.name, spec.link_mbps)})
+    switches: dict[str, list[str]] = {}
+    for p in spec.switch_ports():
+        switches.setdefault(p.switch, []).append(p.ifname)
+    storm = out / layout.PFC_STORMS
+    storm.mkdir(parents=True, exist_ok=True)
+    config = {"pfc": pfc.enabled, "poll_ms": pfc.poll_ms, "pause_ms": pfc.pause_ms,
+              "xoff": int(pfc.xoff_kb * 1000), "xon": int(pfc.xon_kb * 1000),
+              "watchdog_ms": pfc.watchdog_ms, "restore_ms": pfc.restore_ms,
+              "mtu": spec.mtu, "ports": ports, "switches": switches,
+              "classes": [asdict(c) for c in fabric.planned_classes(spec.link_mbps)],
+              "out": str(out / layout.PFC), "events": str(out / layout.PFC_EVENTS),
+              "storm_dir": str(storm), "ready": str(pid_dir / "pfc.ready")}
+    write_json(out / "pfc-config.json", config)
+    agent = Helper("pfc", [sys.executable, "-m", "testbed.pfc", "--config",
+                           str(out / "pfc-config.json")], pid_dir=pid_dir, log=out / "pfc.log")
+    stack.callback(agent.stop)
+    if not wait_for(lambda: Path(config["ready"]).exists() or not agent.alive(), 30):
+        raise BringUpError(f"the PFC agent did not start in 30 s (see {out / 'pfc.log'})")
+    if not agent.alive():
+        raise BringUpError(f"the PFC agent failed (see {out / 'pfc.log'})")
+    return agent
 
 
 def _bring_up_remote(spec: FabricSpec, caps: Capabilities, *, run_id: str, remote: str,

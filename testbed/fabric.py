@@ -30,12 +30,13 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from controllers.telemetry import QueueReader
-from testbed import host_settings, ovs_socket
+from testbed import host_settings, ovs_socket, qos
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.hosts import MininetHost
 from testbed.naming import OVS_EXTERNAL_ID, register
 from testbed.procs import Helper
+from testbed.qos import TrafficClass
 from topologies.spec import FabricSpec, HostInterface
 
 log = logging.getLogger(__name__)
@@ -188,11 +189,14 @@ class Fabric:
         run_id: str,
         controller_port: int,
         red: dict | None = None,
+        classes: tuple[TrafficClass, ...] = (),
     ):
         """``red``: ECN-marking RED thresholds for every switch port's queue (``min_kb``,
-        ``max_kb``, ``probability``) instead of the byte FIFO; needs ``caps.red``."""
+        ``max_kb``, ``probability``) instead of the byte FIFO; needs ``caps.red``.
+        ``classes``: traffic classes on every port (:mod:`testbed.qos`); none: one FIFO."""
         self.spec = spec
         self.red = red
+        self.classes = classes
         self.caps = caps
         self.run_id = run_id
         self.controller_port = controller_port
@@ -302,8 +306,31 @@ class Fabric:
     def _switch_ports(self) -> list[tuple[str, float]]:
         return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
 
+    def planned_classes(self, mbps: float) -> list[qos.PlannedClass]:
+        return qos.plan(self.classes, mbps, self.spec.mtu)
+
+    def _class_lines(self, ifname: str, mbps: float, switch: bool = True) -> list[str]:
+        """``tc -batch`` lines of a port's traffic classes (RED in a switch's lossy ones
+        where ECN marking is the switch's)."""
+        red = " ".join(self.red_argv(ifname, mbps)[9:]) if self.red and switch else None
+        if red:
+            red = red.replace(f"limit {self.spec.queue_kb * 1000}", "limit {limit}", 1)
+        return qos.tc_lines(ifname, mbps, self.spec.mtu, self.planned_classes(mbps), red)
+
+    def _shape_classes(self) -> None:
+        """All switch ports' class trees in one ``tc -batch`` (hundreds of lines)."""
+        lines = [line for ifname, mbps in self._switch_ports()
+                 for line in self._class_lines(ifname, mbps)]
+        done = subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n",
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise BringUpError(f"traffic classes on the switch ports: {done.stderr.strip()}")
+
     def _configure_switch_ports(self) -> None:
-        """Shape every switch port (root namespace) with HTB + FIFO; offloads off."""
+        """Shape every switch port (root namespace) with HTB + FIFO (or its traffic
+        classes); offloads off."""
+        if self.classes and self.caps.htb:
+            self._shape_classes()
         ethtool = Ethtool() if self.caps.ovs_datapath == "user" else None
         try:
             with IPRoute() as ipr:
@@ -313,7 +340,8 @@ class Fabric:
                     except OSError:
                         raise BringUpError(f"switch port {ifname} was not created") from None
                     try:
-                        self._shape(ipr, index, mbps)  # the MTU came with the veth
+                        if not self.classes:
+                            self._shape(ipr, index, mbps)  # the MTU came with the veth
                     except NetlinkError as exc:
                         raise BringUpError(f"switch port {ifname}: {exc}") from None
                     if ethtool:
@@ -386,7 +414,10 @@ class Fabric:
             cmds.append(f"ip addr add {intf.ip}/{intf.prefixlen} dev {name}")
             if self.caps.ovs_datapath == "user":
                 cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
-            if self.caps.htb:
+            if self.caps.htb and self.classes:
+                mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
+                cmds += ["tc " + line for line in self._class_lines(name, mbps, switch=False)]
+            elif self.caps.htb:
                 mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
                 rate = f"{mbps:g}mbit"
                 burst = burst_bytes(mbps, self.spec.mtu)

@@ -47,6 +47,9 @@ TRAINING_CONFIG = "training.json"
 RANK_GLOB = "training-rank*.jsonl"
 PROBE_GLOB = "probe-*.jsonl"
 FIDELITY = "fidelity.jsonl"  # the fidelity monitor's samples (testbed/fidelity.py)
+PFC = "pfc.json"  # per-class counters and PFC (testbed/pfc.py)
+PFC_EVENTS = "pfc-events.jsonl"
+PFC_STORMS = "pfc-storm"  # a file per host NIC that storms PAUSE
 
 
 def rank_file(rank: int) -> str:

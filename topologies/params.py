@@ -65,6 +65,8 @@ def join(where: str, loc: tuple[Any, ...] | list[Any]) -> str:
     for part in loc:
         if part == "[key]":  # pydantic's marker for a bad mapping key: the key names it
             continue
+        if isinstance(part, str) and "[" in part:  # a union's branch tag, list[Model]
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:

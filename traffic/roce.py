@@ -19,6 +19,8 @@ import zlib
 from typing import NamedTuple
 
 ROCE_PORT = 4791
+#: DSCP of RoCE data (AF31, the usual lossless RoCE class); CNPs use 48
+DATA_DSCP = 26
 
 SEND_FIRST = 0x00
 SEND_MIDDLE = 0x01

@@ -308,6 +308,7 @@ class RingRank:
                 dqpn=0,
                 payload_len=size,
                 ecn=roce.ECN_ECT0 if self.cfg.ecn else roce.ECN_NOT_ECT,
+                dscp=roce.DATA_DSCP,
             )
         return tmpl
 

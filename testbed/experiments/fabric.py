@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from testbed import fault_run, layout, ovs_socket, phantom, telemetry_report, workloads
+from testbed import fault_run, layout, ovs_socket, phantom, qos, telemetry_report, workloads
 from testbed.bringup import bring_up, queue_summary
 from testbed.capabilities import Capabilities
 from testbed.errors import ConfigError
@@ -42,6 +43,7 @@ from testbed.faults import Fault
 from testbed.fidelity import WatchedLink
 from testbed.lab import capture
 from testbed.naming import new_run_id, run_prefix
+from testbed.qos import Qos, qos_entry
 from testbed.results import agents_entry, training_entry
 from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
 from topologies.params import ParamError, Section
@@ -60,6 +62,7 @@ class VariantSection(Section):
     controller: dict[str, Any] | None = None
     agents: dict[str, Any] | None = None
     training: dict[str, Any] | None = None
+    qos: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None
     workloads: list[dict[str, Any]] | None = Field(
         None, description="replaces the scenario's workloads list")
@@ -75,6 +78,7 @@ class Variant:
     controller: dict[str, Any]
     agents: dict[str, Any]
     training: dict[str, Any]
+    qos: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: bool = False  # the non-blocking reference the report compares against
     faults: tuple[Fault, ...] = ()
     #: ``workloads`` entries other than agents and training, host references resolved
@@ -143,7 +147,7 @@ def _check_node(where: str, value: int, nodes: int) -> None:
 class FabricExperiment(base.Experiment):
     KIND = "fabric"
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
-                "training": Training, "faults": {"type": "array", "items": FaultEntry},
+                "training": Training, "qos": Qos, "faults": {"type": "array", "items": FaultEntry},
                 "workloads": list[Workload],
                 "variants": {"type": "array", "items": VariantSection},
                 "capture": {"type": "array", "items": {"type": "string"},
@@ -220,6 +224,8 @@ class FabricExperiment(base.Experiment):
                 raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
                                   f"must be less than max_kb ({c['max_kb']:g}), "
                                   f"got {c['min_kb']:g}")
+        qos.check(Qos.model_validate(resolved["qos"]), f"{prefix}qos",
+                  qos.fan_in_mbps(spec), spec.mtu)
         nodes = len(spec.hosts)
         agents, training = resolved["agents"], resolved["training"]
         if agents["enabled"] or agents["services"]:
@@ -357,6 +363,10 @@ class FabricExperiment(base.Experiment):
                 if not getattr(caps, feature):
                     raise ConfigError(f"variants[{i}].faults",
                                       f"{action!r} needs {feature}, which this kernel lacks")
+            if variant.qos["classes"] != "fifo" and caps.netem and variant.topology.get(
+                    "delay_ms"):
+                raise ConfigError(f"variants[{i}].qos.classes", "traffic classes do not carry "
+                                  "link delay yet (netem is one queue); use delay_ms: 0")
             mode = variant.controller["ecn"]["mode"]
             if mode == "switch" and not caps.red:
                 raise ConfigError(f"variants[{i}].controller.ecn.mode",
@@ -386,7 +396,7 @@ class FabricExperiment(base.Experiment):
                      f"switches, {len(spec.hosts)} hosts, {len(spec.links)} links)")
             entry["controller_mode"] = variant.controller["mode"]
             live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
-                            stack=stack, seed=seed)
+                            stack=stack, seed=seed, qos=variant.qos)
             fabric, times = live.fabric, live.times
             stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
@@ -446,6 +456,9 @@ class FabricExperiment(base.Experiment):
                 f"{f['fault']} {f['target']}: repair {f['repair_ms']} ms, "
                 f"lost {f['lost_packets']}, chains failed {f['chains_failed']}"
                 for f in entry["faults"]))
+        if (out / layout.PFC).exists():
+            entry["qos"] = qos_entry(json.loads((out / layout.PFC).read_text()),
+                                     variant.qos, fabric.port_roles())
         entry["agents"] = agents_entry(work.chains_file)
         entry["training"] = training_entry(
             [work.rank_file(r) for r in range(len(work.ranks or []))])

@@ -43,6 +43,37 @@ def ecn_lines(summary: dict) -> list[str]:
     return lines
 
 
+def qos_lines(summary: dict) -> list[str]:
+    """Traffic classes and PFC per variant: per-class drops and peak queue, PAUSE frames,
+    pause time, the reaction time measured against the one the headroom assumed."""
+    rows = []
+    for run in summary["runs"]:
+        q = run.get("qos")
+        if not q:
+            continue
+        classes = ", ".join(f"{name} {c['drops']:,} dropped (peak "
+                            f"{c['peak_backlog_bytes'] / 1000:.0f} KB)"
+                            for name, c in q["per_class"].items())
+        line = f"- **{run['name']}**: {classes}"
+        if q["pfc"]:
+            frames = q["pfc_frames"]
+            worst = q["most_paused"][0] if q["most_paused"] else None
+            line += (f"; PFC: {frames['xoff_tx']:,} XOFF and {frames['xon_tx']:,} XON sent, "
+                     f"{q['paused_s_total']:.1f} s paused over all ports"
+                     + (f" (most {worst['port']}, {worst['role'].replace('_', ' ')}, "
+                        f"{worst['paused_s']:.1f} s)" if worst else "")
+                     + f"; reaction p99 {q['reaction_p99_sum_ms']} ms (poll + frame + apply) "
+                     f"against {q['reaction_assumed_ms']:g} ms assumed by the headroom")
+            if q["watchdog_events"]:
+                line += f"; watchdog: {q['watchdog_events']} queues put in drop mode"
+        rows.append(line + ".")
+    if not rows:
+        return []
+    departure = next(run["qos"]["departure"] for run in summary["runs"] if run.get("qos"))
+    return ["## Traffic classes and PFC", "", *rows, "", f"How this departs from an ASIC: "
+            f"{departure}", ""]
+
+
 def telemetry_lines(summary: dict, out: Path) -> list[str]:
     """One telemetry section per variant that recorded port samples."""
     parts = [telemetry_report.section(run_dir(run, out),
@@ -74,4 +105,4 @@ def report_lines(summary: dict, out: Path) -> list[str]:
                   "(nftables): a token bucket per port and threshold, draining slower than "
                   "the link, marks ECN-capable packets before the real queue builds.", "",
                   *marks, ""]
-    return lines + telemetry_lines(summary, out)
+    return lines + qos_lines(summary) + telemetry_lines(summary, out)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, WithJsonSchema, field_validator
 
 from testbed import fault_kinds
+from testbed.qos import Qos
 from topologies.params import Section
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
@@ -233,4 +234,4 @@ class Workloads(Section):
 
 #: the sections every variant has (the scenario's base, deep-merged with its overrides)
 SECTIONS: dict[str, type[Section]] = {"controller": Controller, "agents": Agents,
-                                      "training": Training}
+                                      "training": Training, "qos": Qos}

@@ -48,7 +48,7 @@ class FabricLab:
         controller = self.variant.controller
         self.live = live = bring_up(
             spec, caps, run_id=self.run_id, controller=controller, out=self.out,
-            stack=self.stack, seed=self.scenario.seed)
+            stack=self.stack, seed=self.scenario.seed, qos=self.variant.qos)
         self.progress(f"{self.name}: fabric up in {live.times.start_s:.2f} s, every plane "
                       "reachable")
         net = live.fabric.net

@@ -1,0 +1,299 @@
+"""Traffic classes on every port: DSCP to class, a queue and buffer per class, strict
+priority or weights, and the lossless classes that PFC (:mod:`testbed.pfc`) pauses.
+
+Built from what every kernel here has (HTB, TBF, bfifo, u32): on each port an HTB root
+with one parent class at the link rate and one child per traffic class. A strict class
+gets a small guaranteed rate and priority 0, so it is served first whenever it has
+packets (HTB lends spare rate to the lowest priority number first); weighted classes
+share the rest by their rates. Each class has its own leaf queue: a byte FIFO for a
+lossy class, a token bucket at the link rate for a lossless one, which PFC pauses by
+changing its rate (HTB cannot resume a class it has slowed: its tokens stay negative).
+u32 filters map DSCP values to classes; unmatched packets go to the default class.
+
+A resumed token bucket sends only at the next enqueue on the port, so every port also
+has a *kick* class: a frame of the local experimental EtherType 0x88B5 is classified
+there and dropped by its zero-length FIFO, and its enqueue makes the port send again.
+Nothing of it reaches the wire.
+
+>>> cfg = Qos.model_validate({"classes": "roce"})
+>>> [(c.name, c.dscp, c.strict, c.lossless) for c in classes_of(cfg)]
+[('cnp', [48], True, False), ('roce', [26], False, True), ('lossy', [], False, False)]
+>>> [c.minor for c in plan(classes_of(cfg), 20, 9000)]
+[16, 17, 18]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from testbed.errors import ConfigError
+from topologies.params import Section
+from traffic.roce import DATA_DSCP
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,20}$")]
+#: EtherType of the frames that restart a resumed port (IEEE local experimental 1)
+KICK_ETHERTYPE = 0x88B5
+KICK_MINOR = 0xFF
+FIRST_MINOR = 0x10
+#: HTB's guaranteed rate of a strict class, as a share of the link
+STRICT_SHARE = 0.05
+#: a paused token bucket's rate (bits/s): one jumbo frame in minutes
+PAUSED_BPS = 1000
+
+
+class TrafficClass(Section):
+    """One traffic class of every port."""
+
+    name: Name
+    dscp: list[Annotated[int, Field(ge=0, le=63)]] = Field(
+        default_factory=list, description="DSCP values of the class; none: the default class")
+    priority: int = Field(0, ge=0, le=7, description="its 802.1p priority (PFC's class)")
+    strict: bool = Field(False, description="served before every weighted class")
+    weight: int = Field(1, ge=1, le=100, description="share of the link among weighted classes")
+    lossless: bool = Field(False, description="paused by PFC instead of dropping")
+    buffer_kb: float = Field(64, gt=0, le=100_000, description="its egress buffer per port")
+
+
+class Pfc(Section):
+    """Priority flow control (IEEE 802.1Qbb) of the lossless classes."""
+
+    enabled: bool = False
+    xoff_kb: float = Field(24, gt=0, description="a lossless queue over this pauses upstream")
+    xon_kb: float = Field(8, ge=0, description="all below this: resume")
+    reaction_ms: float = Field(
+        20, gt=0, le=1000, description="time from XOFF to the upstream stopping that the "
+                                      "headroom is sized for (the run measures it)")
+    poll_ms: float = Field(2, ge=0.5, le=100, description="how often queues are read")
+    pause_ms: float = Field(100, ge=1, le=1000,
+                            description="pause time a frame asks for (refreshed at half)")
+    watchdog_ms: float = Field(0, ge=0, le=60_000,
+                               description="a queue paused longer is put in drop mode (0: off)")
+    restore_ms: float = Field(500, gt=0, le=60_000, description="drop mode lasts this long")
+
+
+class Qos(Section):
+    """``qos:`` traffic classes (none: one FIFO per port, as before) and PFC."""
+
+    classes: list[TrafficClass] | Literal["fifo", "roce"] = Field(
+        "fifo", description="'fifo' (one queue a port), 'roce' (CNP strict, RoCE lossless, "
+                            "the rest lossy), or a list of classes")
+    pfc: Pfc = Pfc()
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _profile(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("fifo", "roce"):
+            raise ValueError(f"must be 'fifo', 'roce' or a list of classes, got {value!r}")
+        return value
+
+
+ROCE = (TrafficClass(name="cnp", dscp=[48], priority=6, strict=True, buffer_kb=16),
+        TrafficClass(name="roce", dscp=[DATA_DSCP], priority=3, lossless=True, buffer_kb=256),
+        TrafficClass(name="lossy", dscp=[], priority=0, buffer_kb=64))
+
+
+def classes_of(qos: Qos) -> tuple[TrafficClass, ...]:
+    if qos.classes == "fifo":
+        return ()
+    if qos.classes == "roce":
+        return ROCE
+    return tuple(qos.classes)
+
+
+def feeders(ports: list[tuple[str, str, str]]) -> dict[str, set[str]]:
+    """For ports given as (switch, ifname, role): the ports of the same switch whose
+    arrivals can leave through each one. Up-down routing sends what came down from
+    above only further down: an uplink is fed by the downlinks alone, a downlink by every
+    other port (so PFC pauses never form a cycle)."""
+    by_switch: dict[str, list[str]] = {}
+    for sw, ifname, _ in ports:
+        by_switch.setdefault(sw, []).append(ifname)
+    up = {ifname for _, ifname, role in ports if role.endswith("uplink")}
+    out = {}
+    for names in by_switch.values():
+        for p in names:
+            others = set(names) - {p}
+            out[p] = others - up if p in up else others
+    return out
+
+
+def fan_in_mbps(spec) -> float:
+    """The most link rate that can feed one switch port's queue (``spec``: FabricSpec)."""
+    ports = spec.switch_ports()
+    rate = {p.ifname: p.mbps for p in ports}
+    feeds = feeders([(p.switch, p.ifname, p.role) for p in ports])
+    return max((sum(rate[f] for f in fs) for fs in feeds.values()), default=0.0)
+
+
+def headroom_bytes(pfc: Pfc, fan_in: float, mtu: int) -> int:
+    """Bytes that still arrive at a queue after XOFF: the rate of every port that feeds
+    it times the reaction time, plus the frame a paused token bucket lets through and
+    the one on the wire."""
+    return int(fan_in * 1e6 / 8 * pfc.reaction_ms / 1000) + 2 * (mtu + 18)
+
+
+def check(qos: Qos, where: str, fan_in: float, mtu: int) -> None:
+    """Cross-field rules, as one-line ConfigErrors (``fan_in``: :func:`fan_in_mbps`)."""
+    """Cross-field rules, as one-line ConfigErrors."""
+    classes = classes_of(qos)
+    listed = isinstance(qos.classes, list)
+    seen: dict[int, str] = {}
+    for i, c in enumerate(classes):
+        here = f"{where}.classes[{i}]" if listed else f"{where}.classes"
+        if c.name in [d.name for d in classes[:i]]:
+            raise ConfigError(f"{here}.name", f"repeats {c.name!r}")
+        for d in c.dscp:
+            if d in seen:
+                raise ConfigError(f"{here}.dscp", f"DSCP {d} is already class {seen[d]!r}")
+            seen[d] = c.name
+        if c.strict and c.lossless:
+            raise ConfigError(f"{here}.lossless", "a strict class cannot also be lossless")
+    if classes and sum(not c.dscp for c in classes) != 1:
+        raise ConfigError(f"{where}.classes", "exactly one class must have no dscp list "
+                                              "(the default class)")
+    pfc = qos.pfc
+    if not pfc.enabled:
+        return
+    lossless = [(i, c) for i, c in enumerate(classes) if c.lossless]
+    if not lossless:
+        raise ConfigError(f"{where}.pfc.enabled", "no traffic class is lossless")
+    if pfc.xon_kb >= pfc.xoff_kb:
+        raise ConfigError(f"{where}.pfc.xon_kb",
+                          f"must be below xoff_kb ({pfc.xoff_kb:g}), got {pfc.xon_kb:g}")
+    if len({c.priority for _, c in lossless}) != len(lossless):
+        raise ConfigError(f"{where}.classes", "lossless classes need distinct priorities")
+    room = headroom_bytes(pfc, fan_in, mtu) / 1000
+    for i, c in lossless:
+        if pfc.xoff_kb + room > c.buffer_kb:
+            here = f"{where}.classes[{i}]" if listed else f"{where}.classes"
+            raise ConfigError(f"{here}.buffer_kb",
+                              f"XOFF ({pfc.xoff_kb:g} KB) plus headroom ({room:.1f} KB: "
+                              f"{fan_in:g} Mb/s of feeding ports x {pfc.reaction_ms:g} ms "
+                              "+ 2 frames) is "
+                              f"{pfc.xoff_kb + room:.1f} KB, over the class's buffer "
+                              f"of {c.buffer_kb:g} KB")
+
+
+@dataclass(frozen=True)
+class PlannedClass:
+    """A traffic class as set up on one port: HTB class 1:minor, leaf qdisc minor:."""
+
+    name: str
+    minor: int
+    dscp: tuple[int, ...]
+    priority: int
+    strict: bool
+    lossless: bool
+    rate_kbit: int
+    limit: int  # bytes
+
+    @property
+    def classid(self) -> str:
+        return f"1:{self.minor:x}"
+
+
+def plan(classes: tuple[TrafficClass, ...], mbps: float, mtu: int) -> list[PlannedClass]:
+    """Each class's HTB class and guaranteed rate on a port of ``mbps``."""
+    link = int(mbps * 1000)
+    strict = [c for c in classes if c.strict]
+    strict_kbit = max(8, int(link * STRICT_SHARE))
+    rest = link - strict_kbit * len(strict)
+    total = sum(c.weight for c in classes if not c.strict) or 1
+    out = []
+    for i, c in enumerate(classes):
+        rate = strict_kbit if c.strict else max(8, rest * c.weight // total)
+        out.append(PlannedClass(c.name, FIRST_MINOR + i, tuple(c.dscp), c.priority, c.strict,
+                                c.lossless, rate, max(int(c.buffer_kb * 1000), mtu + 18)))
+    return out
+
+
+def burst(mbps: float, mtu: int) -> int:
+    """A token bucket's burst: one full frame (or 1 ms at the link rate if larger)."""
+    return max(mtu + 18, int(mbps * 1e6 / 8 / 1000))
+
+
+def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
+             lossy_leaf: str | None = None) -> list[str]:
+    """``tc -batch`` lines that give ``dev`` its class tree (the port has no root qdisc
+    yet). ``lossy_leaf``: the lossy classes' leaf instead of a byte FIFO (``{limit}`` is
+    filled in), e.g. an ECN-marking RED queue."""
+    link = f"{mbps:g}mbit"
+    default = next(p for p in planned if not p.dscp)
+    lines = [f"qdisc add dev {dev} root handle 1: htb default {default.minor:x}",
+             f"class add dev {dev} parent 1: classid 1:1 htb rate {link} ceil {link} "
+             f"burst {burst(mbps, mtu)}"]
+    for p in planned:
+        lines.append(f"class add dev {dev} parent 1:1 classid {p.classid} htb "
+                     f"rate {p.rate_kbit}kbit ceil {link} burst {burst(mbps, mtu)} "
+                     f"prio {0 if p.strict else 1} quantum {mtu + 18}")
+        if p.lossless:
+            leaf = f"tbf rate {link} burst {burst(mbps, mtu)} limit {p.limit}"
+        elif lossy_leaf:
+            leaf = lossy_leaf.format(limit=p.limit)
+        else:
+            leaf = f"bfifo limit {p.limit}"
+        lines.append(f"qdisc add dev {dev} parent {p.classid} handle {p.minor:x}: {leaf}")
+        for d in p.dscp:
+            lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
+                         f"match ip dsfield {d << 2:#x} 0xfc flowid {p.classid}")
+    if any(p.lossless for p in planned):
+        lines += [f"class add dev {dev} parent 1:1 classid 1:{KICK_MINOR:x} htb rate 8kbit "
+                  f"ceil 8kbit prio 7 quantum {mtu + 18}",
+                  f"qdisc add dev {dev} parent 1:{KICK_MINOR:x} handle {KICK_MINOR:x}: "
+                  "bfifo limit 0",
+                  f"filter add dev {dev} parent 1: protocol {KICK_ETHERTYPE:#x} prio 2 u32 "
+                  f"match u32 0 0 flowid 1:{KICK_MINOR:x}"]
+    return lines
+
+
+def class_names(planned: list[PlannedClass]) -> dict[int, str]:
+    return {p.minor: p.name for p in planned}
+
+
+#: how the emulation departs from a switch ASIC, recorded in every run with classes
+DEPARTURE = ("PFC is done by a userspace agent: queues are read every poll_ms, PAUSE goes "
+             "out through a packet socket and a received PAUSE slows a token bucket by "
+             "netlink, so the reaction takes milliseconds where an ASIC takes about a "
+             "microsecond; congestion is seen at egress queues (no ingress buffers), so a "
+             "switch pauses all its other ports, not only the ingress ports that filled.")
+
+
+def qos_entry(record: dict, section: dict, roles: dict[str, str]) -> dict:
+    """A variant's ``qos`` summary from the agent's ``pfc.json``: per-class totals over
+    the switch ports, PAUSE frames, pause time, watchdog events and the reaction time
+    measured against the one the headroom was sized for."""
+    cfg = Qos.model_validate(section)
+    per_class: dict[str, dict] = {}
+    paused: dict[str, float] = {}
+    frames = {"xoff_tx": 0, "xon_tx": 0, "rx": 0}
+    watchdog = 0
+    for ifname, port in record["ports"].items():
+        frames["xoff_tx"] += port["xoff_tx"]
+        frames["xon_tx"] += port["xon_tx"]
+        frames["rx"] += port["frames_rx"]
+        for name, c in port["classes"].items():
+            watchdog += c.get("watchdog_events", 0)
+            if c.get("paused_s"):
+                paused[ifname] = paused.get(ifname, 0) + c["paused_s"]
+            if ifname not in roles:  # host NICs: counted where they pause, not as queues
+                continue
+            agg = per_class.setdefault(name, {"bytes": 0, "drops": 0, "peak_backlog_bytes": 0})
+            agg["bytes"] += c.get("bytes", 0)
+            agg["drops"] += c.get("drops", 0)
+            agg["peak_backlog_bytes"] = max(agg["peak_backlog_bytes"],
+                                            c.get("peak_backlog_bytes", 0))
+    reaction = record["reaction"]
+    parts = [reaction[k]["p99"] for k in ("poll_gap_ms", "frame_transit_ms", "apply_ms")]
+    measured = round(sum(parts), 3) if all(p is not None for p in parts) else None
+    top = sorted(paused.items(), key=lambda kv: -kv[1])[:5]
+    return {"classes": [c.name for c in classes_of(cfg)], "pfc": cfg.pfc.enabled,
+            "per_class": per_class, "pfc_frames": frames,
+            "paused_s_total": round(sum(paused.values()), 3),
+            "most_paused": [{"port": p, "role": roles.get(p, "host_nic"), "paused_s": round(s, 3)}
+                            for p, s in top],
+            "watchdog_events": watchdog, "reaction": reaction,
+            "reaction_assumed_ms": cfg.pfc.reaction_ms,
+            "reaction_p99_sum_ms": measured, "departure": DEPARTURE}

@@ -1,0 +1,132 @@
+"""Traffic classes and PFC without a fabric: the scenario rules, the port's tc lines, and
+the PFC frame against Scapy's independent encoding (MACControlClassBasedFlowControl)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import qos
+from testbed.errors import ConfigError
+from testbed.pfc import parse_pfc, pfc_frame, quanta
+from testbed.scenario import load, parse
+
+REPO = Path(__file__).resolve().parents[2]
+LOSSLESS = REPO / "scenarios" / "lossless.yaml"
+
+
+def scenario(qos_section: dict) -> dict:
+    data = yaml.safe_load(LOSSLESS.read_text())
+    data["variants"] = [{"name": "x", "qos": qos_section}]
+    return data
+
+
+CLASSES = [{"name": "roce", "dscp": [26], "priority": 3, "lossless": True, "buffer_kb": 256},
+           {"name": "rest"}]
+
+
+@pytest.mark.parametrize(("section", "field", "words"), [
+    ({"classes": "gold"}, "variants[0].qos.classes", "fifo"),
+    ({"classes": [{"name": "a", "dscp": [64]}, {"name": "b"}]},
+     "variants[0].qos.classes[0].dscp[0]", "63"),
+    ({"classes": [{"name": "a", "dscp": [26]}, {"name": "b", "dscp": [26]}, {"name": "c"}]},
+     "variants[0].qos.classes[1].dscp", "already class 'a'"),
+    ({"classes": [{"name": "a", "dscp": [26]}]}, "variants[0].qos.classes", "default class"),
+    ({"classes": [{"name": "a", "dscp": [1], "strict": True, "lossless": True}, {"name": "b"}]},
+     "variants[0].qos.classes[0].lossless", "strict"),
+    ({"classes": "fifo", "pfc": {"enabled": True}}, "variants[0].qos.pfc.enabled", "lossless"),
+    ({"classes": CLASSES, "pfc": {"enabled": True, "xoff_kb": 20, "xon_kb": 30}},
+     "variants[0].qos.pfc.xon_kb", "below xoff_kb"),
+    ({"classes": [{**CLASSES[0], "buffer_kb": 64}, CLASSES[1]], "pfc": {"enabled": True}},
+     "variants[0].qos.classes[0].buffer_kb", "headroom"),
+    ({"classes": "roce", "pfc": {"enabled": True, "colour": 1}},
+     "variants[0].qos.pfc.colour", "unknown"),
+])
+def test_bad_qos_is_named(section, field, words):
+    with pytest.raises(ConfigError) as err:
+        parse(scenario(section))
+    assert err.value.field == field
+    assert words in str(err.value)
+
+
+def test_headroom_counts_every_port_that_feeds_a_queue():
+    """On the 4:1 fabric a leaf uplink is fed by four 20 Mb/s host ports: 80 Mb/s."""
+    variant = load(LOSSLESS).variants[2]
+    spec = variant.fabric("tb0000")
+    assert qos.fan_in_mbps(spec) == 80
+    room = qos.headroom_bytes(qos.Pfc(reaction_ms=20), 80, 9000)
+    assert room == 200_000 + 2 * 9018
+
+
+def test_feeders_follow_up_down_routing():
+    ports = [("l", "up0", "leaf_uplink"), ("l", "up1", "leaf_uplink"),
+             ("l", "d0", "leaf_downlink"), ("l", "d1", "leaf_downlink")]
+    feeds = qos.feeders(ports)
+    assert feeds["up0"] == {"d0", "d1"}  # nothing comes down and goes up again
+    assert feeds["d0"] == {"up0", "up1", "d1"}
+
+
+def test_roce_profile_tc_lines():
+    planned = qos.plan(qos.ROCE, 20, 9000)
+    lines = qos.tc_lines("swp1", 20, 9000, planned)
+    assert lines[0] == "qdisc add dev swp1 root handle 1: htb default 12"
+    assert any("classid 1:10 htb rate 1000kbit ceil 20mbit" in ln and "prio 0" in ln
+               for ln in lines)  # CNPs: strict, 5 % guaranteed
+    assert "qdisc add dev swp1 parent 1:11 handle 11: tbf rate 20mbit burst 9018 " \
+           "limit 256000" in lines
+    assert ("filter add dev swp1 parent 1: protocol ip prio 1 u32 match ip dsfield 0x68 0xfc "
+            "flowid 1:11") in lines
+    assert any("protocol 0x88b5" in ln and "flowid 1:ff" in ln for ln in lines)
+    assert sum(p.rate_kbit for p in planned) == 20_000
+
+
+def test_tc_lines_are_accepted_by_tc():
+    """The batch parses (tc's own checker, no device needed beyond a dummy in a netns)."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a network namespace")
+    ns = f"tbq{os.getpid() % 10000:04d}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "swp1", "type", "veth", "peer", "name",
+                        "swp2"], check=True)
+        lines = qos.tc_lines("swp1", 20, 9000, qos.plan(qos.ROCE, 20, 9000))
+        done = subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"],
+                              input="\n".join(lines) + "\n", capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
+
+
+def test_pfc_frame_matches_scapy():
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.layers.l2 import Ether
+
+    mac = bytes.fromhex("020000000001")
+    ours = pfc_frame(mac, {3: 0x1234, 6: 0})
+    ref = bytes(Ether(dst="01:80:c2:00:00:01", src="02:00:00:00:00:01", type=0x8808)
+                / MACControlClassBasedFlowControl(c3_enabled=1, c6_enabled=1,
+                                                  c3_pause_time=0x1234, c6_pause_time=0))
+    assert ours[:len(ref)] == ref[:len(ours)]
+    assert parse_pfc(ref.ljust(60, b"\0")) == {3: 0x1234, 6: 0}
+    assert parse_pfc(bytes(60)) is None
+
+
+def test_pause_quanta_scale_with_the_link():
+    assert quanta(0.1, 20) == 3906  # 100 ms at 20 Mb/s, 512 bit times a quantum
+    assert quanta(10, 100_000) == 0xFFFF
+
+
+def test_validate_cli_exits_2_on_bad_qos(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(scenario({"classes": CLASSES,
+                                            "pfc": {"enabled": True, "xon_kb": 99}})))
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(bad)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "qos.pfc.xon_kb" in done.stderr
