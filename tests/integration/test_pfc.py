@@ -1,0 +1,92 @@
+"""Traffic classes and PFC on real switches: RoCE loss without PFC and none with it, PAUSE
+frames on the wire decoded by tshark, and pause spreading hop by hop from an incast."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed.runner import run
+from testbed.scenario import parse
+
+from .conftest import leftovers
+
+pytestmark = pytest.mark.skipif(shutil.which("ovs-vsctl") is None, reason="needs Open vSwitch")
+
+#: one plane, two leaves of two hosts, one spine: 4:1 oversubscribed, so the ring's
+#: steps across the spine meet at the leaf uplinks
+TOPOLOGY = {"planes": 1, "rails": 1, "nodes": 4, "leaves_per_plane": 2, "spines_per_plane": 1,
+            "link_mbps": 20, "mtu": 9000, "queue_kb": 64}
+
+
+def _run(tmp_path: Path, name: str, data: dict, duration_s: float) -> dict:
+    data = {"name": name, "seed": 1, "duration_s": duration_s, **data}
+    summary = run(parse(data), tmp_path, lambda line: None)
+    for r in summary["runs"]:
+        assert leftovers(f"tb{r['run_id']}") == []
+    return summary
+
+
+def test_pfc_stops_the_roce_loss_of_a_lossy_class(tmp_path):
+    summary = _run(tmp_path, "pfc-loss", {
+        "topology": {**TOPOLOGY, "oversubscription": 4},
+        "agents": {"enabled": False},
+        "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 1_000_000,
+                     "compute_ms": 20, "rate_mbps": 18, "payload": 4096},
+        "variants": [{"name": "classes", "qos": {"classes": "roce"}},
+                     {"name": "pfc", "qos": {"classes": "roce", "pfc": {"enabled": True}}}],
+    }, duration_s=8)
+    lossy, pfc = summary["runs"]
+    # without PFC the RoCE class overflows at the leaf uplinks and the collective loses
+    assert lossy["qos"]["per_class"]["roce"]["drops"] > 0
+    assert lossy["training"]["packets_lost"] > 0
+    assert lossy["qos"]["pfc_frames"]["xoff_tx"] == 0
+    # with PFC the hosts are paused instead: no RoCE packet dropped by a switch
+    assert pfc["qos"]["per_class"]["roce"]["drops"] == 0
+    assert pfc["qos"]["pfc_frames"]["xoff_tx"] > 0
+    assert pfc["qos"]["pfc_frames"]["rx"] > 0
+    assert pfc["qos"]["paused_s_total"] > 0
+    assert pfc["training"]["iterations"] >= 1
+    report = (tmp_path / "report.md").read_text()
+    assert "## Traffic classes and PFC" in report and "XOFF" in report
+
+
+def test_incast_pause_spreads_two_hops_and_is_on_the_wire(tmp_path):
+    """Three senders (two behind leaf 0, one behind leaf 1) to n3 behind leaf 1: leaf 1's
+    queue to n3 pauses the spine, the spine's queue to leaf 1 pauses leaf 0's uplink, and
+    leaf 0's uplink queue pauses n0 and n1. PAUSE frames reach n0 (captured there)."""
+    senders = [("n0", 5201), ("n1", 5202), ("n2", 5203)]
+    loads = [{"kind": "command", "host": "n3", "argv": ["iperf3", "-s", "-1", "-p", str(p)]}
+             for _, p in senders]
+    loads += [{"kind": "command", "host": h, "at_s": 1,
+               "argv": ["iperf3", "-c", "{n3}", "-p", str(p), "-u", "-b", "18M", "-S", "0x68",
+                        "-l", "8000", "-t", "6"]} for h, p in senders]
+    summary = _run(tmp_path, "pfc-incast", {
+        "topology": TOPOLOGY, "agents": {"enabled": False},
+        "qos": {"classes": "roce", "pfc": {"enabled": True}},
+        "workloads": loads, "capture": ["n0p0r0"],
+    }, duration_s=8)
+    entry, = summary["runs"]
+    folder = tmp_path / "variants" / entry["name"]
+    events = [json.loads(line) for line in (folder / "pfc-events.jsonl").read_text().splitlines()]
+    xoff_by = {e["switch"][-4:] for e in events if e.get("xoff")}
+    paused = {e["port"] for e in events if e.get("state") == "paused"}
+    prefix = f"tb{entry['run_id']}"
+    assert "p0l1" in xoff_by  # hop 1: leaf 1, whose queue to n3 filled
+    assert "p0s0" in xoff_by  # hop 2: the spine, whose queue to leaf 1 filled
+    assert "p0l0" in xoff_by  # hop 3: leaf 0, whose uplink filled
+    assert f"{prefix}n0p0r0" in paused and f"{prefix}n1p0r0" in paused
+    assert entry["qos"]["per_class"]["roce"]["drops"] == 0
+    pcap, = folder.glob("capture-*n0p0r0*.pcap")
+    fields = subprocess.run(["tshark", "-r", str(pcap), "-Y", "macc.opcode == 0x0101", "-T",
+                             "fields", "-e", "macc.cbfc.enbv.c3", "-e",
+                             "macc.cbfc.pause_time.c3"], capture_output=True, text=True,
+                            check=True).stdout.split("\n")
+    frames = [f.split("\t") for f in fields if f]
+    assert frames, "no PFC frame in the capture at n0"
+    assert any(int(t) > 0 for _, t in frames)  # XOFF for priority 3 (RoCE)
+    assert any(int(t) == 0 for _, t in frames)  # and XON
