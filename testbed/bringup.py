@@ -157,7 +157,8 @@ def start_pfc_agent(fabric: Fabric, section: Qos, *, out: Path, pid_dir: Path,
     for p in spec.switch_ports():
         switches.setdefault(p.switch, []).append(p.ifname)
     storm = out / layout.PFC_STORMS
-    storm.mkdir(parents=True, exist_ok=True)
+    if pfc.enabled:  # where fault kind pfc_storm flags a host NIC
+        storm.mkdir(parents=True, exist_ok=True)
     config = {"pfc": pfc.enabled, "poll_ms": pfc.poll_ms, "pause_ms": pfc.pause_ms,
               "xoff": int(pfc.xoff_kb * 1000), "xon": int(pfc.xon_kb * 1000),
               "watchdog_ms": pfc.watchdog_ms, "restore_ms": pfc.restore_ms,

@@ -40,11 +40,12 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute
 
-from testbed import fault_kinds
+from testbed import fault_kinds, layout
 from testbed.errors import ConfigError, HostError
 from testbed.fabric import HTB_MINOR, burst_bytes
 from testbed.faults import Fault
@@ -168,6 +169,20 @@ class FabricFaults:
 
     def set_links(self, links: list[Link], *, up: bool) -> int:
         return self._links(links, up=up)
+
+    def pfc_storm(self, rail: str, *, on: bool) -> str:
+        """Start (or stop) a PAUSE storm from a host NIC: a file named after it in the
+        run's storm folder, which the PFC agent watches."""
+        ifname = f"{self.spec.prefix}{rail}"
+        flag = Path(self.live.status).parent / layout.PFC_STORMS / ifname
+        if not flag.parent.is_dir():
+            raise ConfigError("action", f"pfc_storm {rail}: this fabric runs without PFC "
+                                        "(qos.pfc.enabled: false)")
+        if on:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+        return ifname
 
     # -- links -------------------------------------------------------------------------
     def _switch_links(self, name: str) -> list[Link]:

@@ -235,6 +235,28 @@ class ControllerRestart(ControllerKill):
         return faults.restart_controller()
 
 
+@register
+class PfcStorm(FaultKind):
+    """A host NIC (``n2p0r0``) that stops draining: it sends PAUSE for every lossless
+    priority without end (needs ``qos.pfc.enabled``; :mod:`testbed.pfc` sends them)."""
+
+    NAME = "pfc_storm"
+    TARGET = "rail"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.pfc_storm(target, on=True)
+
+
+@register
+class PfcStormStop(PfcStorm):
+    """The NIC drains again (``pfc_storm`` undone)."""
+
+    NAME = "pfc_storm_stop"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.pfc_storm(target, on=False)
+
+
 class LossParams(Section):
     loss: float = Field(ge=0.001, le=1.0, description="fraction of frames dropped")
 

@@ -10,8 +10,8 @@ What a switch MAC does in silicon is done here in userspace, on real frames:
   not in a Clos fabric). The emulation has no ingress buffers, so it cannot, like an
   ASIC, pause only the ingress ports whose share of the buffer passed XOFF; it pauses
   every port that could have fed the queue, which is more head-of-line blocking. PAUSE
-  is refreshed every half pause time while any queue of S is over XON, and taken back
-  (a zero pause time) when all are below.
+  is refreshed every half pause time, and taken back (a zero pause time) from a port as
+  soon as every queue it feeds has fallen below XON.
 - **Reaction point.** Every port (switch ports and host NICs) has a packet socket for
   EtherType 0x8808. A PAUSE received on a port stops that port's queue of the class (its
   token bucket goes to 1 kbit/s) until the pause time has passed or a zero time
@@ -212,6 +212,8 @@ class Agent:
         #: per (switch, priority): ports sent XOFF, and when last refreshed
         self.asserted: dict[tuple[str, int], set[str]] = {}
         self.refreshed: dict[tuple[str, int], float] = {}
+        #: per (switch, priority): its queues between XOFF and XON, on the way down
+        self.hot: dict[tuple[str, int], set[str]] = {}
         #: per (switch port, class leaf major): highest backlog seen, last counters
         self.peak: dict[tuple[str, int], int] = {}
         self.last: dict[tuple[str, int], Queue] = {}
@@ -222,6 +224,11 @@ class Agent:
         self.events = open(cfg["events"], "a", buffering=1)
         self.storm_dir = Path(cfg["storm_dir"])
         self.storming: set[str] = set()
+        #: storms as they happened: port, start, stop (agent seconds)
+        self.storm_log: list[dict] = []
+        #: ports whose queue was paused while a storm went on, with the first time
+        self.storm_paused: dict[str, float] = {}
+        self.watchdog_log: list[float] = []  # when queues went into drop mode
         self.t0 = time.monotonic()
 
     def _open(self, dev: dict) -> Port:
@@ -322,6 +329,8 @@ class Agent:
                 pass  # dropped by the kick class's empty FIFO, as it should be
         self.apply.append(time.monotonic() - t)
         self._event(port=port.ifname, priority=priority, state=state)
+        if state == "paused" and self.storming:
+            self.storm_paused.setdefault(port.ifname, round(t - self.t0, 4))
 
     def _resume(self, port: Port, priority: int, now: float) -> None:
         st = port.classes[priority]
@@ -343,26 +352,29 @@ class Agent:
                 prio, major = cls["priority"], cls["minor"]
                 backlog = {p: leaves[(p, major)].backlog_bytes for p in ports
                            if (p, major) in leaves}
-                over = {p for p, b in backlog.items() if b > self.cfg["xoff"]}
                 key = (sw, prio)
+                # a queue is hot from over XOFF until below XON; the ports that feed a
+                # hot queue are paused, each resumed as soon as no hot queue needs it
+                # (one switch-wide XON would keep feeders of a drained queue paused while
+                # another queue is full, and pauses would wait on each other in a cycle)
+                hot = self.hot.setdefault(key, set())
+                hot |= {p for p, b in backlog.items() if b > self.cfg["xoff"]}
+                hot -= {p for p, b in backlog.items() if b <= self.cfg["xon"]}
+                target = set().union(*(self.feeders[p] for p in hot))
                 asserted = self.asserted.setdefault(key, set())
-                if asserted and all(b <= self.cfg["xon"] for b in backlog.values()):
-                    for p in sorted(asserted):
-                        self.send(self.ports[p], prio, 0)
-                    self._event(switch=sw, priority=prio, xon=sorted(asserted))
-                    asserted.clear()
-                    continue
-                if over:
-                    target = set().union(*(self.feeders[p] for p in over))
-                    new = target - asserted
-                    for p in sorted(new):
-                        self.send(self.ports[p], prio, self.pause_s)
-                    if new:
-                        self._event(switch=sw, priority=prio, xoff=sorted(new),
-                                    congested=sorted(over))
-                        if not asserted:
-                            self.refreshed[key] = now
-                    asserted |= new
+                gone, new = asserted - target, target - asserted
+                for p in sorted(gone):
+                    self.send(self.ports[p], prio, 0)
+                if gone:
+                    self._event(switch=sw, priority=prio, xon=sorted(gone))
+                for p in sorted(new):
+                    self.send(self.ports[p], prio, self.pause_s)
+                if new:
+                    self._event(switch=sw, priority=prio, xoff=sorted(new),
+                                congested=sorted(hot))
+                    if not asserted - gone:
+                        self.refreshed[key] = now
+                self.asserted[key] = asserted = target
                 if asserted and now - self.refreshed.get(key, now) >= self.pause_s / 2:
                     for p in sorted(asserted):
                         self.send(self.ports[p], prio, self.pause_s)
@@ -378,6 +390,7 @@ class Agent:
                     st.paused_s += now - st.since
                     st.since, st.drop_until = None, now + self.restore_s
                     st.watchdog_events += 1
+                    self.watchdog_log.append(round(now - self.t0, 4))
                     self._set(port, prio, "dropping")
                     self._event(port=port.ifname, priority=prio, watchdog="drop")
                 elif st.drop_until and now >= st.drop_until:
@@ -392,8 +405,13 @@ class Agent:
             wanted = set()
         for name in wanted - self.storming:
             self._event(port=name, storm="start")
+            self.storm_log.append({"port": name, "start_s": round(now - self.t0, 4),
+                                   "stop_s": None})
         for name in self.storming - wanted:
             self._event(port=name, storm="stop")
+            for s in self.storm_log:
+                if s["port"] == name and s["stop_s"] is None:
+                    s["stop_s"] = round(now - self.t0, 4)
             for prio in self.by_priority:
                 self.send(self.ports[name], prio, 0)
         self.storming = wanted
@@ -443,7 +461,9 @@ class Agent:
             ports[port.ifname] = {"switch": port.switch, "frames_rx": port.frames_rx,
                                   "frames_tx": port.frames_tx, "xoff_tx": port.xoff_tx,
                                   "xon_tx": port.xon_tx, "classes": classes}
-        return {"ports": ports, "reaction": {
+        return {"ports": ports, "storms": self.storm_log, "storm_paused": self.storm_paused,
+                "watchdog_log": self.watchdog_log,
+                "reaction": {
             "poll_gap_ms": _spread(self.poll_gaps), "frame_transit_ms": _spread(self.transit),
             "apply_ms": _spread(self.apply)}}
 

@@ -289,7 +289,19 @@ def qos_entry(record: dict, section: dict, roles: dict[str, str]) -> dict:
     parts = [reaction[k]["p99"] for k in ("poll_gap_ms", "frame_transit_ms", "apply_ms")]
     measured = round(sum(parts), 3) if all(p is not None for p in parts) else None
     top = sorted(paused.items(), key=lambda kv: -kv[1])[:5]
+    storms = record.get("storms", [])
+    storm = None
+    if storms:
+        start = min(s["start_s"] for s in storms)
+        drops = [t for t in record.get("watchdog_log", []) if t >= start]
+        storm = {"ports": sorted({s["port"] for s in storms}),
+                 "started_s": start,
+                 "ports_paused": len(record.get("storm_paused", {})),
+                 "switch_ports_paused": sum(p in roles for p in record.get("storm_paused", {})),
+                 "watchdog_first_ms": (round((min(drops) - start) * 1000, 1)
+                                       if drops else None)}
     return {"classes": [c.name for c in classes_of(cfg)], "pfc": cfg.pfc.enabled,
+            "storm": storm,
             "per_class": per_class, "pfc_frames": frames,
             "paused_s_total": round(sum(paused.values()), 3),
             "most_paused": [{"port": p, "role": roles.get(p, "host_nic"), "paused_s": round(s, 3)}

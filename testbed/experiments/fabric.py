@@ -224,8 +224,12 @@ class FabricExperiment(base.Experiment):
                 raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
                                   f"must be less than max_kb ({c['max_kb']:g}), "
                                   f"got {c['min_kb']:g}")
-        qos.check(Qos.model_validate(resolved["qos"]), f"{prefix}qos",
-                  qos.fan_in_mbps(spec), spec.mtu)
+        qos_section = Qos.model_validate(resolved["qos"])
+        qos.check(qos_section, f"{prefix}qos", qos.fan_in_mbps(spec), spec.mtu)
+        if not qos_section.pfc.enabled and any(f.action.startswith("pfc_storm")
+                                               for f in fault_list):
+            raise ConfigError(f"{prefix}faults", "pfc_storm needs qos.pfc.enabled (the PFC "
+                                                 "agent sends the storm's PAUSE frames)")
         nodes = len(spec.hosts)
         agents, training = resolved["agents"], resolved["training"]
         if agents["enabled"] or agents["services"]:

@@ -90,3 +90,25 @@ def test_incast_pause_spreads_two_hops_and_is_on_the_wire(tmp_path):
     assert frames, "no PFC frame in the capture at n0"
     assert any(int(t) > 0 for _, t in frames)  # XOFF for priority 3 (RoCE)
     assert any(int(t) == 0 for _, t in frames)  # and XON
+
+
+def test_watchdog_contains_a_pause_storm(tmp_path):
+    """n3's NIC sends PAUSE without end from 2 s: without the watchdog the pause reaches
+    the spine and the other leaf; with it the port facing n3 goes into drop mode after
+    about 200 ms and the fabric is paused for far less time."""
+    summary = _run(tmp_path, "pfc-storm", {
+        "topology": TOPOLOGY, "agents": {"enabled": False},
+        "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 500_000,
+                     "compute_ms": 20, "rate_mbps": 12, "payload": 4096},
+        "qos": {"classes": "roce", "pfc": {"enabled": True}},
+        "faults": [{"at_s": 2, "action": "pfc_storm", "target": "n3p0r0"}],
+        "variants": [{"name": "no-watchdog"},
+                     {"name": "watchdog", "qos": {"pfc": {"watchdog_ms": 200}}}],
+    }, duration_s=7)
+    spread, held = (r["qos"] for r in summary["runs"])
+    assert spread["storm"]["ports"] == [f"tb{summary['runs'][0]['run_id']}n3p0r0"]
+    assert spread["watchdog_events"] == 0
+    assert spread["storm"]["switch_ports_paused"] >= 2  # beyond the port facing n3
+    assert held["watchdog_events"] >= 1
+    assert 150 <= held["storm"]["watchdog_first_ms"] <= 1500
+    assert held["paused_s_total"] < spread["paused_s_total"] / 2

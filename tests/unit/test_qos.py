@@ -130,3 +130,13 @@ def test_validate_cli_exits_2_on_bad_qos(tmp_path):
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "qos.pfc.xon_kb" in done.stderr
+
+
+def test_a_storm_needs_pfc():
+    data = scenario({"classes": "roce"})
+    data["faults"] = [{"at_s": 1, "action": "pfc_storm", "target": "n3p0r0"}]
+    with pytest.raises(ConfigError) as err:
+        parse(data)
+    assert err.value.field == "variants[0].faults" and "qos.pfc.enabled" in str(err.value)
+    data["variants"][0]["qos"]["pfc"] = {"enabled": True}
+    parse(data)
