@@ -137,6 +137,6 @@ def test_a_storm_needs_pfc():
     data["faults"] = [{"at_s": 1, "action": "pfc_storm", "target": "n3p0r0"}]
     with pytest.raises(ConfigError) as err:
         parse(data)
-    assert err.value.field == "variants[0].faults" and "qos.pfc.enabled" in str(err.value)
-    data["variants"][0]["qos"]["pfc"] = {"enabled": True}
+    assert err.value.field == "faults" and "qos.pfc.enabled" in str(err.value)
+    data["qos"] = {"classes": "roce", "pfc": {"enabled": True}}
     parse(data)
