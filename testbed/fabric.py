@@ -307,7 +307,7 @@ class Fabric:
         return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
 
     def planned_classes(self, mbps: float) -> list[qos.PlannedClass]:
-        return qos.plan(self.classes, mbps, self.spec.mtu)
+        return qos.plan(self.classes, mbps, self.spec.mtu, qos.host_addresses(self.spec))
 
     def _class_lines(self, ifname: str, mbps: float, switch: bool = True) -> list[str]:
         """``tc -batch`` lines of a port's traffic classes (RED in a switch's lossy ones
@@ -415,8 +415,7 @@ class Fabric:
             if self.caps.ovs_datapath == "user":
                 cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
             if self.caps.htb and self.classes:
-                mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
-                cmds += ["tc " + line for line in self._class_lines(name, mbps, switch=False)]
+                pass  # tc -batch after the shell lines (:meth:`_configure_host`)
             elif self.caps.htb:
                 mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
                 rate = f"{mbps:g}mbit"
@@ -437,6 +436,13 @@ class Fabric:
         out = self.net.get(name).cmd(script)
         if "rc=0" not in out:
             raise BringUpError(f"configuring host {name} failed: {out.strip()[-300:]}")
+        if self.caps.htb and self.classes:  # dozens of lines: over a shell line's limit
+            lines = [line for intf in interfaces for line in self._class_lines(
+                intf.name, self.host_link_mbps.get(intf.name, self.spec.link_mbps),
+                switch=False)]
+            done = self.host(name).run(["tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
+            if done.returncode:
+                raise BringUpError(f"traffic classes on host {name}: {done.stderr.strip()}")
 
     # -- use ---------------------------------------------------------------------------
     def host_pid(self, name: str) -> int:

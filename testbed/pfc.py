@@ -63,6 +63,8 @@ SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
 CLONE_NEWNET = 0x40000000
 SIOCGIFHWADDR = 0x8927
+#: how often queues are read when PFC is off (per-class counters and sampled peaks)
+COUNTER_POLL_S = 0.02
 
 
 def pfc_frame(src_mac: bytes, times: dict[int, int]) -> bytes:
@@ -194,7 +196,8 @@ class Port:
 class Agent:
     def __init__(self, cfg: dict):
         self.cfg = cfg
-        self.poll_s = cfg["poll_ms"] / 1000
+        # without PFC only counters are read: a sampled peak is enough, at less CPU
+        self.poll_s = cfg["poll_ms"] / 1000 if cfg["pfc"] else COUNTER_POLL_S
         self.pause_s = cfg["pause_ms"] / 1000
         self.watchdog_s = cfg["watchdog_ms"] / 1000
         self.restore_s = cfg["restore_ms"] / 1000

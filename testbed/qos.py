@@ -49,7 +49,11 @@ class TrafficClass(Section):
 
     name: Name
     dscp: list[Annotated[int, Field(ge=0, le=63)]] = Field(
-        default_factory=list, description="DSCP values of the class; none: the default class")
+        default_factory=list, description="DSCP values of the class; neither dscp nor "
+                                          "hosts: the default class")
+    hosts: list[str | int] = Field(
+        default_factory=list, description="a tenant's hosts (n0 or node index): what they "
+                                          "send is this class (with dscp: only those values)")
     priority: int = Field(0, ge=0, le=7, description="its 802.1p priority (PFC's class)")
     strict: bool = Field(False, description="served before every weighted class")
     weight: int = Field(1, ge=1, le=100, description="share of the link among weighted classes")
@@ -135,25 +139,45 @@ def headroom_bytes(pfc: Pfc, fan_in: float, mtu: int) -> int:
     return int(fan_in * 1e6 / 8 * pfc.reaction_ms / 1000) + 2 * (mtu + 18)
 
 
-def check(qos: Qos, where: str, fan_in: float, mtu: int) -> None:
-    """Cross-field rules, as one-line ConfigErrors (``fan_in``: :func:`fan_in_mbps`)."""
-    """Cross-field rules, as one-line ConfigErrors."""
+def host_addresses(spec) -> dict[str, tuple[str, ...]]:
+    """Each host by short name and by node index: (short name, its addresses...)."""
+    out = {}
+    for n, h in enumerate(spec.hosts):
+        short = h.name[len(spec.prefix):]
+        out[short] = out[str(n)] = (short, *(i.ip for i in h.interfaces))
+    return out
+
+
+def check(qos: Qos, where: str, fan_in: float, mtu: int,
+          hosts: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Cross-field rules, as one-line ConfigErrors (``fan_in``: :func:`fan_in_mbps`,
+    ``hosts``: :func:`host_addresses`)."""
+    hosts = hosts or {}
     classes = classes_of(qos)
     listed = isinstance(qos.classes, list)
-    seen: dict[int, str] = {}
+    seen: dict[tuple, str] = {}  # (dscp or None, host or None): its class
     for i, c in enumerate(classes):
         here = f"{where}.classes[{i}]" if listed else f"{where}.classes"
         if c.name in [d.name for d in classes[:i]]:
             raise ConfigError(f"{here}.name", f"repeats {c.name!r}")
-        for d in c.dscp:
-            if d in seen:
-                raise ConfigError(f"{here}.dscp", f"DSCP {d} is already class {seen[d]!r}")
-            seen[d] = c.name
+        for j, h in enumerate(c.hosts):
+            if str(h) not in hosts:
+                raise ConfigError(f"{here}.hosts[{j}]", f"no host {h!r} in this fabric")
+        for h in [hosts[str(h)][0] for h in c.hosts] or [None]:
+            for d in c.dscp or [None]:
+                if d is None and h is None:
+                    continue
+                if (d, h) in seen:
+                    what = " and ".join(x for x in (d is not None and f"DSCP {d}",
+                                                     h and f"host {h}") if x)
+                    raise ConfigError(f"{here}.{'dscp' if d is not None else 'hosts'}",
+                                      f"{what} is already class {seen[(d, h)]!r}")
+                seen[(d, h)] = c.name
         if c.strict and c.lossless:
             raise ConfigError(f"{here}.lossless", "a strict class cannot also be lossless")
-    if classes and sum(not c.dscp for c in classes) != 1:
-        raise ConfigError(f"{where}.classes", "exactly one class must have no dscp list "
-                                              "(the default class)")
+    if classes and sum(not c.dscp and not c.hosts for c in classes) != 1:
+        raise ConfigError(f"{where}.classes", "exactly one class must have neither dscp nor "
+                                              "hosts (the default class)")
     pfc = qos.pfc
     if not pfc.enabled:
         return
@@ -184,6 +208,8 @@ class PlannedClass:
     name: str
     minor: int
     dscp: tuple[int, ...]
+    #: source addresses of the tenant's hosts (none: any source)
+    sources: tuple[str, ...]
     priority: int
     strict: bool
     lossless: bool
@@ -195,8 +221,11 @@ class PlannedClass:
         return f"1:{self.minor:x}"
 
 
-def plan(classes: tuple[TrafficClass, ...], mbps: float, mtu: int) -> list[PlannedClass]:
-    """Each class's HTB class and guaranteed rate on a port of ``mbps``."""
+def plan(classes: tuple[TrafficClass, ...], mbps: float, mtu: int,
+         hosts: dict[str, tuple[str, ...]] | None = None) -> list[PlannedClass]:
+    """Each class's HTB class and guaranteed rate on a port of ``mbps`` (``hosts``:
+    :func:`host_addresses`, for tenant classes)."""
+    hosts = hosts or {}
     link = int(mbps * 1000)
     strict = [c for c in classes if c.strict]
     strict_kbit = max(8, int(link * STRICT_SHARE))
@@ -205,8 +234,10 @@ def plan(classes: tuple[TrafficClass, ...], mbps: float, mtu: int) -> list[Plann
     out = []
     for i, c in enumerate(classes):
         rate = strict_kbit if c.strict else max(8, rest * c.weight // total)
-        out.append(PlannedClass(c.name, FIRST_MINOR + i, tuple(c.dscp), c.priority, c.strict,
-                                c.lossless, rate, max(int(c.buffer_kb * 1000), mtu + 18)))
+        sources = tuple(ip for h in c.hosts for ip in hosts.get(str(h), ("",))[1:])
+        out.append(PlannedClass(c.name, FIRST_MINOR + i, tuple(c.dscp), sources, c.priority,
+                                c.strict, c.lossless, rate,
+                                max(int(c.buffer_kb * 1000), mtu + 18)))
     return out
 
 
@@ -221,7 +252,7 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
     yet). ``lossy_leaf``: the lossy classes' leaf instead of a byte FIFO (``{limit}`` is
     filled in), e.g. an ECN-marking RED queue."""
     link = f"{mbps:g}mbit"
-    default = next(p for p in planned if not p.dscp)
+    default = next(p for p in planned if not p.dscp and not p.sources)
     lines = [f"qdisc add dev {dev} root handle 1: htb default {default.minor:x}",
              f"class add dev {dev} parent 1: classid 1:1 htb rate {link} ceil {link} "
              f"burst {burst(mbps, mtu)}"]
@@ -236,15 +267,23 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
         else:
             leaf = f"bfifo limit {p.limit}"
         lines.append(f"qdisc add dev {dev} parent {p.classid} handle {p.minor:x}: {leaf}")
-        for d in p.dscp:
-            lines.append(f"filter add dev {dev} parent 1: protocol ip prio 1 u32 "
-                         f"match ip dsfield {d << 2:#x} 0xfc flowid {p.classid}")
+        # DSCP-and-source before DSCP alone before source alone: CNPs of a tenant's
+        # hosts stay CNPs unless the tenant has its own
+        for src in p.sources or ("",):
+            match = f"match ip src {src}/32 " if src else ""
+            for d in p.dscp:
+                lines.append(f"filter add dev {dev} parent 1: protocol ip prio "
+                             f"{1 if src else 2} u32 {match}match ip dsfield {d << 2:#x} 0xfc "
+                             f"flowid {p.classid}")
+            if src and not p.dscp:
+                lines.append(f"filter add dev {dev} parent 1: protocol ip prio 3 u32 "
+                             f"{match}flowid {p.classid}")
     if any(p.lossless for p in planned):
         lines += [f"class add dev {dev} parent 1:1 classid 1:{KICK_MINOR:x} htb rate 8kbit "
                   f"ceil 8kbit prio 7 quantum {mtu + 18}",
                   f"qdisc add dev {dev} parent 1:{KICK_MINOR:x} handle {KICK_MINOR:x}: "
                   "bfifo limit 0",
-                  f"filter add dev {dev} parent 1: protocol {KICK_ETHERTYPE:#x} prio 2 u32 "
+                  f"filter add dev {dev} parent 1: protocol {KICK_ETHERTYPE:#x} prio 4 u32 "
                   f"match u32 0 0 flowid 1:{KICK_MINOR:x}"]
     return lines
 

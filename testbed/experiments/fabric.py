@@ -225,7 +225,8 @@ class FabricExperiment(base.Experiment):
                                   f"must be less than max_kb ({c['max_kb']:g}), "
                                   f"got {c['min_kb']:g}")
         qos_section = Qos.model_validate(resolved["qos"])
-        qos.check(qos_section, f"{prefix}qos", qos.fan_in_mbps(spec), spec.mtu)
+        qos.check(qos_section, f"{prefix}qos", qos.fan_in_mbps(spec), spec.mtu,
+                  qos.host_addresses(spec))
         if not qos_section.pfc.enabled and any(f.action.startswith("pfc_storm")
                                                for f in fault_list):
             raise ConfigError(f"{prefix}faults", "pfc_storm needs qos.pfc.enabled (the PFC "

@@ -78,7 +78,7 @@ def test_roce_profile_tc_lines():
                for ln in lines)  # CNPs: strict, 5 % guaranteed
     assert "qdisc add dev swp1 parent 1:11 handle 11: tbf rate 20mbit burst 9018 " \
            "limit 256000" in lines
-    assert ("filter add dev swp1 parent 1: protocol ip prio 1 u32 match ip dsfield 0x68 0xfc "
+    assert ("filter add dev swp1 parent 1: protocol ip prio 2 u32 match ip dsfield 0x68 0xfc "
             "flowid 1:11") in lines
     assert any("protocol 0x88b5" in ln and "flowid 1:ff" in ln for ln in lines)
     assert sum(p.rate_kbit for p in planned) == 20_000
