@@ -297,10 +297,26 @@ DEPARTURE = ("PFC is done by a userspace agent: queues are read every poll_ms, P
              "out through a packet socket and a received PAUSE slows a token bucket by "
              "netlink, so the reaction takes milliseconds where an ASIC takes about a "
              "microsecond; congestion is seen at egress queues (no ingress buffers), so a "
-             "switch pauses all its other ports, not only the ingress ports that filled.")
+             "switch pauses every port that could feed a full queue (up-down routing), not "
+             "only the ingress ports whose buffer share filled.")
 
 
-def qos_entry(record: dict, section: dict, roles: dict[str, str]) -> dict:
+def tenants(section: dict, workloads: dict[str, list[str]]) -> dict[str, dict]:
+    """The classes that match hosts (tenants), with their hosts and the workloads whose
+    hosts they hold (``workloads``: e.g. ``{"chains": ["n2", ...], "training": [...]}``)."""
+    out = {}
+    for c in classes_of(Qos.model_validate(section)):
+        if not c.hosts:
+            continue
+        hosts = [h if isinstance(h, str) else f"n{h}" for h in c.hosts]
+        out[c.name] = {"hosts": hosts,
+                       "workloads": sorted(w for w, on in workloads.items()
+                                           if on and set(on) <= set(hosts))}
+    return out
+
+
+def qos_entry(record: dict, section: dict, roles: dict[str, str],
+              workloads: dict[str, list[str]] | None = None) -> dict:
     """A variant's ``qos`` summary from the agent's ``pfc.json``: per-class totals over
     the switch ports, PAUSE frames, pause time, watchdog events and the reaction time
     measured against the one the headroom was sized for."""
@@ -340,7 +356,7 @@ def qos_entry(record: dict, section: dict, roles: dict[str, str]) -> dict:
                  "watchdog_first_ms": (round((min(drops) - start) * 1000, 1)
                                        if drops else None)}
     return {"classes": [c.name for c in classes_of(cfg)], "pfc": cfg.pfc.enabled,
-            "storm": storm,
+            "tenants": tenants(section, workloads or {}), "storm": storm,
             "per_class": per_class, "pfc_frames": frames,
             "paused_s_total": round(sum(paused.values()), 3),
             "most_paused": [{"port": p, "role": roles.get(p, "host_nic"), "paused_s": round(s, 3)}

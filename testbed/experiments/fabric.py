@@ -462,8 +462,14 @@ class FabricExperiment(base.Experiment):
                 f"lost {f['lost_packets']}, chains failed {f['chains_failed']}"
                 for f in entry["faults"]))
         if (out / layout.PFC).exists():
+            agents, training = variant.agents, variant.training
+            users = {"chains": [f"n{agents['driver']}", *(f"n{n}" for n in
+                                                          agents["services"].values())]
+                     if agents["enabled"] else [],
+                     "training": [f"n{n}" for n in training["ranks"]]
+                     if training["enabled"] else []}
             entry["qos"] = qos_entry(json.loads((out / layout.PFC).read_text()),
-                                     variant.qos, fabric.port_roles())
+                                     variant.qos, fabric.port_roles(), users)
         entry["agents"] = agents_entry(work.chains_file)
         entry["training"] = training_entry(
             [work.rank_file(r) for r in range(len(work.ranks or []))])

@@ -69,9 +69,34 @@ def qos_lines(summary: dict) -> list[str]:
         rows.append(line + ".")
     if not rows:
         return []
+    rows += tenant_lines(summary)
     departure = next(run["qos"]["departure"] for run in summary["runs"] if run.get("qos"))
     return ["## Traffic classes and PFC", "", *rows, "", f"How this departs from an ASIC: "
             f"{departure}", ""]
+
+
+def tenant_lines(summary: dict) -> list[str]:
+    """Each tenant's queue and workloads, variant by variant, side by side."""
+    rows = []
+    for run in summary["runs"]:
+        for name, t in ((run.get("qos") or {}).get("tenants") or {}).items():
+            c = run["qos"]["per_class"].get(name, {})
+            results = []
+            if "chains" in t["workloads"] and run["agents"].get("chains_completed"):
+                results.append(f"chains p50 {run['agents']['latency_ms']['p50']:.1f} ms, "
+                               f"p99 {run['agents']['latency_ms']['p99']:.1f} ms")
+            if "training" in t["workloads"] and run["training"].get("iterations"):
+                results.append(f"training {run['training']['goodput_mbps']:.1f} Mb/s, "
+                               f"{run['training']['packets_lost']:,} lost")
+            rows.append(f"| {run['name']} | {name} | {', '.join(t['hosts'])} | "
+                        f"{c.get('bytes', 0) / 1e6:,.1f} | {c.get('drops', 0):,} | "
+                        f"{c.get('peak_backlog_bytes', 0) / 1000:.0f} | "
+                        f"{'; '.join(results) or '-'} |")
+    if not rows:
+        return []
+    return ["", "Tenants (a queue each, matched by their hosts' addresses):", "",
+            "| variant | tenant | hosts | MB sent | dropped | peak KB | its workloads |",
+            "|---|---|---|---|---|---|---|", *rows]
 
 
 def telemetry_lines(summary: dict, out: Path) -> list[str]:
