@@ -165,6 +165,7 @@ def start_pfc_agent(fabric: Fabric, section: Qos, *, out: Path, pid_dir: Path,
               "mtu": spec.mtu, "ports": ports, "switches": switches,
               "classes": [asdict(c) for c in fabric.planned_classes(spec.link_mbps)],
               "out": str(out / layout.PFC), "events": str(out / layout.PFC_EVENTS),
+              "samples": str(out / layout.CLASS_TELEMETRY),
               "storm_dir": str(storm), "ready": str(pid_dir / "pfc.ready")}
     write_json(out / "pfc-config.json", config)
     agent = Helper("pfc", [sys.executable, "-m", "testbed.pfc", "--config",

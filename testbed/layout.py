@@ -50,6 +50,8 @@ FIDELITY = "fidelity.jsonl"  # the fidelity monitor's samples (testbed/fidelity.
 PFC = "pfc.json"  # per-class counters and PFC (testbed/pfc.py)
 PFC_EVENTS = "pfc-events.jsonl"
 PFC_STORMS = "pfc-storm"  # a file per host NIC that storms PAUSE
+CLASS_TELEMETRY = "class-telemetry.jsonl"
+QOS_PLOT = "qos.png"
 
 
 def rank_file(rank: int) -> str:

@@ -28,8 +28,9 @@ poll interval, the frame's way through the kernel, a netlink call), where silico
 about a microsecond; at the scaled link rates (20 Mb/s: 2.5 KB a millisecond) that is a
 few frames, so headroom is sized from the measured time, not from cable length.
 
-Writes ``pfc.json`` (counters, per port and class) at SIGTERM and ``pfc-events.jsonl``
-(pause and watchdog events) as it goes.
+Writes ``pfc.json`` (counters, per port and class) at SIGTERM, and as it goes
+``pfc-events.jsonl`` (pause, storm and watchdog events) and ``class-telemetry.jsonl``
+(every switch port's per-class bytes, drops and backlog, ten times a second).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ CLONE_NEWNET = 0x40000000
 SIOCGIFHWADDR = 0x8927
 #: how often queues are read when PFC is off (per-class counters and sampled peaks)
 COUNTER_POLL_S = 0.02
+#: how often every port's class counters go into the class telemetry
+SAMPLE_S = 0.1
 
 
 def pfc_frame(src_mac: bytes, times: dict[int, int]) -> bytes:
@@ -225,6 +228,11 @@ class Agent:
         self.transit: list[float] = []
         self.apply: list[float] = []
         self.events = open(cfg["events"], "a", buffering=1)
+        #: class telemetry: a header line (the classes), then one line a sample
+        self.samples = open(cfg["samples"], "a", buffering=1)
+        self.samples.write(json.dumps({"classes": [c["name"] for c in cfg["classes"]],
+                                       "fields": ["bytes", "drops", "backlog"]}) + "\n")
+        self.next_sample = 0.0
         self.storm_dir = Path(cfg["storm_dir"])
         self.storming: set[str] = set()
         #: storms as they happened: port, start, stop (agent seconds)
@@ -348,6 +356,14 @@ class Agent:
             self.last[key] = q
             if q.backlog_bytes > self.peak.get(key, 0):
                 self.peak[key] = q.backlog_bytes
+        if now >= self.next_sample:  # class telemetry: every port's classes, 10 a second
+            self.next_sample = now + SAMPLE_S
+            minors = [c["minor"] for c in self.cfg["classes"]]
+            ports = {p: [[q.sent_bytes, q.drops, q.backlog_bytes] if q else None
+                         for q in (leaves.get((p, m)) for m in minors)]
+                     for ports in self.switches.values() for p in ports}
+            self.samples.write(json.dumps({"t": round(now - self.t0, 3), "ports": ports},
+                                          separators=(",", ":")) + "\n")
         if not self.cfg["pfc"]:
             return
         for sw, ports in self.switches.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed import comparison, telemetry_report
+from testbed import comparison, qos_plot, telemetry_report
 from testbed.layout import run_dir
 
 
@@ -43,14 +43,18 @@ def ecn_lines(summary: dict) -> list[str]:
     return lines
 
 
-def qos_lines(summary: dict) -> list[str]:
+def qos_lines(summary: dict, out: Path) -> list[str]:
     """Traffic classes and PFC per variant: per-class drops and peak queue, PAUSE frames,
-    pause time, the reaction time measured against the one the headroom assumed."""
-    rows = []
+    pause time, the reaction time measured against the one the headroom assumed, and
+    each variant's figure of class queues and paused ports."""
+    rows, figures = [], []
     for run in summary["runs"]:
         q = run.get("qos")
         if not q:
             continue
+        png = qos_plot.plot(run_dir(run, out), run["name"])
+        if png:
+            figures.append(f"![classes {run['name']}]({png.relative_to(out)})")
         classes = ", ".join(f"{name} {c['drops']:,} dropped (peak "
                             f"{c['peak_backlog_bytes'] / 1000:.0f} KB)"
                             for name, c in q["per_class"].items())
@@ -72,7 +76,7 @@ def qos_lines(summary: dict) -> list[str]:
     rows += tenant_lines(summary)
     departure = next(run["qos"]["departure"] for run in summary["runs"] if run.get("qos"))
     return ["## Traffic classes and PFC", "", *rows, "", f"How this departs from an ASIC: "
-            f"{departure}", ""]
+            f"{departure}", "", *(f"{f}\n" for f in figures)]
 
 
 def tenant_lines(summary: dict) -> list[str]:
@@ -130,4 +134,4 @@ def report_lines(summary: dict, out: Path) -> list[str]:
                   "(nftables): a token bucket per port and threshold, draining slower than "
                   "the link, marks ECN-capable packets before the real queue builds.", "",
                   *marks, ""]
-    return lines + qos_lines(summary) + telemetry_lines(summary, out)
+    return lines + qos_lines(summary, out) + telemetry_lines(summary, out)

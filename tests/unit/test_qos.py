@@ -3,6 +3,7 @@ the PFC frame against Scapy's independent encoding (MACControlClassBasedFlowCont
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,43 @@ def test_a_storm_needs_pfc():
     assert err.value.field == "faults" and "qos.pfc.enabled" in str(err.value)
     data["qos"] = {"classes": "roce", "pfc": {"enabled": True}}
     parse(data)
+
+
+def test_qos_figure_and_entry_from_records(tmp_path):
+    """The agent's records as it writes them: the figure, and the summary entry."""
+    from testbed import layout, qos_plot
+
+    lines = [{"classes": ["cnp", "roce", "lossy"], "fields": ["bytes", "drops", "backlog"]}]
+    for t in range(20):
+        lines.append({"t": t / 10, "ports": {
+            "tbx1p0l0e5": [[0, 0, 0], [t * 1000, 0, 4000 * (t % 5)], [0, 0, 100]],
+            "tbx1p0s0e1": [None, [0, 0, 2000], [0, 0, 0]]}})
+    (tmp_path / layout.CLASS_TELEMETRY).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    events = [{"t": 0.3, "port": "tbx1n0p0r0", "priority": 3, "state": "paused"},
+              {"t": 0.5, "port": "tbx1n1p0r0", "priority": 3, "state": "paused"},
+              {"t": 0.9, "port": "tbx1n0p0r0", "priority": 3, "state": "running"}]
+    (tmp_path / layout.PFC_EVENTS).write_text("".join(json.dumps(e) + "\n" for e in events))
+    classes, times, series = qos_plot.class_backlog(tmp_path / layout.CLASS_TELEMETRY)
+    assert classes == ["cnp", "roce", "lossy"] and len(times) == 20
+    assert series["roce"][4] == 18.0  # 16 KB + 2 KB over two ports
+    assert qos_plot.paused_ports(tmp_path / layout.PFC_EVENTS) == ([0.0, 0.3, 0.5, 0.9],
+                                                                    [0, 1, 2, 1])
+    png = qos_plot.plot(tmp_path, "pfc")
+    assert png and png.stat().st_size > 5000
+    record = {"ports": {
+        "tbx1p0l0e5": {"switch": "tbx1p0l0", "frames_rx": 0, "frames_tx": 3, "xoff_tx": 2,
+                       "xon_tx": 1, "classes": {"roce": {"bytes": 10, "drops": 0,
+                                                         "peak_backlog_bytes": 9000,
+                                                         "paused_s": 0.0, "pauses": 0,
+                                                         "watchdog_events": 0}}},
+        "tbx1n0p0r0": {"switch": None, "frames_rx": 2, "frames_tx": 0, "xoff_tx": 0,
+                       "xon_tx": 0, "classes": {"roce": {"paused_s": 0.6, "pauses": 1,
+                                                         "watchdog_events": 0}}}},
+        "reaction": {k: {"n": 1, "p50": 1.0, "p99": 2.0, "max": 3.0}
+                     for k in ("poll_gap_ms", "frame_transit_ms", "apply_ms")}}
+    entry = qos.qos_entry(record, {"classes": "roce", "pfc": {"enabled": True}},
+                          {"tbx1p0l0e5": "leaf_uplink"})
+    assert entry["per_class"] == {"roce": {"bytes": 10, "drops": 0, "peak_backlog_bytes": 9000}}
+    assert entry["pfc_frames"] == {"xoff_tx": 2, "xon_tx": 1, "rx": 2}
+    assert entry["most_paused"] == [{"port": "tbx1n0p0r0", "role": "host_nic", "paused_s": 0.6}]
+    assert entry["reaction_p99_sum_ms"] == 6.0 and entry["storm"] is None
