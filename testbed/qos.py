@@ -356,6 +356,7 @@ def qos_entry(record: dict, section: dict, roles: dict[str, str],
                  "watchdog_first_ms": (round((min(drops) - start) * 1000, 1)
                                        if drops else None)}
     return {"classes": [c.name for c in classes_of(cfg)], "pfc": cfg.pfc.enabled,
+            "lossless_classes": [c.name for c in classes_of(cfg) if c.lossless],
             "tenants": tenants(section, workloads or {}), "storm": storm,
             "per_class": per_class, "pfc_frames": frames,
             "paused_s_total": round(sum(paused.values()), 3),

@@ -33,8 +33,8 @@ def failing(verdicts: dict[str, grading.Verdict]) -> set[str]:
 
 
 # the framework ---------------------------------------------------------------------
-def test_seven_labs_each_complete():
-    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7]
+def test_eight_labs_each_complete():
+    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7, 8]
     for lab in LABS:
         assert lab.title.startswith(f"Lab {lab.number}: "), lab.folder
         assert (lab.folder / "solution" / "NOTES.md").is_file(), lab.folder
@@ -52,8 +52,8 @@ def test_find_by_number_folder_and_name():
     assert grading.find("03").name == "hashing"
     assert grading.find("lab05_resilience").number == 5
     assert grading.find("macsec").number == 6
-    with pytest.raises(ConfigError, match="LAB: no lab '8'"):
-        grading.find("8")
+    with pytest.raises(ConfigError, match="LAB: no lab '9'"):
+        grading.find("9")
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.name)
@@ -66,8 +66,8 @@ def test_starter_and_solution_scenarios_validate(lab):
 
 
 def test_check_cli_exit_status(tmp_path, capsys):
-    assert main(["check", "9", str(tmp_path)]) == 2
-    assert "LAB: no lab '9'" in capsys.readouterr().err
+    assert main(["check", "10", str(tmp_path)]) == 2
+    assert "LAB: no lab '10'" in capsys.readouterr().err
     assert main(["check", "1", str(tmp_path)]) == 2
     assert "has no summary.json" in capsys.readouterr().err
     assert main(["check", "1", str(tmp_path / "nowhere")]) == 2
@@ -294,6 +294,33 @@ def test_lab5_repairs_graded(tmp_path):
     runs[3]["faults"][0]["lost_packets"] = 4
     assert failing(grade(5, write_runs(tmp_path / "lossy", runs))) == \
         {"controller-crash-lossless"}
+
+
+def lab8_runs(p99: float, drops: int = 0, pfc: bool = True, reaction: float = 16.2) -> list:
+    # the tenants scenario's figures (seed 2: B alone 246.3 ms, one FIFO 687.0 ms)
+    qos = {"pfc": pfc, "lossless_classes": ["tenant-a"] if pfc else [],
+           "per_class": {"tenant-a": {"bytes": 9, "drops": drops, "peak_backlog_bytes": 1},
+                         "tenant-b": {"bytes": 9, "drops": 8, "peak_backlog_bytes": 1}},
+           "pfc_frames": {"xoff_tx": 900 if pfc else 0, "xon_tx": 800, "rx": 1700},
+           "reaction_p99_sum_ms": reaction if pfc else None, "reaction_assumed_ms": 20.0}
+    return [fabric_run("b-alone", p99=246.3, oversubscription=4),
+            fabric_run("one-fifo", p99=687.0, goodput=19.8, iterations=10,
+                       oversubscription=4),
+            fabric_run("tenants-student", p99=p99, goodput=14.0, iterations=9,
+                       oversubscription=4, qos=qos)]
+
+
+def test_lab8_lossless_tenants_graded(tmp_path):
+    assert failing(grade(8, write_runs(tmp_path / "sol", lab8_runs(286.0)))) == set()
+    # the starter: equal weights, both lossy, PFC off
+    v = grade(8, write_runs(tmp_path / "starter", lab8_runs(371.7, drops=419, pfc=False)))
+    assert failing(v) == {"roce-lossless", "headroom-held", "tenant-b-isolated"}
+    assert "without PFC" in v["roce-lossless"].reason
+    assert "1.51x of B alone" in v["tenant-b-isolated"].reason
+    # PFC on but the headroom too small for the reaction measured: drops, and said so
+    v = grade(8, write_runs(tmp_path / "tight", lab8_runs(280.0, drops=21, reaction=31.0)))
+    assert failing(v) == {"roce-lossless", "headroom-held"}
+    assert "tenant-a 21" in v["roce-lossless"].reason
 
 
 def test_lab6_secy_graded(tmp_path):
