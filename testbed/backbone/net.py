@@ -6,8 +6,9 @@ PoP ``j`` has loopback ``10.255.0.(j+1)/32``; region ``r`` has its site prefix
 and loopback ``10.255.1.(r+1)/32``. OSPF cost is the link's delay in ms (min 1), so
 the best path is the shortest in time; equal costs share traffic (ECMP).
 
-Link rate is shaped with TBF where HTB/TBF exists; propagation delay needs netem
-and is recorded as not applied where the kernel lacks it. Faults: a link cut sets
+Link rate is shaped with TBF where HTB/TBF exists; propagation delay is netem's where
+the kernel has it, else the userspace MACsec forwarders' (they hold each frame for the
+link's delay), else recorded as not applied. Faults: a link cut sets
 both ends down (both lose carrier); a risk-group cut does that to every link of the
 group; a PoP failure drops every packet in the PoP (nftables, carrier stays up, as
 with a hung router), so its neighbours only notice it through BFD or OSPF.
@@ -119,7 +120,10 @@ class BackboneNet:
         self.addr_owner: dict[str, tuple[str, str]] = {}  # address -> (node, ifname)
         self.link_of = {self.ifname(name, side): name for name in self.links for side in "ab"}
         self.shaped = False
-        self.delay_applied = False
+        #: whether netem qdiscs carry the delay; where the links' delay is applied at
+        #: all: "netem", "forwarders" (the userspace MACsec forwarders hold frames) or None
+        self.netem = False
+        self.delay_by: str | None = None
         self.protocol = "ospfd"
         self.bfd = True
         self.secure = (SecureLinks(self, macsec, macsec_backend)
@@ -204,6 +208,9 @@ class BackboneNet:
         _batch(lines + (self.secure.commands() if self.secure else []))
         if shape or delay:
             self._qdiscs(shape, delay)
+        if self.secure and not delay and self.secure.backend == "userspace":
+            self.secure.set_delays()  # no netem: the forwarders hold frames instead
+            self.delay_by = "forwarders"
         if self.secure:
             self.secure.start(self.stack)
 
@@ -218,7 +225,8 @@ class BackboneNet:
                 else:
                     lines.append(f"{dev} tbf rate {lk.capacity_mbps}mbit burst 64kb latency 50ms")
         _batch(lines, tool="tc")
-        self.shaped, self.delay_applied = True, delay
+        self.shaped, self.netem = True, delay
+        self.delay_by = "netem" if delay else None
 
     def asn(self, node: str) -> int:
         """The node's own AS (BGP): one private ASN per PoP and region."""
@@ -459,7 +467,7 @@ class BackboneNet:
         With netem the root netem qdisc gets ``loss``; without it, an nftables table
         (named with the run prefix, removed again at teardown) drops at random.
         """
-        if self.delay_applied:
+        if self.netem:
             self._set_netem_loss(name, loss)
             return
         table, family = self.loss_table(name), self._loss_family
@@ -477,11 +485,15 @@ class BackboneNet:
                 for ns, ifn in self._ends(name)], tool="tc")
 
     def restore_degraded_link(self, name: str) -> None:
-        if self.delay_applied:
+        if self.netem:
             self._set_netem_loss(name, 0.0)
             return
         for ns, _ifn in self._ends(name):
             _in_ns(ns, ["nft", "delete", "table", self._loss_family, self.loss_table(name)])
+
+    @property
+    def delay_applied(self) -> bool:
+        return self.delay_by is not None
 
     @property
     def _loss_family(self) -> str:

@@ -17,6 +17,7 @@ so a capture of a wire can be decrypted afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -145,6 +146,12 @@ class SecureLinks:
                                              mtu=settings["mtu"])
         self.workdir = net.folder / "macsec"
         self.forwarders: dict[str, Helper] = {}
+
+    def set_delays(self) -> None:
+        """Every link's forwarders hold frames for its propagation delay (no netem)."""
+        for name, cfg in self.configs.items():
+            self.configs[name] = dataclasses.replace(cfg,
+                                                     delay_ms=self.net.links[name][1].delay_ms)
 
     @property
     def wire_mtu(self) -> int:

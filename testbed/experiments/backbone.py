@@ -533,6 +533,7 @@ class Variant:
             "replication": replication,
             "replication_bytes": total_bytes,
             "delay_applied": net.delay_applied,
+            "delay_by": net.delay_by,
             "shaped": net.shaped,
             "loss_timeline": "loss_timeline.json",
             "t0": t0,
@@ -576,7 +577,7 @@ def watched_links(net: BackboneNet) -> list[WatchedLink]:
     out = []
     for name, (_, lk) in net.links.items():
         in_flight = (int(lk.capacity_mbps * 1e6 / 8 * lk.delay_ms / 1000) + 3000
-                     if net.delay_applied else 0)
+                     if net.netem else 0)
         out += [WatchedLink(net.ns(node), net.phys(name, side), lk.capacity_mbps, in_flight)
                 for side, node in (("a", lk.a), ("b", lk.b))]
     return out
@@ -648,7 +649,7 @@ class BackboneExperiment(base.Experiment):
         bb, cfg, caps = self.bb, self.cfg, ctx.caps
         ctx.progress(f"backbone: {len(bb.pops)} PoPs, {len(bb.regions)} regions, "
                      f"{len(bb.all_links)} links; delay "
-                     + ("applied with netem" if caps.netem else "not applied (netem missing)"))
+                     + DELAY_WORDS[delay_backend(cfg, caps)])
         if cfg["macsec"]["enabled"]:
             ctx.progress(f"backbone: links encrypted with MACsec ({cfg['macsec']['cipher']}, "
                          f"{macsec_backend(cfg['macsec'], caps)} backend, protected MTU "
@@ -684,7 +685,8 @@ class BackboneExperiment(base.Experiment):
                       for lk in bb.all_links],
             "risk_groups": {g.name: list(g.links) for g in bb.risk_groups},
             "design_check": design_check(bb).to_dict(),
-            "delay_applied": bool(ctx.caps.netem),
+            "delay_applied": delay_backend(cfg, ctx.caps) is not None,
+            "delay_by": delay_backend(cfg, ctx.caps),
             "encrypted": bool(cfg["macsec"]["enabled"]),
             "macsec": _macsec_summary(cfg["macsec"], runs),
             "timers": cfg["timers"],
@@ -719,11 +721,26 @@ def _macsec_summary(settings: dict, entries: list[dict]) -> dict:
     return out
 
 
+DELAY_WORDS = {"netem": "applied with netem",
+               "forwarders": "applied by the userspace MACsec forwarders (no netem)",
+               None: "recorded, not applied (no netem, links not encrypted in userspace)"}
+
+
+def delay_backend(cfg: dict, caps) -> str | None:
+    """Who carries the links' propagation delay: netem, else the userspace MACsec
+    forwarders (they hold each frame), else nobody (recorded only)."""
+    if caps.netem:
+        return "netem"
+    if cfg["macsec"]["enabled"] and macsec_backend(cfg["macsec"], caps) == "userspace":
+        return "forwarders"
+    return None
+
+
 def report_section(backbone: dict, out: Path) -> list[str]:
     """The report's backbone section: design check, one failover table per timer set."""
     check = backbone["design_check"]
-    delay = ("applied with netem" if backbone["delay_applied"]
-             else "recorded, not applied (no netem)")
+    delay = DELAY_WORDS[backbone.get("delay_by", "netem" if backbone["delay_applied"]
+                                      else None)]
     lines = ["## Backbone", "",
              f"{len(backbone['pops'])} PoPs, {len(backbone['regions'])} regions, "
              f"{len(backbone['links'])} links; design check "

@@ -66,12 +66,17 @@ class LinkConfig:
     mtu: int = 1500
     initial_an: int = 0
     salt: str = ""  # 24 hex digits, XPN only
+    #: propagation delay each side's forwarder holds its frames for (userspace backend,
+    #: where the kernel has no netem); 0: none
+    delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not _RUN_ID.match(self.run_id):
             raise ConfigError(f"run id must be 1-10 of [a-z0-9], got {self.run_id!r}")
         suite = CipherSuite.parse(self.suite)
         ValidateFrames(self.validate)
+        if not 0 <= self.delay_ms <= 10_000:
+            raise ConfigError(f"delay must be 0..10000 ms, got {self.delay_ms}")
         for side in (self.a, self.b):
             for name in (side.tap, side.veth):
                 if len(name) > IFNAMSIZ or not name.startswith(PREFIX):

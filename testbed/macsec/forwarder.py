@@ -3,8 +3,9 @@
 Run inside one namespace (``ip netns exec NS python -m testbed.macsec.forwarder
 --config CFG --side a --workdir DIR``). It reads plaintext frames from the TAP,
 protects them with the side's :class:`~testbed.macsec.secy.SecY` and sends them
-on the veth (an AF_PACKET socket); frames from the veth are validated and only
-the delivered ones are written to the TAP. A UNIX datagram control socket in
+on the veth (an AF_PACKET socket), after the link's propagation delay when it has
+one (``delay_ms``: where the kernel has no netem); frames from the veth are validated
+and only the delivered ones are written to the TAP. A UNIX datagram control socket in
 the work directory takes JSON commands (stats, SA install/switch/removal, used
 for key rotation); stats go to ``stats-SIDE.json`` every second and on SIGTERM.
 """
@@ -22,6 +23,7 @@ import socket
 import struct
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -156,6 +158,9 @@ class Forwarder:
         self.secy = build_secy(cfg, side)
         self.io = {"tap_rx": 0, "tap_tx": 0, "wire_rx": 0, "wire_tx": 0,
                    "tx_errors": 0, "tap_write_errors": 0, "wire_write_errors": 0}
+        #: the link's propagation delay: protected frames wait here, in order, until due
+        self.delay_s = cfg.delay_ms / 1000
+        self.held: deque[tuple[float, bytes]] = deque()
         self.stop = False
         self.tap = open_tap(self.me.tap)
         self.wire = open_wire(self.me.veth)
@@ -257,11 +262,25 @@ class Forwarder:
             except MacsecError:
                 io["tx_errors"] += 1
                 continue
+            if self.delay_s:
+                self.held.append((time.monotonic() + self.delay_s, out))
+                continue
             try:
                 wire.send(out)
                 io["wire_tx"] += 1
             except OSError:
                 io["wire_write_errors"] += 1
+
+    def release(self, now: float) -> float | None:
+        """Send the held frames that are due; returns when the next one is (None: none)."""
+        held, io = self.held, self.io
+        while held and held[0][0] <= now:
+            try:
+                self.wire.send(held.popleft()[1])
+                io["wire_tx"] += 1
+            except OSError:
+                io["wire_write_errors"] += 1
+        return held[0][0] if held else None
 
     def _from_wire(self) -> None:
         io, secy, wire, tap = self.io, self.secy, self.wire, self.tap
@@ -328,15 +347,21 @@ def serve(forwarders: list[Forwarder], stopped: Callable[[], bool]) -> None:
     for f in forwarders:  # after the watch is open, so no change is missed
         f.follow_wire(*wire_state(f.me.veth))
     next_stats = 0.0
+    delayed = [f for f in forwarders if f.delay_s]
+    due: float | None = None  # the next held frame's time
     try:
         while not stopped():
+            wait = 200.0 if due is None else max(0.0, (due - time.monotonic()) * 1000)
             try:
-                events = poller.poll(200)
+                events = poller.poll(min(200.0, wait))
             except InterruptedError:
                 continue
             for fd, _ in events:
                 handlers[fd]()
             now = time.monotonic()
+            if delayed:
+                times = [t for t in (f.release(now) for f in delayed) if t is not None]
+                due = min(times) if times else None
             if now >= next_stats:
                 for f in forwarders:
                     f.write_stats()
