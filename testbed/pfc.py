@@ -15,8 +15,10 @@ What a switch MAC does in silicon is done here in userspace, on real frames:
 - **Reaction point.** Every port (switch ports and host NICs) has a packet socket for
   EtherType 0x8808. A PAUSE received on a port stops that port's queue of the class (its
   token bucket goes to 1 kbit/s) until the pause time has passed or a zero time
-  arrives. A paused host NIC queue fills and the host's sender gets ENOBUFS and waits,
-  as a RoCE NIC's QP does: nothing is lost at the host.
+  arrives. A paused host NIC queue fills and the host's sender gets ENOBUFS: the
+  training's sender waits, as a RoCE NIC's QP does, and loses nothing; a kernel UDP or
+  TCP socket loses what the paused queue cannot hold (its drops are the host's, not
+  counted here).
 - **Watchdog.** A queue paused for longer than ``watchdog_ms`` goes into drop mode for
   ``restore_ms``: it ignores PAUSE and drops what arrives for it, so a stuck receiver
   cannot hold the fabric.
@@ -37,15 +39,18 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import fcntl
 import json
 import os
+import resource
 import select
 import signal
 import socket
 import struct
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +67,9 @@ QUANTUM_BITS = 512
 MAX_QUANTA = 0xFFFF
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
+PACKET_OUTGOING = 4
+ETH_P_ALL = 0x0003
+SO_ATTACH_FILTER = 26
 CLONE_NEWNET = 0x40000000
 SIOCGIFHWADDR = 0x8927
 #: how often queues are read when PFC is off (per-class counters and sampled peaks)
@@ -134,6 +142,21 @@ def tbf_change(index: int, minor: int, rate_bps: int, burst: int, limit: int) ->
     return NLMSG.pack(NLMSG.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, 0, 0) + body
 
 
+class _Filter:
+    """A classic BPF program that accepts only MAC control frames (EtherType 0x8808)."""
+
+    def __init__(self) -> None:
+        code = [(0x28, 0, 0, 12),            # ldh [12]: the EtherType
+                (0x15, 0, 1, ETH_P_PAUSE),   # jeq #0x8808
+                (0x06, 0, 0, 0xFFFF),        # ret #65535: accept
+                (0x06, 0, 0, 0)]             # ret #0: drop
+        self.buf = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *c) for c in code))
+        self.program = struct.pack("HL", len(code), ctypes.addressof(self.buf))
+
+
+PAUSE_FILTER = _Filter()
+
+
 def quanta(seconds: float, mbps: float) -> int:
     """Pause quanta (512 bit times at the link rate) for ``seconds``, at most 65535."""
     return min(MAX_QUANTA, max(1, round(seconds * mbps * 1e6 / QUANTUM_BITS)))
@@ -201,7 +224,9 @@ class Agent:
         self.cfg = cfg
         # without PFC only counters are read: a sampled peak is enough, at less CPU
         self.poll_s = cfg["poll_ms"] / 1000 if cfg["pfc"] else COUNTER_POLL_S
-        self.pause_s = cfg["pause_ms"] / 1000
+        # what one frame can ask for: 65535 quanta, 3.4 ms at 10 Gb/s (refreshed at half)
+        fastest = max((d["mbps"] for d in cfg["ports"]), default=1.0)
+        self.pause_s = min(cfg["pause_ms"] / 1000, MAX_QUANTA * QUANTUM_BITS / (fastest * 1e6))
         self.watchdog_s = cfg["watchdog_ms"] / 1000
         self.restore_s = cfg["restore_ms"] / 1000
         self.mtu = cfg["mtu"]
@@ -240,6 +265,8 @@ class Agent:
         #: ports whose queue was paused while a storm went on, with the first time
         self.storm_paused: dict[str, float] = {}
         self.watchdog_log: list[float] = []  # when queues went into drop mode
+        #: ports paused before any storm (congestion, not the storm)
+        self.paused_before_storm: set[str] = set()
         self.t0 = time.monotonic()
 
     def _open(self, dev: dict) -> Port:
@@ -249,8 +276,11 @@ class Agent:
             nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
             nl.bind((0, 0))
             nl.settimeout(1.0)
-            rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_PAUSE))
-            rx.bind((name, ETH_P_PAUSE))
+            # every frame (a socket for 0x8808 alone gets none on a port of Open vSwitch's
+            # kernel datapath: its receive hook takes them first), filtered in the kernel
+            rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            rx.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, PAUSE_FILTER.program)
+            rx.bind((name, ETH_P_ALL))
             rx.setblocking(False)
             tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
             tx.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)  # MAC control: no queue
@@ -295,9 +325,13 @@ class Agent:
     def receive(self, port: Port) -> None:
         while True:
             try:
-                frame = port.rx.recv(2048)
+                frame, addr = port.rx.recvfrom(2048)
             except BlockingIOError:
                 return
+            except OSError:  # ENETDOWN once when the port went down: reading clears it
+                return
+            if addr[2] == PACKET_OUTGOING:
+                continue
             now = time.monotonic()
             times = parse_pfc(frame)
             if times is None:
@@ -326,10 +360,10 @@ class Agent:
         try:
             port.netlink.send(port.messages[(priority, state)])
             error = struct.unpack_from("=i", port.netlink.recv(4096), NLMSG.size)[0]
-        except OSError as exc:
-            error = -(exc.errno or 1)
+        except OSError as exc:  # socket.timeout has no errno: no answer in a second
+            error = -(exc.errno or errno.ETIMEDOUT)
         if error:  # a port that went away: record, go on
-            self._event(port=port.ifname, priority=priority, state=state,
+            self._event(port=port.ifname, priority=priority, failed=state,
                         error=os.strerror(-error))
             return
         if state != "paused":  # a resumed bucket sends at the next enqueue: make one
@@ -342,6 +376,8 @@ class Agent:
         self._event(port=port.ifname, priority=priority, state=state)
         if state == "paused" and self.storming:
             self.storm_paused.setdefault(port.ifname, round(t - self.t0, 4))
+        elif state == "paused" and not self.storm_log:
+            self.paused_before_storm.add(port.ifname)
 
     def _resume(self, port: Port, priority: int, now: float) -> None:
         st = port.classes[priority]
@@ -460,6 +496,17 @@ class Agent:
                 self.storms(now)
                 next_storm = now + min(self.pause_s / 4, 0.02)
 
+    def release_all(self) -> None:
+        """Every paused or dropping queue back to running (the agent is ending)."""
+        now = time.monotonic()
+        for port in self.ports.values():
+            for prio, st in port.classes.items():
+                if st.since is not None:
+                    self._resume(port, prio, now)
+                elif st.drop_until:
+                    st.drop_until = 0.0
+                    self._set(port, prio, "running")
+
     # -- the record -----------------------------------------------------------------------
     def summary(self) -> dict:
         now = time.monotonic()
@@ -480,7 +527,11 @@ class Agent:
             ports[port.ifname] = {"switch": port.switch, "frames_rx": port.frames_rx,
                                   "frames_tx": port.frames_tx, "xoff_tx": port.xoff_tx,
                                   "xon_tx": port.xon_tx, "classes": classes}
-        return {"ports": ports, "storms": self.storm_log, "storm_paused": self.storm_paused,
+        kicks = {p: q.drops for (p, major), q in self.last.items()
+                 if major == qos.KICK_MINOR and q.drops}
+        return {"ports": ports, "kick_drops": kicks,
+                "storms": self.storm_log, "storm_paused": self.storm_paused,
+                "paused_before_storm": sorted(self.paused_before_storm),
                 "watchdog_log": self.watchdog_log,
                 "reaction": {
             "poll_gap_ms": _spread(self.poll_gaps), "frame_transit_ms": _spread(self.transit),
@@ -504,12 +555,22 @@ def main(argv: list[str] | None = None) -> int:
     stop: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     signal.signal(signal.SIGINT, lambda *_: stop.append(True))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # four sockets a port
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     agent = Agent(cfg)
     Path(cfg["ready"]).write_text("ready\n")
+    error = None
     try:
         agent.run(stop)
+    except Exception:  # recorded in pfc.json (the run reports it), then re-raised
+        error = traceback.format_exc(limit=4)
+        raise
     finally:
-        Path(cfg["out"]).write_text(json.dumps(agent.summary(), indent=1) + "\n")
+        agent.release_all()  # no queue stays paused or dropping after the agent
+        record = agent.summary()
+        if error:
+            record["error"] = error
+        Path(cfg["out"]).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

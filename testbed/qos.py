@@ -66,7 +66,8 @@ class Pfc(Section):
 
     enabled: bool = False
     xoff_kb: float = Field(24, gt=0, description="a lossless queue over this pauses upstream")
-    xon_kb: float = Field(8, ge=0, description="all below this: resume")
+    xon_kb: float = Field(8, ge=0, description="a queue below this no longer holds its "
+                                                "feeding ports paused")
     reaction_ms: float = Field(
         20, gt=0, le=1000, description="time from XOFF to the upstream stopping that the "
                                       "headroom is sized for (the run measures it)")
@@ -95,7 +96,7 @@ class Qos(Section):
 
 
 ROCE = (TrafficClass(name="cnp", dscp=[48], priority=6, strict=True, buffer_kb=16),
-        TrafficClass(name="roce", dscp=[DATA_DSCP], priority=3, lossless=True, buffer_kb=256),
+        TrafficClass(name="roce", dscp=[DATA_DSCP], priority=3, lossless=True, buffer_kb=320),
         TrafficClass(name="lossy", dscp=[], priority=0, buffer_kb=64))
 
 
@@ -124,19 +125,36 @@ def feeders(ports: list[tuple[str, str, str]]) -> dict[str, set[str]]:
     return out
 
 
-def fan_in_mbps(spec) -> float:
-    """The most link rate that can feed one switch port's queue (``spec``: FabricSpec)."""
+@dataclass(frozen=True)
+class FanIn:
+    """What can feed one switch port's queue, at most over the fabric's ports: the
+    feeding ports' total rate and their number (each the largest any port has, so the
+    headroom is an upper bound), the fastest port's rate, and whether any port is a
+    same-tier peer."""
+
+    mbps: float
+    ports: int
+    fastest_mbps: float
+    peers: bool = False
+
+
+def fan_in(spec) -> FanIn:
+    """What can feed the switch ports' queues of ``spec`` (a FabricSpec), at most."""
     ports = spec.switch_ports()
     rate = {p.ifname: p.mbps for p in ports}
-    feeds = feeders([(p.switch, p.ifname, p.role) for p in ports])
-    return max((sum(rate[f] for f in fs) for fs in feeds.values()), default=0.0)
+    feeds = feeders([(p.switch, p.ifname, p.role) for p in ports]).values()
+    return FanIn(max((sum(rate[f] for f in fs) for fs in feeds), default=0.0),
+                 max((len(fs) for fs in feeds), default=0),
+                 max(rate.values(), default=0.0),
+                 any(p.role.endswith("peer") for p in ports))
 
 
-def headroom_bytes(pfc: Pfc, fan_in: float, mtu: int) -> int:
+def headroom_bytes(pfc: Pfc, feed: FanIn, mtu: int) -> int:
     """Bytes that still arrive at a queue after XOFF: the rate of every port that feeds
-    it times the reaction time, plus the frame a paused token bucket lets through and
-    the one on the wire."""
-    return int(fan_in * 1e6 / 8 * pfc.reaction_ms / 1000) + 2 * (mtu + 18)
+    it times the reaction time, plus per feeding port the burst its paused token bucket
+    still lets through (the change refills it) and the frame on the wire."""
+    per_port = burst(feed.fastest_mbps, mtu) + mtu + 18
+    return int(feed.mbps * 1e6 / 8 * pfc.reaction_ms / 1000) + feed.ports * per_port
 
 
 def host_addresses(spec) -> dict[str, tuple[str, ...]]:
@@ -148,10 +166,10 @@ def host_addresses(spec) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def check(qos: Qos, where: str, fan_in: float, mtu: int,
+def check(qos: Qos, where: str, feed: FanIn, mtu: int,
           hosts: dict[str, tuple[str, ...]] | None = None) -> None:
-    """Cross-field rules, as one-line ConfigErrors (``fan_in``: :func:`fan_in_mbps`,
-    ``hosts``: :func:`host_addresses`)."""
+    """Cross-field rules, as one-line ConfigErrors (``feed``: :func:`fan_in`, ``hosts``:
+    :func:`host_addresses`)."""
     hosts = hosts or {}
     classes = classes_of(qos)
     listed = isinstance(qos.classes, list)
@@ -189,14 +207,22 @@ def check(qos: Qos, where: str, fan_in: float, mtu: int,
                           f"must be below xoff_kb ({pfc.xoff_kb:g}), got {pfc.xon_kb:g}")
     if len({c.priority for _, c in lossless}) != len(lossless):
         raise ConfigError(f"{where}.classes", "lossless classes need distinct priorities")
-    room = headroom_bytes(pfc, fan_in, mtu) / 1000
+    if feed.peers:
+        raise ConfigError(f"{where}.pfc.enabled", "the fabric has same-tier (peer) links: "
+                                                 "pauses could form a cycle (deadlock)")
+    pause_s = min(pfc.pause_ms / 1000, 0xFFFF * 512 / (feed.fastest_mbps * 1e6))
+    if pause_s < 4 * pfc.poll_ms / 1000:
+        raise ConfigError(f"{where}.pfc.poll_ms", f"a PAUSE frame holds {pause_s * 1000:.2f} "
+                          f"ms at {feed.fastest_mbps:g} Mb/s: queues must be read at least "
+                          f"4 times as often (poll_ms <= {pause_s * 250:.2f})")
+    room = headroom_bytes(pfc, feed, mtu) / 1000
     for i, c in lossless:
         if pfc.xoff_kb + room > c.buffer_kb:
             here = f"{where}.classes[{i}]" if listed else f"{where}.classes"
             raise ConfigError(f"{here}.buffer_kb",
                               f"XOFF ({pfc.xoff_kb:g} KB) plus headroom ({room:.1f} KB: "
-                              f"{fan_in:g} Mb/s of feeding ports x {pfc.reaction_ms:g} ms "
-                              "+ 2 frames) is "
+                              f"{feed.mbps:g} Mb/s of {feed.ports} feeding ports x "
+                              f"{pfc.reaction_ms:g} ms + 2 frames a port) is "
                               f"{pfc.xoff_kb + room:.1f} KB, over the class's buffer "
                               f"of {c.buffer_kb:g} KB")
 
@@ -301,14 +327,17 @@ DEPARTURE = ("PFC is done by a userspace agent: queues are read every poll_ms, P
              "only the ingress ports whose buffer share filled.")
 
 
-def tenants(section: dict, workloads: dict[str, list[str]]) -> dict[str, dict]:
+def tenants(section: dict, workloads: dict[str, list[str]],
+            names: dict[str, str] | None = None) -> dict[str, dict]:
     """The classes that match hosts (tenants), with their hosts and the workloads whose
-    hosts they hold (``workloads``: e.g. ``{"chains": ["n2", ...], "training": [...]}``)."""
+    hosts they hold (``workloads``: e.g. ``{"chains": ["n2", ...], "training": [...]}``;
+    ``names``: a host's short name by index or name, from :func:`host_addresses`)."""
+    names = names or {}
     out = {}
     for c in classes_of(Qos.model_validate(section)):
         if not c.hosts:
             continue
-        hosts = [h if isinstance(h, str) else f"n{h}" for h in c.hosts]
+        hosts = [names.get(str(h), str(h)) for h in c.hosts]
         out[c.name] = {"hosts": hosts,
                        "workloads": sorted(w for w, on in workloads.items()
                                            if on and set(on) <= set(hosts))}
@@ -316,7 +345,8 @@ def tenants(section: dict, workloads: dict[str, list[str]]) -> dict[str, dict]:
 
 
 def qos_entry(record: dict, section: dict, roles: dict[str, str],
-              workloads: dict[str, list[str]] | None = None) -> dict:
+              workloads: dict[str, list[str]] | None = None,
+              names: dict[str, str] | None = None) -> dict:
     """A variant's ``qos`` summary from the agent's ``pfc.json``: per-class totals over
     the switch ports, PAUSE frames, pause time, watchdog events and the reaction time
     measured against the one the headroom was sized for."""
@@ -352,16 +382,19 @@ def qos_entry(record: dict, section: dict, roles: dict[str, str],
         storm = {"ports": sorted({s["port"] for s in storms}),
                  "started_s": start,
                  "ports_paused": len(record.get("storm_paused", {})),
+                 # paused by congestion before the storm began: spread it cannot claim
+                 "ports_paused_before": len(record.get("paused_before_storm", [])),
                  "switch_ports_paused": sum(p in roles for p in record.get("storm_paused", {})),
                  "watchdog_first_ms": (round((min(drops) - start) * 1000, 1)
                                        if drops else None)}
     return {"classes": [c.name for c in classes_of(cfg)], "pfc": cfg.pfc.enabled,
             "lossless_classes": [c.name for c in classes_of(cfg) if c.lossless],
-            "tenants": tenants(section, workloads or {}), "storm": storm,
+            "tenants": tenants(section, workloads or {}, names), "storm": storm,
             "per_class": per_class, "pfc_frames": frames,
             "paused_s_total": round(sum(paused.values()), 3),
             "most_paused": [{"port": p, "role": roles.get(p, "host_nic"), "paused_s": round(s, 3)}
                             for p, s in top],
             "watchdog_events": watchdog, "reaction": reaction,
             "reaction_assumed_ms": cfg.pfc.reaction_ms,
-            "reaction_p99_sum_ms": measured, "departure": DEPARTURE}
+            "reaction_p99_sum_ms": measured, "departure": DEPARTURE,
+            "agent_error": (record.get("error") or "").strip().splitlines()[-1:] or None}

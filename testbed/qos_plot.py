@@ -35,7 +35,7 @@ def paused_ports(path: Path) -> tuple[list[float], list[int]]:
     with open(path) as f:
         for line in f:
             e = json.loads(line)
-            if "state" not in e:
+            if "state" not in e:  # failed changes carry "failed", not "state"
                 continue
             key = (e["port"], e["priority"])
             (paused.add if e["state"] == "paused" else paused.discard)(key)

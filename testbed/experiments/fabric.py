@@ -225,8 +225,11 @@ class FabricExperiment(base.Experiment):
                                   f"must be less than max_kb ({c['max_kb']:g}), "
                                   f"got {c['min_kb']:g}")
         qos_section = Qos.model_validate(resolved["qos"])
-        qos.check(qos_section, f"{prefix}qos", qos.fan_in_mbps(spec), spec.mtu,
+        qos.check(qos_section, f"{prefix}qos", qos.fan_in(spec), spec.mtu,
                   qos.host_addresses(spec))
+        if qos.classes_of(qos_section) and resolved["controller"]["remote"]:
+            raise ConfigError(f"{prefix}qos.classes", "traffic classes need the lab's own "
+                                                      "switch set-up, not controller.remote")
         if not qos_section.pfc.enabled and any(f.action.startswith("pfc_storm")
                                                for f in fault_list):
             raise ConfigError(f"{prefix}faults", "pfc_storm needs qos.pfc.enabled (the PFC "
@@ -368,8 +371,11 @@ class FabricExperiment(base.Experiment):
                 if not getattr(caps, feature):
                     raise ConfigError(f"variants[{i}].faults",
                                       f"{action!r} needs {feature}, which this kernel lacks")
-            if variant.qos["classes"] != "fifo" and caps.netem and variant.topology.get(
-                    "delay_ms"):
+            classes = qos.classes_of(Qos.model_validate(variant.qos))
+            if classes and not caps.htb:
+                raise ConfigError(f"variants[{i}].qos.classes", "traffic classes need HTB "
+                                  "(sch_htb), which this kernel lacks")
+            if classes and caps.netem and variant.topology.get("delay_ms"):
                 raise ConfigError(f"variants[{i}].qos.classes", "traffic classes do not carry "
                                   "link delay yet (netem is one queue); use delay_ms: 0")
             mode = variant.controller["ecn"]["mode"]
@@ -440,7 +446,8 @@ class FabricExperiment(base.Experiment):
             if faults:
                 faults.stop(end=time.time())
             roles = fabric.port_roles()
-            queues = queue_summary(fabric.queue_stats(), roles)
+            stats = fabric.queue_stats()
+            queues = queue_summary(stats, roles)
             if live.phantom_table:  # the marks per port and class, before the table goes
                 entry["ecn"] = phantom.summary(phantom.read_marks(live.phantom_table), roles,
                                                variant.controller["ecn"]["drain"], spec.prefix)
@@ -463,13 +470,22 @@ class FabricExperiment(base.Experiment):
                 for f in entry["faults"]))
         if (out / layout.PFC).exists():
             agents, training = variant.agents, variant.training
-            users = {"chains": [f"n{agents['driver']}", *(f"n{n}" for n in
-                                                          agents["services"].values())]
+            names = {k: v[0] for k, v in qos.host_addresses(spec).items()}
+            users = {"chains": [names[str(n)] for n in (agents["driver"],
+                                                        *agents["services"].values())]
                      if agents["enabled"] else [],
-                     "training": [f"n{n}" for n in training["ranks"]]
+                     "training": [names[str(n)] for n in training["ranks"]]
                      if training["enabled"] else []}
-            entry["qos"] = qos_entry(json.loads((out / layout.PFC).read_text()),
-                                     variant.qos, fabric.port_roles(), users)
+            record = json.loads((out / layout.PFC).read_text())
+            entry["qos"] = qos_entry(record, variant.qos, roles, users, names)
+            # the kick frames that restart resumed queues are dropped by design: not loss
+            for port, kicks in record.get("kick_drops", {}).items():
+                if port in stats:
+                    stats[port]["drops"] -= kicks
+            entry["fabric"]["queues"] = queue_summary(stats, roles)
+            if entry["qos"]["agent_error"]:
+                progress(f"{tag}: warning: the PFC agent failed: "
+                         f"{entry['qos']['agent_error'][0]} (see {out / 'pfc.log'})")
         entry["agents"] = agents_entry(work.chains_file)
         entry["training"] = training_entry(
             [work.rank_file(r) for r in range(len(work.ranks or []))])

@@ -66,8 +66,12 @@ def qos_lines(summary: dict, out: Path) -> list[str]:
                      f"{q['paused_s_total']:.1f} s paused over all ports"
                      + (f" (most {worst['port']}, {worst['role'].replace('_', ' ')}, "
                         f"{worst['paused_s']:.1f} s)" if worst else "")
-                     + f"; reaction p99 {q['reaction_p99_sum_ms']} ms (poll + frame + apply) "
-                     f"against {q['reaction_assumed_ms']:g} ms assumed by the headroom")
+                     + (f"; reaction p99 {q['reaction_p99_sum_ms']} ms (poll + frame + "
+                        f"apply) against {q['reaction_assumed_ms']:g} ms assumed by the "
+                        "headroom" if q["reaction_p99_sum_ms"] is not None else
+                        "; no PAUSE was exchanged"))
+            if q.get("agent_error"):
+                line += f"; **the PFC agent failed** ({q['agent_error'][0]})"
             if q["watchdog_events"]:
                 line += f"; watchdog: {q['watchdog_events']} queues put in drop mode"
         rows.append(line + ".")

@@ -26,7 +26,7 @@ def scenario(qos_section: dict) -> dict:
     return data
 
 
-CLASSES = [{"name": "roce", "dscp": [26], "priority": 3, "lossless": True, "buffer_kb": 256},
+CLASSES = [{"name": "roce", "dscp": [26], "priority": 3, "lossless": True, "buffer_kb": 320},
            {"name": "rest"}]
 
 
@@ -58,9 +58,11 @@ def test_headroom_counts_every_port_that_feeds_a_queue():
     """On the 4:1 fabric a leaf uplink is fed by four 20 Mb/s host ports: 80 Mb/s."""
     variant = load(LOSSLESS).variants[2]
     spec = variant.fabric("tb0000")
-    assert qos.fan_in_mbps(spec) == 80
-    room = qos.headroom_bytes(qos.Pfc(reaction_ms=20), 80, 9000)
-    assert room == 200_000 + 2 * 9018
+    feed = qos.fan_in(spec)
+    # a leaf downlink has the most feeders: two uplinks and three other downlinks
+    assert (feed.mbps, feed.ports, feed.fastest_mbps, feed.peers) == (80, 5, 20, False)
+    room = qos.headroom_bytes(qos.Pfc(reaction_ms=20), feed, 9000)
+    assert room == 200_000 + 5 * 2 * 9018  # and per feeding port a burst and a frame
 
 
 def test_feeders_follow_up_down_routing():
@@ -78,7 +80,7 @@ def test_roce_profile_tc_lines():
     assert any("classid 1:10 htb rate 1000kbit ceil 20mbit" in ln and "prio 0" in ln
                for ln in lines)  # CNPs: strict, 5 % guaranteed
     assert "qdisc add dev swp1 parent 1:11 handle 11: tbf rate 20mbit burst 9018 " \
-           "limit 256000" in lines
+           "limit 320000" in lines
     assert ("filter add dev swp1 parent 1: protocol ip prio 2 u32 match ip dsfield 0x68 0xfc "
             "flowid 1:11") in lines
     assert any("protocol 0x88b5" in ln and "flowid 1:ff" in ln for ln in lines)
