@@ -220,7 +220,12 @@ class Port:
 
 
 class Agent:
-    def __init__(self, cfg: dict):
+    """The congestion and reaction points of every port with classes (see the module).
+
+    ``open_port`` and ``reader`` stand in for the sockets and the netlink dump in tests.
+    """
+
+    def __init__(self, cfg: dict, open_port=None, reader=None):
         self.cfg = cfg
         # without PFC only counters are read: a sampled peak is enough, at less CPU
         self.poll_s = cfg["poll_ms"] / 1000 if cfg["pfc"] else COUNTER_POLL_S
@@ -234,12 +239,13 @@ class Agent:
         self.by_priority = {c["priority"]: c for c in self.lossless}
         self.ports: dict[str, Port] = {}
         for dev in cfg["ports"]:
-            self.ports[dev["ifname"]] = self._open(dev)
+            self.ports[dev["ifname"]] = (open_port or self._open)(dev)
         self.switches: dict[str, list[str]] = cfg["switches"]
         #: the ports whose arrivals can leave through a port (:func:`qos.feeders`)
         self.feeders = qos.feeders([(d["switch"], d["ifname"], d["role"])
                                     for d in cfg["ports"] if d["switch"]])
-        self.reader = QueueReader([p for ports in self.switches.values() for p in ports])
+        self.reader = reader or QueueReader([p for ports in self.switches.values()
+                                             for p in ports])
         #: per (switch, priority): ports sent XOFF, and when last refreshed
         self.asserted: dict[tuple[str, int], set[str]] = {}
         self.refreshed: dict[tuple[str, int], float] = {}

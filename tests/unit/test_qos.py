@@ -183,3 +183,106 @@ def test_qos_figure_and_entry_from_records(tmp_path):
     assert entry["pfc_frames"] == {"xoff_tx": 2, "xon_tx": 1, "rx": 2}
     assert entry["most_paused"] == [{"port": "tbx1n0p0r0", "role": "host_nic", "paused_s": 0.6}]
     assert entry["reaction_p99_sum_ms"] == 6.0 and entry["storm"] is None
+
+
+class _Wire:
+    """A fake port socket: what was sent, and a netlink ack for every request."""
+
+    def __init__(self):
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+    def recv(self, _size: int) -> bytes:
+        return bytes(16) + bytes(4)  # nlmsghdr + error 0
+
+
+def _agent(tmp_path, backlog: dict):
+    """An agent over one leaf (uplink up, downlinks d0 and d1 to hosts h0, h1) whose
+    queues read ``backlog`` (port -> bytes of the lossless class)."""
+    from controllers.telemetry import Queue
+    from testbed.pfc import Agent, ClassState, Port
+
+    class Reader:
+        def read_leaves(self):
+            return {(p, 0x11): Queue(b, 0) for p, b in backlog.items()}
+
+    def open_port(dev):
+        port = Port(dev["ifname"], None, 20.0, dev["switch"], dev["peer"], _Wire(), _Wire(),
+                    _Wire(), _Wire(), 1, bytes(6))
+        port.classes = {3: ClassState()}
+        for state in ("paused", "running", "dropping"):
+            port.messages[(3, state)] = state.encode()
+        return port
+
+    ports = [{"ifname": n, "switch": "l", "role": r, "peer": f"x{n}", "mbps": 20}
+             for n, r in (("up", "leaf_uplink"), ("d0", "leaf_downlink"),
+                          ("d1", "leaf_downlink"))]
+    ports += [{"ifname": h, "switch": None, "role": "host_nic", "peer": p, "mbps": 20}
+              for h, p in (("h0", "d0"), ("h1", "d1"))]
+    cfg = {"pfc": True, "poll_ms": 2, "pause_ms": 100, "watchdog_ms": 200, "restore_ms": 500,
+           "mtu": 9000, "xoff": 24000, "xon": 8000, "ports": ports,
+           "switches": {"l": ["up", "d0", "d1"]},
+           "classes": [{"name": "roce", "minor": 0x11, "priority": 3, "lossless": True,
+                        "limit": 320000}],
+           "events": str(tmp_path / "events.jsonl"), "samples": str(tmp_path / "s.jsonl"),
+           "storm_dir": str(tmp_path / "storm")}
+    return Agent(cfg, open_port=open_port, reader=Reader())
+
+
+def _pauses(agent, port: str) -> list[int]:
+    from testbed.pfc import parse_pfc
+
+    return [parse_pfc(f)[3] for f in agent.ports[port].tx.sent if parse_pfc(f)]
+
+
+def test_pfc_agent_pauses_the_feeders_of_a_hot_queue_and_resumes_them(tmp_path):
+    backlog = {"up": 0, "d0": 30000, "d1": 0}
+    agent = _agent(tmp_path, backlog)
+    agent.poll(1.0)  # d0 over XOFF: its feeders (the uplink and d1) get XOFF
+    assert _pauses(agent, "up") == [3906] and _pauses(agent, "d1") == [3906]
+    assert _pauses(agent, "d0") == []
+    backlog["d0"] = 12000  # between XON and XOFF: still hot, nothing new
+    agent.poll(1.01)
+    assert len(_pauses(agent, "up")) == 1
+    agent.poll(1.06)  # half the pause time later: refreshed
+    assert len(_pauses(agent, "up")) == 2
+    backlog["d0"] = 5000  # below XON: XON to both
+    agent.poll(1.07)
+    assert _pauses(agent, "up")[-1] == 0 and _pauses(agent, "d1")[-1] == 0
+    backlog["up"] = 40000  # an uplink is fed by the downlinks alone
+    agent.poll(1.1)
+    assert _pauses(agent, "d0")[-1] > 0 and _pauses(agent, "d1")[-1] > 0
+    assert _pauses(agent, "up")[-1] == 0
+
+
+def test_pfc_agent_reaction_point_and_watchdog(tmp_path):
+    from testbed.pfc import pfc_frame
+
+    agent = _agent(tmp_path, {})
+    h0 = agent.ports["h0"]
+    frames = [pfc_frame(bytes(6), {3: 3906})]
+
+    class Rx:
+        def recvfrom(self, _n):
+            if frames:
+                return frames.pop(), ("h0", 0, 0)
+            raise BlockingIOError
+
+    h0.rx = Rx()
+    agent.receive(h0)
+    st = h0.classes[3]
+    assert st.since is not None and h0.netlink.sent[-1] == b"paused"
+    # a refresh before it expires keeps it paused; the watchdog drops after 200 ms
+    agent.timers(st.since + 0.05)
+    assert st.since is not None
+    st.paused_until = st.since + 10
+    agent.timers(st.since + 0.25)
+    assert st.since is None and st.watchdog_events == 1
+    assert h0.netlink.sent[-1] == b"dropping"
+    frames.append(pfc_frame(bytes(6), {3: 3906}))  # ignored in drop mode
+    agent.receive(h0)
+    assert st.since is None
+    agent.timers(st.drop_until + 0.01)
+    assert h0.netlink.sent[-1] == b"running" and st.drop_until == 0.0
