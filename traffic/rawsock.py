@@ -19,6 +19,7 @@ ETH_P_ALL = 0x0003
 SNDBUF_BYTES = 8 * 1024 * 1024
 ENOBUFS_BACKOFF_S = 50e-6
 PACKET_QDISC_BYPASS = 20  # from linux/if_packet.h; Python's socket module lacks it
+SOL_PACKET = 263  # linux/socket.h; not in Python 3.11's socket module either
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
 IdleFn = Callable[[float], None]
@@ -100,7 +101,7 @@ class RawSender:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
             if qdisc_bypass:
                 # Skips tc qdiscs on this interface: faster, but defeats any shaping there.
-                self.sock.setsockopt(socket.SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+                self.sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
             self.sock.bind((iface, 0))
         except OSError:
             self.sock.close()

@@ -269,3 +269,16 @@ def test_training_usage_errors(extra, option, reason, tmp_path: Path, capsys) ->
     assert training.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and option in err and reason in err, err
+
+
+def test_raw_sender_with_qdisc_bypass_opens():
+    """The bypass option set the socket option through socket.SOL_PACKET, which Python
+    3.11 does not define: it raised AttributeError before it could be used."""
+    import os
+
+    from traffic.rawsock import RawSender
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a packet socket")
+    with RawSender("lo", qdisc_bypass=True) as sender:
+        assert sender.sock.fileno() >= 0
