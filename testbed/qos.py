@@ -2,11 +2,10 @@
 priority or weights, and the lossless classes that PFC (:mod:`testbed.pfc`) pauses.
 
 Built from what every kernel here has (HTB, TBF, bfifo, u32): on each port an HTB root
-with one parent class at the link rate and one child per traffic class. Every child is
-guaranteed next to nothing and may borrow up to the link: HTB lends to the lowest
-priority number first, so a strict class (priority 0) is served whenever it has
-packets, and the weighted classes (priority 1) share what is left by deficit round robin
-with a quantum of ``weight`` frames. Each class has its own leaf queue: a byte FIFO for a
+with one parent class at the link rate and one child per traffic class. A strict class
+gets a small guaranteed rate and priority 0, so it is served first whenever it has
+packets (HTB lends spare rate to the lowest priority number first); weighted classes
+share the rest by their rates. Each class has its own leaf queue: a byte FIFO for a
 lossy class, a token bucket at the link rate for a lossless one, which PFC pauses by
 changing its rate (HTB cannot resume a class it has slowed: its tokens stay negative).
 u32 filters map DSCP values to classes; unmatched packets go to the default class.
@@ -39,9 +38,8 @@ Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,20}$")]
 KICK_ETHERTYPE = 0x88B5
 KICK_MINOR = 0xFF
 FIRST_MINOR = 0x10
-#: every class's guaranteed rate (kbit/s): next to nothing, so that all of the link is
-#: lent by HTB's priorities (strict first) and, among equals, by quantum (the weights)
-MIN_KBIT = 8
+#: HTB's guaranteed rate of a strict class, as a share of the link
+STRICT_SHARE = 0.05
 #: a paused token bucket's rate (bits/s): one jumbo frame in minutes
 PAUSED_BPS = 1000
 
@@ -241,9 +239,8 @@ class PlannedClass:
     priority: int
     strict: bool
     lossless: bool
-    rate_kbit: int  # guaranteed: next to nothing, the link is shared by priority and quantum
+    rate_kbit: int
     limit: int  # bytes
-    quantum: int  # bytes a round of the weighted classes' deficit round robin
 
     @property
     def classid(self) -> str:
@@ -255,13 +252,18 @@ def plan(classes: tuple[TrafficClass, ...], mbps: float, mtu: int,
     """Each class's HTB class and guaranteed rate on a port of ``mbps`` (``hosts``:
     :func:`host_addresses`, for tenant classes)."""
     hosts = hosts or {}
+    link = int(mbps * 1000)
+    strict = [c for c in classes if c.strict]
+    strict_kbit = max(8, int(link * STRICT_SHARE))
+    rest = link - strict_kbit * len(strict)
+    total = sum(c.weight for c in classes if not c.strict) or 1
     out = []
     for i, c in enumerate(classes):
+        rate = strict_kbit if c.strict else max(8, rest * c.weight // total)
         sources = tuple(ip for h in c.hosts for ip in hosts.get(str(h), ("",))[1:])
         out.append(PlannedClass(c.name, FIRST_MINOR + i, tuple(c.dscp), sources, c.priority,
-                                c.strict, c.lossless, MIN_KBIT,
-                                max(int(c.buffer_kb * 1000), mtu + 18),
-                                (1 if c.strict else c.weight) * (mtu + 18)))
+                                c.strict, c.lossless, rate,
+                                max(int(c.buffer_kb * 1000), mtu + 18)))
     return out
 
 
@@ -283,7 +285,7 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
     for p in planned:
         lines.append(f"class add dev {dev} parent 1:1 classid {p.classid} htb "
                      f"rate {p.rate_kbit}kbit ceil {link} burst {burst(mbps, mtu)} "
-                     f"prio {0 if p.strict else 1} quantum {p.quantum}")
+                     f"prio {0 if p.strict else 1} quantum {mtu + 18}")
         if p.lossless:
             leaf = f"tbf rate {link} burst {burst(mbps, mtu)} limit {p.limit}"
         elif lossy_leaf:
