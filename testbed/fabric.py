@@ -12,6 +12,7 @@ namespace.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import socket
@@ -307,7 +308,12 @@ class Fabric:
         return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
 
     def planned_classes(self, mbps: float) -> list[qos.PlannedClass]:
-        return qos.plan(self.classes, mbps, self.spec.mtu, qos.host_addresses(self.spec))
+        return qos.plan(self.classes, mbps, self.spec.mtu, self._host_addresses)
+
+    @functools.cached_property
+    def _host_addresses(self) -> dict[str, tuple[str, ...]]:
+        """Tenant classes match these; one walk of the hosts, not one per port."""
+        return qos.host_addresses(self.spec)
 
     def _class_lines(self, ifname: str, mbps: float, switch: bool = True) -> list[str]:
         """``tc -batch`` lines of a port's traffic classes (RED in a switch's lossy ones

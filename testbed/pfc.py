@@ -56,6 +56,7 @@ from pathlib import Path
 
 from controllers.telemetry import Queue, QueueReader
 from testbed import qos
+from traffic import stats
 
 ETH_P_PAUSE = 0x8808
 PFC_OPCODE = 0x0101
@@ -545,12 +546,9 @@ class Agent:
 
 
 def _spread(values: list[float]) -> dict:
-    """p50, p99 and max in ms (None for no values)."""
-    if not values:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    v = sorted(values)
-    at = lambda q: round(v[min(len(v) - 1, int(q * len(v)))] * 1000, 3)  # noqa: E731
-    return {"n": len(v), "p50": at(0.5), "p99": at(0.99), "max": round(v[-1] * 1000, 3)}
+    """How many, p50, p99 and max in ms (:func:`traffic.stats.summary`; None for none)."""
+    ms = stats.summary([v * 1000 for v in values], (50, 99))
+    return {"n": len(values), **(ms or {"p50": None, "p99": None, "max": None})}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -322,10 +322,6 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
     return lines
 
 
-def class_names(planned: list[PlannedClass]) -> dict[int, str]:
-    return {p.minor: p.name for p in planned}
-
-
 #: how the emulation departs from a switch ASIC, recorded in every run with classes
 DEPARTURE = ("PFC is done by a userspace agent: queues are read every poll_ms, PAUSE goes "
              "out through a packet socket and a received PAUSE slows a token bucket by "
