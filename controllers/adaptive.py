@@ -252,6 +252,27 @@ class PathTable:
             here = self.behind[(here, ports[0])]
         return out
 
+    def paths(self, dpid: int, dst: str) -> list[list[tuple[int, int]]]:
+        """Every path from switch ``dpid`` to ``dst`` over the plans' next hops, as its
+        switch-to-switch links, in port order at every choice (the last link, down to
+        the host, left out: every path shares it).
+
+        >>> from controllers.paths import plan_switch
+        >>> from topologies.fattree import build_fattree
+        >>> spec = build_fattree(prefix="tbdoc0", k=4)
+        >>> table = PathTable(spec, {sw.dpid: plan_switch(spec, sw.dpid) for sw in spec.switches})
+        >>> paths = table.paths(spec.switch("tbdoc0p0e0").dpid, "10.0.0.16")
+        >>> len(paths), [len(p) for p in paths]  # 2 aggregations x 2 cores, 4 links each
+        (4, [4, 4, 4, 4])
+        >>> table.paths(spec.switch("tbdoc0p0e0").dpid, "10.0.0.2")  # same edge: no choice
+        [[]]
+        """
+        ports = [p for p in self.hops.get((dpid, dst), []) if (dpid, p) in self.behind]
+        if not ports:
+            return [[]]
+        return [[(dpid, p), *rest] for p in ports
+                for rest in self.paths(self.behind[(dpid, p)], dst)]
+
     def load(self, util: dict[tuple[int, int], float], dpid: int, port: int,
              dst: str, *, first: bool = True) -> float:
         """Utilisation of the busiest link of the choice's path (0..1); without its

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("ecmp", "adaptive", "spray")
+MODES = ("ecmp", "adaptive", "gff", "spray")
 ECN_MODES = ("off", "controller", "switch", "phantom", "auto")
 #: traffic classes the ECN thresholds apply to
 CLASSES = ("collective", "agents")

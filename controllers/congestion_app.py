@@ -10,6 +10,9 @@ left keep working or time out).
   the queue snapshot into ``telemetry.jsonl`` (:mod:`controllers.telemetry`).
 - ``adaptive`` mode: flow placement and elephant moves (:mod:`controllers.adaptive`) at
   every switch whose route to a destination has several next hops (its ECMP set).
+- ``gff`` mode: Hedera's global first fit (:mod:`controllers.gff`): flows stay on their
+  hash, each with a counting rule at its edge switch, until they are elephants; then
+  each is placed on the first whole path with room for its estimated demand.
 - ``spray`` mode: RoCE packets choose their next hop in that set by the low bits of the
   UDP source port, which the senders rotate per packet (:mod:`controllers.spray`).
 - ECN marking by the controller (:mod:`controllers.ecn`) when ``ecn_backend`` is
@@ -39,7 +42,7 @@ from os_ken.lib import hub
 from os_ken.lib.packet import ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers import adaptive, config, ecmp, ecn, spray
+from controllers import adaptive, config, ecmp, ecn, gff, spray
 from controllers.config import CLASSES
 from controllers.fabric_app import StatusLog
 from controllers.paths import plan_switch
@@ -55,6 +58,8 @@ from controllers.telemetry import (
 from topologies.spec import FabricSpec
 
 LEARN_BYTES = 128
+#: the modes in which the controller places flows with rules of their own
+PLACING = ("adaptive", "gff")
 CPU_EVENT_S = 5.0
 
 
@@ -95,9 +100,16 @@ class CongestionControl(app_manager.OSKenApp):
         self.hold: dict[int, int] = {}
         self.flow_asked: dict[int, float] = {}
         self.learned_at: dict[tuple[int, adaptive.FlowKey], float] = {}
+        #: gff: host addresses behind each switch (where flows are counted and placed),
+        #: the elephants seen (key -> (src, dst)) and the scheduler's placements
+        self.attached: dict[int, set[str]] = {}
+        for intf in self.spec.interfaces():
+            self.attached.setdefault(self.spec.switch(intf.switch).dpid, set()).add(intf.ip)
+        self.elephants: dict[adaptive.FlowKey, tuple[str, str]] = {}
+        self.scheduler = gff.Scheduler()
         self.exporter = (PrometheusExporter(self.cfg.prometheus_port)
                          if self.cfg.prometheus_port else None)
-        self.active = bool(self.telemetry_path or self.exporter or self.mode == "adaptive"
+        self.active = bool(self.telemetry_path or self.exporter or self.mode in PLACING
                            or self.cfg.controller_marks)
         #: the sampling interval: telemetry_ms, longer when the ports exceed the budget
         self.interval_ms = poll_interval_ms(self.cfg.telemetry_ms, len(self.ports),
@@ -121,7 +133,7 @@ class CongestionControl(app_manager.OSKenApp):
         # this one does not place flows, the flows it pinned and its learn rules (both
         # above the routes, they would outlive a routing change: recompute rewrites the
         # routes below them)
-        cookies = [ecn.COOKIE_MARK] + ([adaptive.COOKIE_FLOW] if self.mode != "adaptive"
+        cookies = [ecn.COOKIE_MARK] + ([adaptive.COOKIE_FLOW] if self.mode not in PLACING
                                        else [])
         for cookie in cookies:
             dp.send_msg(parser.OFPFlowMod(
@@ -131,7 +143,8 @@ class CongestionControl(app_manager.OSKenApp):
         sets = self.sets[dp.id]
         if not sets:
             return  # no choice to make here (a spine, a core switch)
-        learn = self.mode == "adaptive"
+        # gff counts and places flows at the switches their senders hang off only
+        learn = self.mode == "adaptive" or (self.mode == "gff" and dp.id in self.attached)
         if learn:
             for ip, ports in sets.items():
                 for fields in adaptive.learn_matches(ip, tcp=self.cfg.adaptive.place_tcp):
@@ -259,7 +272,7 @@ class CongestionControl(app_manager.OSKenApp):
             with self.asked_lock:
                 self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
             dp.send_msg(request)
-            if (self.mode == "adaptive" and self.tick_no % every == 0
+            if (self.places_at(dp.id) and self.tick_no % every == 0
                     and self.sets[dp.id]):
                 self.request_flow_stats(dp)
 
@@ -340,7 +353,7 @@ class CongestionControl(app_manager.OSKenApp):
         msg = ev.msg
         dp = msg.datapath
         plan = self.plans.get(dp.id)
-        if self.mode != "adaptive" or plan is None:
+        if not self.places_at(dp.id) or plan is None:
             return
         key = flow_key(msg.data)
         if key is None or key.dst not in self.sets[dp.id]:
@@ -350,6 +363,14 @@ class CongestionControl(app_manager.OSKenApp):
             return  # rule on its way; these are packets that were already in flight
         self.learned_at[(dp.id, key)] = now
         uplinks = self.sets[dp.id][key.dst]
+        if self.mode == "gff":
+            if key.src not in self.attached.get(dp.id, ()):
+                return  # counted where it enters the fabric, not on its way
+            # a rule of its own on the same hash: the flow's counters, its path unchanged
+            self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(dp.ofproto_parser, key),
+                          [ecmp.spread(dp.ofproto_parser, uplinks)],
+                          cookie=adaptive.COOKIE_FLOW, idle=adaptive.FLOW_IDLE_S)
+            return
         # the whole path counts: flows of other switches placed through the same links
         # (on a leaf-spine: the same spine downlink) collide with this one as surely as
         # flows on the same uplink
@@ -407,11 +428,49 @@ class CongestionControl(app_manager.OSKenApp):
                 entry[2] = stat.duration_sec + stat.duration_nsec / 1e9
         readings = [(key, port, nbytes, age) for key, (port, nbytes, age) in flows.items()]
         loads = self.rates.setdefault(dp.id, adaptive.FlowRates()).update(readings)
-        self.placed[dp.id] = {f.key: f.port for f in loads}
         stale = time.monotonic() - 30
         for k in [k for k, t in self.learned_at.items() if k[0] == dp.id and t < stale]:
             del self.learned_at[k]
+        if self.mode == "gff":
+            self.first_fit(dp, loads)
+            return
+        self.placed[dp.id] = {f.key: f.port for f in loads}
         self.rebalance(dp, loads)
+
+    def places_at(self, dpid: int) -> bool:
+        """Whether this switch counts and places flows: every switch with a choice in
+        ``adaptive`` mode, the switches with hosts in ``gff`` mode."""
+        return self.mode == "adaptive" or (self.mode == "gff" and dpid in self.attached)
+
+    def first_fit(self, dp, loads: list[adaptive.FlowLoad]) -> None:
+        """One global-first-fit round after an edge switch's counters came in: flows
+        gone release their reservations, flows above ``elephant_mbps`` become elephants,
+        and the elephants not placed yet get the first path with room (:mod:`gff`)."""
+        mine = {f.key for f in loads if f.key.src in self.attached[dp.id]}
+        gone = [k for k in self.elephants
+                if k.src in self.attached[dp.id] and k not in mine]
+        for key in gone:
+            del self.elephants[key]
+        self.scheduler.forget(gone)
+        for f in loads:
+            if f.key in mine and f.mbps >= self.cfg.adaptive.elephant_mbps:
+                self.elephants[f.key] = (f.key.src, f.key.dst)
+        paths = {k: self.paths.paths(dp.id, k.dst) for k in self.elephants
+                 if k in mine and k not in self.scheduler.placed}
+        if not paths:
+            return
+        for key, choice, demand in self.scheduler.schedule(self.elephants, paths):
+            path = paths[key][choice]
+            for dpid, port in path:
+                hop = self.datapaths.get(dpid)
+                if hop is None or key.dst not in self.sets[dpid]:
+                    continue  # no choice there: the path goes on by itself
+                command = (hop.ofproto.OFPFC_MODIFY_STRICT if dpid == dp.id
+                           else hop.ofproto.OFPFC_ADD)  # the edge's rule keeps its counters
+                self.pin_flow(hop, key, port, command)
+            names = [f"{self.plans[d].name}:{p}" for d, p in path]
+            self.status.emit("flow_placed", flow=str(key), switch=self.plans[dp.id].name,
+                             port=path[0][1], path=names, demand=demand, scheduler="gff")
 
     def rebalance(self, dp, loads: list[adaptive.FlowLoad]) -> None:
         plan = self.plans[dp.id]

@@ -117,6 +117,63 @@ def plot_goodput(summary: dict, out: Path) -> Path | None:
     return save(fig, out / "goodput.png")
 
 
+def _bisection(entry: dict):
+    e = entry.get("elephants") or {}
+    return e.get("aggregate_mbps") if e.get("measured") else None
+
+
+def elephants_table(summary: dict) -> list[str]:
+    """Per pattern: aggregate elephant goodput (bisection bandwidth) of every variant, as
+    a fraction of the non-blocking reference's, Hedera's figure of merit."""
+    runs = [r for r in summary["runs"] if _bisection(r) is not None]
+    if not runs:
+        return []
+    head = ["pattern", "variant", "controller", "bisection Mb/s (median)", "per seed",
+            "of NICs", "x baseline", "of non-blocking", "flows measured"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in sorted(runs, key=lambda r: [x["pattern"] for x in runs].index(r["pattern"])):
+        base, ref = baseline_of(run, summary["runs"]), reference_of(run, summary["runs"])
+        e = run["elephants"]
+        lines.append("| " + " | ".join([
+            run.get("pattern", "-"), run["name"] + (" (reference)" if run.get("reference")
+                                                    else ""),
+            run.get("controller_mode", "-"), _fmt(_bisection(run)), _per_seed(run, _bisection),
+            _fmt(e.get("of_nics"), 2), _ratio(_bisection(run), _bisection(base) if base else None),
+            _ratio(_bisection(run), _bisection(ref) if ref else None),
+            f"{e.get('measured', 0)}/{e.get('flows', 0)}"]) + " |")
+    return lines
+
+
+def plot_elephants(summary: dict, out: Path) -> Path | None:
+    """Grouped bars: each pattern's bisection bandwidth per variant kind, as a fraction of
+    what the hosts' NICs allow (Hedera's Figure 10, at this lab's scale)."""
+    runs = [r for r in summary["runs"] if _bisection(r) is not None]
+    if not runs:
+        return None
+    patterns = list(dict.fromkeys(r["pattern"] for r in runs))
+    kinds = list(dict.fromkeys("non-blocking" if r.get("reference") else
+                               r.get("controller_mode", "-") for r in runs))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(patterns) * len(kinds) / 2), 4))
+    width = 0.8 / len(kinds)
+    for k, kind in enumerate(kinds):
+        xs, ys = [], []
+        for x, pattern in enumerate(patterns):
+            for r in runs:
+                rk = "non-blocking" if r.get("reference") else r.get("controller_mode", "-")
+                if r["pattern"] == pattern and rk == kind:
+                    xs.append(x + (k - (len(kinds) - 1) / 2) * width)
+                    ys.append(r["elephants"]["of_nics"] or 0)
+        ax.bar(xs, ys, width, label=kind,
+               color="grey" if kind == "non-blocking" else None, alpha=0.8)
+    ax.set_xticks(range(len(patterns)), patterns, rotation=30, ha="right")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("aggregate goodput / sum of NIC rates")
+    ax.set_title(f"{summary['scenario']}: bisection bandwidth per pattern (median over seeds)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, out / "bisection.png")
+
+
 def plot_dcqcn(summary: dict, out: Path) -> Path | None:
     """Each rank's DCQCN rate over time (channel 0), one panel per variant that ran it."""
     panels = []
@@ -151,7 +208,8 @@ def section(summary: dict, out: Path) -> list[str]:
     seeds = summary.get("seeds") or [summary.get("seed")]
     lines = []
     train, agents = training_table(summary), agents_table(summary)
-    if train or agents:
+    elephants = elephants_table(summary)
+    if train or agents or elephants:
         lines += ["## Variants side by side", "",
                   f"Medians over {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
                   "per-seed values in seed order; ratios against the first variant of the "
@@ -162,6 +220,15 @@ def section(summary: dict, out: Path) -> list[str]:
         lines += ["### Training (aggregate goodput, iteration times)", "", *train, ""]
     if agents:
         lines += ["### Agent chains", "", *agents, ""]
+    if elephants:
+        lines += ["### Elephant flows (bisection bandwidth per pattern)", "",
+                  "One long TCP flow from every host; the sum of their goodputs is the "
+                  "bisection bandwidth the fabric gave the pattern. \"of non-blocking\" "
+                  "divides it by the reference's (the same flows on one switch).", "",
+                  *elephants, ""]
+        png = plot_elephants(summary, out)
+        if png:
+            lines += [f"![bisection bandwidth per pattern]({png.name})", ""]
     png = plot_goodput(summary, out)
     if png:
         lines += [f"![goodput per variant]({png.name})", ""]

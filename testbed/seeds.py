@@ -107,7 +107,7 @@ def combine(name: str, per_seed: list[dict]) -> dict:
     entry = dict(per_seed[0])
     seeds = [e.get("seed", i) for i, e in enumerate(per_seed)]
     missing: dict[str, list] = {}
-    for key in ("fabric", "agents", "training", "ecn"):
+    for key in ("fabric", "agents", "training", "ecn", "elephants"):
         if key in entry:
             values = [e.get(key) for e in per_seed]
             entry[key] = median_entry(values)

@@ -24,7 +24,7 @@ from testbed.faults import Fault, Schedule
 from testbed.procs import Helper, wait_for
 from topologies.spec import FabricSpec
 from traffic.agent_plan import default_plan
-from traffic.patterns import destinations
+from traffic.patterns import destinations, hedera
 
 __all__ = ["SERVICE_PORT", "TRAFFIC", "Workload", "agent_plan", "enable_tcp_ecn", "start",
            "training_config", "wait_done"]
@@ -156,10 +156,48 @@ def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
-# -- the generic workloads list: commands, iperf3 pairs, replays --------------------------
-OUTPUT = {"command": "command.out", "iperf3": "iperf3.json", "replay": "replay.json"}
+# -- the generic workloads list: commands, iperf3 pairs, replays, elephants ---------------
+OUTPUT = {"command": "command.out", "iperf3": "iperf3.json", "replay": "replay.json",
+          "elephants": "flow0.json"}
 PLACEHOLDER = re.compile(r"\{n(\d+)(?:\.p(\d+))?\}")
 IPERF_BASE_PORT = 5201
+#: elephants entry k, flow i listens on ELEPHANT_BASE_PORT + 1000 k + i
+ELEPHANT_BASE_PORT = 20000
+#: elephants end this long before the run does by default: iperf3's client learns what
+#: its server received only in the exchange after the test, which a stop would cut off
+ELEPHANT_MARGIN_S = 2.0
+
+
+def elephant_label(entry: dict) -> str:
+    """The pattern as Hedera's figures name it: stride4, stag(0.2,0.3), rand, randbij,
+    hotspot.
+
+    >>> elephant_label({"pattern": "stride", "stride": 4})
+    'stride4'
+    >>> elephant_label({"pattern": "staggered", "edge_p": 0.5, "pod_p": 0.3})
+    'stag(0.5,0.3)'
+    """
+    p = entry["pattern"]
+    if p == "stride":
+        return f"stride{entry['stride']}"
+    if p == "staggered":
+        return f"stag({entry['edge_p']:g},{entry['pod_p']:g})"
+    return {"random": "rand", "bijection": "randbij"}.get(p, p)
+
+
+def elephant_flows(entry: dict, n_hosts: int, seed: int) -> list[tuple[int, int]]:
+    """(sender, receiver) node indices of an elephants entry's flows, drawn from ``seed``.
+
+    >>> elephant_flows({"pattern": "stride", "stride": 2, "hosts": [0, 1, 4, 5]}, 8, 1)
+    [(0, 4), (1, 5), (4, 0), (5, 1)]
+    """
+    hosts = entry.get("hosts") or list(range(n_hosts))
+    dest = hedera(entry["pattern"], len(hosts), stride=entry.get("stride", 1),
+                  edge_hosts=entry.get("edge_hosts", 1), pod_hosts=entry.get("pod_hosts", 1),
+                  edge_p=entry.get("edge_p", 0.0), pod_p=entry.get("pod_p", 0.0),
+                  hotspots=entry.get("hotspots", 1), hot_flows=entry.get("hot_flows", 1),
+                  seed=seed)
+    return [(hosts[i], hosts[j]) for i, j in enumerate(dest)]
 
 
 def expand(arg: str, spec: FabricSpec) -> str:
@@ -191,10 +229,14 @@ class ExtraWorkloads:
     """The ``workloads:`` entries other than agents and training, started on time."""
 
     def __init__(self, fabric: Fabric, entries: list[dict], *, out: Path, pid_dir: Path,
-                 stack: ExitStack) -> None:
+                 stack: ExitStack, seed: int = 1, duration_s: float = 10.0) -> None:
         self.fabric, self.out, self.pid_dir, self.stack = fabric, out, pid_dir, stack
+        self.seed, self.duration_s = seed, duration_s
         self.items = [Started(i, e) for i, e in enumerate(entries)]
         self.schedule: Schedule | None = None
+        #: elephants entries: their flows, (sender, receiver) node indices
+        self.flows = {i: elephant_flows(e, len(fabric.spec.hosts), seed)
+                      for i, e in enumerate(entries) if e["kind"] == "elephants"}
 
     def _host(self, index: int):
         return self.fabric.host(self.fabric.spec.hosts[index].name)
@@ -219,6 +261,11 @@ class ExtraWorkloads:
                 self._spawn(item, "server", e["server"],
                             ["iperf3", "-s", "-1", "-B", server, "-p",
                              str(IPERF_BASE_PORT + item.index)])
+            for k, (_, dst) in enumerate(self.flows.get(item.index, ())):
+                server = spec.hosts[dst].interface(e["plane"], 0).ip
+                self._spawn(item, f"flow{k}-server", dst,
+                            ["iperf3", "-s", "-1", "-B", server, "-p",
+                             str(ELEPHANT_BASE_PORT + 1000 * item.index + k)])
         faults = [Fault(item.entry["at_s"], "start", str(item.index)) for item in self.items]
         self.schedule = Schedule(faults, {"start": lambda i: self._start(self.items[int(i)])})
         self.schedule.start(t0)
@@ -241,6 +288,15 @@ class ExtraWorkloads:
                 argv += ["-b", f"{e['rate_mbps']:g}M"]
             self._spawn(item, "client", e["client"], argv,
                         stdout_file=self.out / f"workload-{item.index}-iperf3.json")
+        elif e["kind"] == "elephants":
+            seconds = e["seconds"] or max(1.0, self.duration_s - e["at_s"] - ELEPHANT_MARGIN_S)
+            for k, (src, dst) in enumerate(self.flows[item.index]):
+                argv = ["iperf3", "-c", spec.hosts[dst].interface(e["plane"], 0).ip,
+                        "-B", spec.hosts[src].interface(e["plane"], 0).ip,
+                        "-p", str(ELEPHANT_BASE_PORT + 1000 * item.index + k),
+                        "-t", f"{seconds:g}", "-J", "--connect-timeout", "3000"]
+                self._spawn(item, f"flow{k}", src, argv,
+                            stdout_file=self.out / f"workload-{item.index}-flow{k}.json")
         elif e["kind"] == "replay":
             iface = spec.hosts[e["host"]].interface(e["plane"], e["rail"]).name
             rate = (["--pps", f"{e['pps']:g}"] if e["pps"] else
@@ -254,8 +310,8 @@ class ExtraWorkloads:
         """Until every process that ends by itself has ended, or ``until`` (epoch)."""
         def done() -> bool:
             started = all(item.started for item in self.items)
-            return started and not any(item.procs[-1].alive() for item in self.items
-                                       if item.procs)
+            return started and not any(p.alive() for item in self.items for p in item.procs
+                                       if not p.name.endswith("-server"))
         wait_for(lambda: time.time() >= until or done(), max(0.0, until - time.time()) + 1,
                  interval=0.2)
 
@@ -281,10 +337,35 @@ class ExtraWorkloads:
         result = self.out / f"workload-{item.index}-{OUTPUT[e['kind']]}"
         if e["kind"] == "iperf3":
             rec["goodput_mbps"] = _iperf3_goodput(result)
+        elif e["kind"] == "elephants":
+            rec["pattern"] = elephant_label(e)
+            rec["flows"] = [
+                {"src": src, "dst": dst, "goodput_mbps": _iperf3_goodput(
+                    self.out / f"workload-{item.index}-flow{k}.json")}
+                for k, (src, dst) in enumerate(self.flows[item.index])]
         elif e["kind"] == "replay":
             rec["replay"] = _last_json(result)
         rec["output"] = result.name
         return rec
+
+
+def elephants_summary(records: list[dict], link_mbps: float) -> dict:
+    """The run's elephants in one figure: their aggregate goodput (the bisection
+    bandwidth the fabric gave that pattern), against what the hosts' NICs allow.
+
+    >>> recs = [{"kind": "elephants", "pattern": "stride4",
+    ...          "flows": [{"goodput_mbps": 9.0}, {"goodput_mbps": 19.0}]}]
+    >>> elephants_summary(recs, 20)  # doctest: +NORMALIZE_WHITESPACE
+    {'pattern': 'stride4', 'flows': 2, 'measured': 2, 'aggregate_mbps': 28.0,
+     'per_flow_mbps': {'min': 9.0, 'max': 19.0}, 'of_nics': 0.7}
+    """
+    flows = [f for r in records if r["kind"] == "elephants" for f in r["flows"]]
+    rates = [f["goodput_mbps"] for f in flows if f["goodput_mbps"] is not None]
+    total = round(sum(rates), 3)
+    return {"pattern": next(r["pattern"] for r in records if r["kind"] == "elephants"),
+            "flows": len(flows), "measured": len(rates), "aggregate_mbps": total,
+            "per_flow_mbps": {"min": min(rates, default=None), "max": max(rates, default=None)},
+            "of_nics": round(total / (len(flows) * link_mbps), 3) if flows else None}
 
 
 def _last_json(path: Path) -> dict | None:

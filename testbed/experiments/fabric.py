@@ -299,6 +299,8 @@ class FabricExperiment(base.Experiment):
                 raise ConfigError(f"{prefix}workloads[{i}].pcap", f"no such file {entry['pcap']!r}")
             if entry["pps"] and entry["mbps"]:
                 raise ConfigError(f"{prefix}workloads[{i}].mbps", "give pps or mbps, not both")
+        if entry["kind"] == "elephants":
+            FabricExperiment._check_elephants(out, len(spec.hosts), f"{prefix}workloads[{i}]")
         if entry["kind"] == "command":
             for j, arg in enumerate(entry["argv"]):
                 for m in workloads.PLACEHOLDER.finditer(arg):
@@ -307,6 +309,25 @@ class FabricExperiment(base.Experiment):
                         raise ConfigError(f"{prefix}workloads[{i}].argv[{j}]",
                                           f"{m.group(0)} names no host address of this fabric")
         return out
+
+    @staticmethod
+    def _check_elephants(entry: dict, nodes: int, where: str) -> None:
+        hosts = entry["hosts"] or list(range(nodes))
+        for j, node in enumerate(hosts):
+            _check_node(f"{where}.hosts[{j}]", node, nodes)
+        if len(set(hosts)) != len(hosts) or len(hosts) < 2:
+            raise ConfigError(f"{where}.hosts", "needs at least 2 different node indices")
+        if entry["pattern"] == "stride" and entry["stride"] % len(hosts) == 0:
+            raise ConfigError(f"{where}.stride", f"{entry['stride']} sends every host to "
+                                                 f"itself with {len(hosts)} hosts")
+        if entry["edge_p"] + entry["pod_p"] > 1:
+            raise ConfigError(f"{where}.pod_p", "edge_p + pod_p must not exceed 1")
+        if entry["pod_hosts"] % entry["edge_hosts"]:
+            raise ConfigError(f"{where}.pod_hosts", "must be a multiple of edge_hosts")
+        if entry["pattern"] == "hotspot" and entry["hotspots"] * entry["hot_flows"] >= len(hosts):
+            raise ConfigError(f"{where}.hotspots", f"{entry['hotspots']} x hot_flows "
+                                                   f"{entry['hot_flows']} must be below the "
+                                                   f"{len(hosts)} hosts")
 
     @staticmethod
     def _check_controller(controller: dict, faults: tuple[Fault, ...], prefix: str) -> None:
@@ -400,8 +421,11 @@ class FabricExperiment(base.Experiment):
         caps, progress, duration_s = ctx.caps, ctx.progress, ctx.duration_s
         run_id = new_run_id()
         spec = variant.fabric(run_prefix(run_id))
+        elephants = [e for e in variant.workloads if e["kind"] == "elephants"]
         entry: dict = {"name": variant.name, "run_id": run_id, "seed": seed,
-                       "reference": variant.reference, "pattern": variant.training["pattern"]}
+                       "reference": variant.reference,
+                       "pattern": (workloads.elephant_label(elephants[0]) if elephants
+                                   else variant.training["pattern"])}
         with ExitStack() as stack:
             progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} "
                      f"switches, {len(spec.hosts)} hosts, {len(spec.links)} links)")
@@ -425,7 +449,8 @@ class FabricExperiment(base.Experiment):
             extra = None
             if variant.workloads:
                 extra = workloads.ExtraWorkloads(fabric, list(variant.workloads), out=out,
-                                                 pid_dir=live.pid_dir, stack=stack)
+                                                 pid_dir=live.pid_dir, stack=stack,
+                                                 seed=seed, duration_s=duration_s)
                 extra.start(work.start_at)
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
                                       duration_s=duration_s, stack=stack)
@@ -443,6 +468,9 @@ class FabricExperiment(base.Experiment):
             if extra:
                 extra.wait(until=work.start_at + duration_s)
                 entry["workloads"] = extra.stop()
+                if elephants:
+                    entry["elephants"] = workloads.elephants_summary(entry["workloads"],
+                                                                     spec.link_mbps)
             if faults:
                 faults.stop(end=time.time())
             roles = fabric.port_roles()

@@ -69,7 +69,10 @@ class Health(Section):
 
 
 class Controller(Section):
-    mode: Literal["ecmp", "adaptive", "spray"] = "ecmp"
+    mode: Literal["ecmp", "adaptive", "gff", "spray"] = Field(
+        "ecmp", description="ecmp: static hash; adaptive: per-switch placement and elephant "
+                            "moves; gff: Hedera's global first fit for elephants; spray: "
+                            "per-packet spreading of RoCE")
     telemetry_ms: int = Field(100, ge=10, le=5000)
     telemetry_budget: int = Field(
         2000, ge=0, le=1_000_000,
@@ -207,6 +210,28 @@ class ReplayWorkload(Section):
     mbps: float | None = Field(None, gt=0)
 
 
+class ElephantsWorkload(Section):
+    """One long TCP flow (iperf3) from every host, to a destination drawn by a Hedera
+    pattern (:func:`traffic.patterns.hedera`); the aggregate goodput is the fabric's
+    bisection bandwidth for that pattern. Edges and pods are counted in host indices
+    (``edge_hosts`` hosts an edge switch, ``pod_hosts`` a pod), so a non-blocking
+    reference variant on another topology gets the same flows."""
+
+    kind: Literal["elephants"]
+    pattern: Literal["stride", "staggered", "random", "bijection", "hotspot"]
+    stride: int = Field(1, ge=1, description="stride: host i sends to i + stride")
+    edge_p: float = Field(0.0, ge=0, le=1, description="staggered: same edge switch")
+    pod_p: float = Field(0.0, ge=0, le=1, description="staggered: same pod, another edge")
+    edge_hosts: int = Field(1, ge=1, description="hosts per edge switch (k/2 in a fat-tree)")
+    pod_hosts: int = Field(1, ge=1, description="hosts per pod (k^2/4 in a fat-tree)")
+    hotspots: int = Field(2, ge=1, description="hotspot: hosts that draw several flows")
+    hot_flows: int = Field(3, ge=2, description="hotspot: flows each hotspot receives")
+    hosts: list[int] | None = Field(None, description="the hosts taking part (default: all)")
+    at_s: float = Field(0, ge=0)
+    seconds: float | None = Field(None, gt=0, le=3600, description="default: to the run's end")
+    plane: int = Field(0, ge=0)
+
+
 class AgentsWorkload(Agents):
     """The agent chains as an entry of ``workloads`` (the same as the ``agents`` section)."""
 
@@ -221,9 +246,9 @@ class TrainingWorkload(Training):
     enabled: bool = True
 
 
-Workload = Annotated[CommandWorkload | Iperf3Workload | ReplayWorkload | AgentsWorkload
-                     | TrainingWorkload, Field(discriminator="kind")]
-WORKLOAD_KINDS = ("command", "iperf3", "replay", "agents", "training")
+Workload = Annotated[CommandWorkload | Iperf3Workload | ReplayWorkload | ElephantsWorkload
+                     | AgentsWorkload | TrainingWorkload, Field(discriminator="kind")]
+WORKLOAD_KINDS = ("command", "iperf3", "replay", "elephants", "agents", "training")
 
 
 class Workloads(Section):
