@@ -33,8 +33,8 @@ def test_plugin_kind_runs_end_to_end(tmp_path):
 
 
 def test_workloads_list_runs_every_entry(tmp_path):
-    """examples/workloads.yaml: chains, a ping, an iperf3 pair and a replay, from one list;
-    each entry's output is kept and its exit status reported."""
+    """examples/workloads.yaml: chains, a ping, an iperf3 pair, a replay and elephants,
+    from one list; each entry's output is kept and its exit status reported."""
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
                            "examples/workloads.yaml", "--duration", "6", "--out", str(out)],
@@ -42,11 +42,14 @@ def test_workloads_list_runs_every_entry(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     run, = json.loads((out / "summary.json").read_text())["runs"]
     assert run["agents"]["chains_completed"] > 0
-    ping, iperf, replay = run["workloads"]
+    ping, iperf, replay, elephants = run["workloads"]
     assert ping["exit_status"] == 0 and not ping["stopped_at_end"]
     assert "5 received" in (out / run["dir"] / ping["output"]).read_text()
     assert iperf["exit_status"] == 0 and iperf["goodput_mbps"] > 1
     assert replay["exit_status"] == 0 and replay["replay"]["packets"] == 20
+    assert sorted(f["src"] for f in elephants["flows"]) == [0, 1, 2, 3]
+    assert all(f["goodput_mbps"] > 1 for f in elephants["flows"]), elephants
+    assert run["elephants"]["measured"] == 4 and run["pattern"] == "randbij"
     assert leftovers(f"tb{run['run_id']}") == []
 
 

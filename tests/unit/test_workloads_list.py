@@ -25,7 +25,7 @@ def test_the_example_validates_and_folds_agents_into_their_section():
     v, = sc.variants
     assert v.agents["enabled"] and v.agents["services"]["retriever"] == 3
     assert v.agents["concurrency"] == 4
-    assert [w["kind"] for w in v.workloads] == ["command", "iperf3", "replay"]
+    assert [w["kind"] for w in v.workloads] == ["command", "iperf3", "replay", "elephants"]
     assert v.workloads[1]["client"] == 1 and v.workloads[1]["server"] == 2
 
 
@@ -63,6 +63,16 @@ def test_a_variant_replaces_the_list():
     ({"kind": "replay", "host": "n0", "pcap": "/nonexistent.pcap"}, "workloads[0].pcap"),
     ({"kind": "replay", "host": "n0", "pcap": "examples/frames.pcap", "rail": 1},
      "workloads[0].rail"),
+    ({"kind": "elephants", "pattern": "stride", "stride": 4}, "workloads[0].stride"),
+    ({"kind": "elephants", "pattern": "swirl"}, "workloads[0].pattern"),
+    ({"kind": "elephants", "pattern": "staggered", "edge_p": 0.6, "pod_p": 0.5},
+     "workloads[0].pod_p"),
+    ({"kind": "elephants", "pattern": "staggered", "edge_hosts": 2, "pod_hosts": 3},
+     "workloads[0].pod_hosts"),
+    ({"kind": "elephants", "pattern": "hotspot", "hotspots": 2, "hot_flows": 2},
+     "workloads[0].hotspots"),
+    ({"kind": "elephants", "pattern": "random", "hosts": [0, 9]}, "workloads[0].hosts[1]"),
+    ({"kind": "elephants", "pattern": "random", "hosts": [1, 1]}, "workloads[0].hosts"),
     ({"kind": "agents", "driver": 9, "services": AGENTS["services"]}, "agents.driver"),
     ({"kind": "agents", "concurrency": 0}, "workloads[0].concurrency"),
 ])
@@ -85,3 +95,12 @@ def test_workloads_in_a_variant_name_the_variant():
         parse(data)
     assert err.value.field.startswith("variants[0].workloads[0]")
     yaml.safe_dump(data)  # the test's own data is plain YAML
+
+
+def test_elephants_entry_and_its_flows():
+    from testbed.workloads import elephant_flows, elephant_label
+
+    sc = parse(scenario({"kind": "elephants", "pattern": "stride", "stride": 1}))
+    entry, = sc.variants[0].workloads
+    assert elephant_label(entry) == "stride1"
+    assert elephant_flows(entry, 4, seed=1) == [(0, 1), (1, 2), (2, 3), (3, 0)]
