@@ -78,7 +78,7 @@ MAX_SHARE_OF_GAP = 0.75
 TCP_SYN, TCP_ACK = 0x02, 0x12 & ~0x02
 
 
-def learn_matches(ip: str, *, tcp: bool = True) -> list[dict]:
+def learn_matches(ip: str, *, tcp: bool = True, every_tcp: bool = False) -> list[dict]:
     """What the leaf copies to the controller for destination ``ip``: a TCP connection's
     first packet (SYN without ACK: one packet a connection, and the rule is in place
     before data flows) and UDP packets of flows not yet placed (RoCE queue pairs, few
@@ -90,6 +90,9 @@ def learn_matches(ip: str, *, tcp: bool = True) -> list[dict]:
     udp = [{"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 17}]
     if not tcp:  # ``adaptive.place_tcp: false``: TCP stays on ECMP
         return udp
+    if every_tcp:  # gff: any packet of a flow without a rule (one that idled out, or one
+        # whose rule a restarted controller removed), not only its first
+        return [{"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 6}, *udp]
     return [{"eth_type": 0x0800, "ipv4_dst": ip, "ip_proto": 6,
              "tcp_flags": (TCP_SYN, TCP_SYN | TCP_ACK)}, *udp]
 

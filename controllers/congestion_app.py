@@ -133,7 +133,9 @@ class CongestionControl(app_manager.OSKenApp):
         # this one does not place flows, the flows it pinned and its learn rules (both
         # above the routes, they would outlive a routing change: recompute rewrites the
         # routes below them)
-        cookies = [ecn.COOKIE_MARK] + ([adaptive.COOKIE_FLOW] if self.mode not in PLACING
+        # (gff: its pins too, its reservations died with the old process; the flows come
+        # back to it through the learn rules, which in gff take any TCP packet)
+        cookies = [ecn.COOKIE_MARK] + ([adaptive.COOKIE_FLOW] if self.mode != "adaptive"
                                        else [])
         for cookie in cookies:
             dp.send_msg(parser.OFPFlowMod(
@@ -143,11 +145,11 @@ class CongestionControl(app_manager.OSKenApp):
         sets = self.sets[dp.id]
         if not sets:
             return  # no choice to make here (a spine, a core switch)
-        # gff counts and places flows at the switches their senders hang off only
-        learn = self.mode == "adaptive" or (self.mode == "gff" and dp.id in self.attached)
+        learn = self.places_at(dp.id)
         if learn:
             for ip, ports in sets.items():
-                for fields in adaptive.learn_matches(ip, tcp=self.cfg.adaptive.place_tcp):
+                for fields in adaptive.learn_matches(ip, tcp=self.cfg.adaptive.place_tcp,
+                                                     every_tcp=self.mode == "gff"):
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
                                   [ecmp.spread(parser, ports), self.to_controller(dp)],
                                   cookie=adaptive.COOKIE_LEARN)
@@ -432,7 +434,7 @@ class CongestionControl(app_manager.OSKenApp):
         for k in [k for k, t in self.learned_at.items() if k[0] == dp.id and t < stale]:
             del self.learned_at[k]
         if self.mode == "gff":
-            self.first_fit(dp, loads)
+            self.place_elephants(dp, loads)
             return
         self.placed[dp.id] = {f.key: f.port for f in loads}
         self.rebalance(dp, loads)
@@ -442,7 +444,7 @@ class CongestionControl(app_manager.OSKenApp):
         ``adaptive`` mode, the switches with hosts in ``gff`` mode."""
         return self.mode == "adaptive" or (self.mode == "gff" and dpid in self.attached)
 
-    def first_fit(self, dp, loads: list[adaptive.FlowLoad]) -> None:
+    def place_elephants(self, dp, loads: list[adaptive.FlowLoad]) -> None:
         """One global-first-fit round after an edge switch's counters came in: flows
         gone release their reservations, flows above ``elephant_mbps`` become elephants,
         and the elephants not placed yet get the first path with room (:mod:`gff`)."""
@@ -461,7 +463,9 @@ class CongestionControl(app_manager.OSKenApp):
             return
         for key, choice, demand in self.scheduler.schedule(self.elephants, paths):
             path = paths[key][choice]
-            for dpid, port in path:
+            # downstream first: the edge's rule moves the flow onto the path last, so no
+            # packet reaches an aggregation switch before its rule does
+            for dpid, port in reversed(path):
                 hop = self.datapaths.get(dpid)
                 if hop is None or key.dst not in self.sets[dpid]:
                     continue  # no choice there: the path goes on by itself

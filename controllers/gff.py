@@ -11,11 +11,12 @@ keep the demand reserved while the flow lives. An elephant no path fits stays on
 hash and is tried again at the next round. Placed flows are never moved: first fit, not
 a global optimum (Hedera's simulated annealing is the other scheduler, not built here).
 
-Here the scheduling round is each reply to the edge switch's flow-stats request (about
-every ``adaptive.interval_ms``, at least :data:`controllers.adaptive.FLOW_POLL_S`), not
-Hedera's 5 s: the lab's runs last seconds, not minutes. Reservations are recomputed every
-round from the current demand estimates (a flow's estimate falls when another elephant
-of its host appears), so a path is judged by what its flows want now.
+Here a scheduling round follows each reply to an edge switch's flow-stats request (about
+every ``adaptive.interval_ms``, at least :data:`controllers.adaptive.FLOW_POLL_S`) that
+shows an elephant not placed yet, not Hedera's fixed 5 s: the lab's runs last seconds,
+not minutes. Each such round recomputes the reservations from the current demand
+estimates (a flow's estimate falls when another elephant of its host appears), so a
+path is judged by what its flows want now.
 
 Demands are fractions of the host link rate (1.0: a whole NIC); every link of the
 fabric has that rate (a fat-tree's, a 1:1 leaf-spine's).
@@ -23,7 +24,7 @@ fabric has that rate (a fat-tree's, a 1:1 leaf-spine's).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 #: a link as the controller names it: (datapath id, port)
@@ -102,10 +103,8 @@ def first_fit(paths: Sequence[Sequence[Link]], reserved: dict[Link, float],
 
 @dataclass
 class Placement:
-    """A placed elephant: its hosts, the path it was given, its demand this round."""
+    """A placed elephant: the path it was given, its demand this round."""
 
-    src: str
-    dst: str
     path: tuple[Link, ...]
     demand: float = 0.0
 
@@ -117,13 +116,14 @@ class Scheduler:
     placed: dict[Hashable, Placement] = field(default_factory=dict)
 
     def reserved(self) -> dict[Link, float]:
+        """Each link's reserved share: the demands of the elephants placed over it."""
         out: dict[Link, float] = {}
         for p in self.placed.values():
             for link in p.path:
                 out[link] = out.get(link, 0.0) + p.demand
         return out
 
-    def forget(self, keys) -> None:
+    def forget(self, keys: Iterable[Hashable]) -> None:
         """Release the reservations of flows that ended (their rule idled out)."""
         for key in keys:
             self.placed.pop(key, None)
@@ -156,8 +156,7 @@ class Scheduler:
             if choice is None:
                 continue
             path = tuple(paths[key][choice])
-            src, dst = elephants[key]
-            self.placed[key] = Placement(src, dst, path, demands[key])
+            self.placed[key] = Placement(path, demands[key])
             for link in path:
                 reserved[link] = reserved.get(link, 0.0) + demands[key]
             out.append((key, choice, demands[key]))

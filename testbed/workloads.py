@@ -229,7 +229,7 @@ class ExtraWorkloads:
     """The ``workloads:`` entries other than agents and training, started on time."""
 
     def __init__(self, fabric: Fabric, entries: list[dict], *, out: Path, pid_dir: Path,
-                 stack: ExitStack, seed: int = 1, duration_s: float = 10.0) -> None:
+                 stack: ExitStack, seed: int, duration_s: float) -> None:
         self.fabric, self.out, self.pid_dir, self.stack = fabric, out, pid_dir, stack
         self.seed, self.duration_s = seed, duration_s
         self.items = [Started(i, e) for i, e in enumerate(entries)]
@@ -377,9 +377,14 @@ def _last_json(path: Path) -> dict | None:
 
 
 def _iperf3_goodput(path: Path) -> float | None:
+    """The client's received goodput, or None: no result, or a test cut short (its
+    ``error``: the server's figures never came back, the 0 it reports is not a rate)."""
     try:
-        end = json.loads(path.read_text())["end"]
+        record = json.loads(path.read_text())
+        end = record["end"]
     except (OSError, ValueError, KeyError):
+        return None
+    if record.get("error"):
         return None
     summary = end.get("sum_received") or end.get("sum") or {}
     bps = summary.get("bits_per_second")

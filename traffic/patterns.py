@@ -131,6 +131,8 @@ def hedera(pattern: str, n: int, *, stride: int = 1, edge_hosts: int = 1, pod_ho
             out.append(rng.choice(group))
         return out
     if pattern == "hotspot":
+        if hot_flows < 2:
+            raise ValueError(f"a hotspot receives 2 flows or more, got {hot_flows}")
         if hotspots * hot_flows >= n:
             raise ValueError(f"{hotspots} hotspots x {hot_flows} flows need more than {n} hosts")
         hot = rng.sample(range(n), hotspots)

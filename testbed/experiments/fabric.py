@@ -324,6 +324,12 @@ class FabricExperiment(base.Experiment):
             raise ConfigError(f"{where}.pod_p", "edge_p + pod_p must not exceed 1")
         if entry["pod_hosts"] % entry["edge_hosts"]:
             raise ConfigError(f"{where}.pod_hosts", "must be a multiple of edge_hosts")
+        if entry["pattern"] == "staggered" and not (
+                2 <= entry["edge_hosts"] < entry["pod_hosts"] < len(hosts)):
+            raise ConfigError(f"{where}.edge_hosts", "staggered needs edge switches of 2 or "
+                                                     "more hosts, pods of several edges and "
+                                                     "several pods (edge_hosts < pod_hosts "
+                                                     "< hosts)")
         if entry["pattern"] == "hotspot" and entry["hotspots"] * entry["hot_flows"] >= len(hosts):
             raise ConfigError(f"{where}.hotspots", f"{entry['hotspots']} x hot_flows "
                                                    f"{entry['hot_flows']} must be below the "
@@ -333,6 +339,10 @@ class FabricExperiment(base.Experiment):
     def _check_controller(controller: dict, faults: tuple[Fault, ...], prefix: str) -> None:
         """A remote controller is the user's: nothing of ours applies to it."""
         where = f"{prefix}controller"
+        if controller["mode"] == "gff" and controller["ecn"]["mode"] in ("controller", "auto"):
+            raise ConfigError(f"{where}.ecn.mode", "gff pins flows with rules of their own, "
+                                                  "which the controller's marking groups "
+                                                  "do not see; use switch or phantom")
         for i, app in enumerate(controller["apps"]):
             from controllers.__main__ import app_module
 

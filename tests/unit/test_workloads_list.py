@@ -72,6 +72,7 @@ def test_a_variant_replaces_the_list():
     ({"kind": "elephants", "pattern": "hotspot", "hotspots": 2, "hot_flows": 2},
      "workloads[0].hotspots"),
     ({"kind": "elephants", "pattern": "random", "hosts": [0, 9]}, "workloads[0].hosts[1]"),
+    ({"kind": "elephants", "pattern": "staggered", "edge_p": 0.5}, "workloads[0].edge_hosts"),
     ({"kind": "elephants", "pattern": "random", "hosts": [1, 1]}, "workloads[0].hosts"),
     ({"kind": "agents", "driver": 9, "services": AGENTS["services"]}, "agents.driver"),
     ({"kind": "agents", "concurrency": 0}, "workloads[0].concurrency"),
@@ -104,3 +105,10 @@ def test_elephants_entry_and_its_flows():
     entry, = sc.variants[0].workloads
     assert elephant_label(entry) == "stride1"
     assert elephant_flows(entry, 4, seed=1) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
+@pytest.mark.parametrize("ecn", ["controller", "auto"])
+def test_gff_refuses_controller_marking(ecn):
+    with pytest.raises(ConfigError) as err:
+        parse(scenario(controller={"mode": "gff", "ecn": {"mode": ecn}}))
+    assert err.value.field == "controller.ecn.mode", str(err.value)
