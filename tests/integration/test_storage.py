@@ -1,0 +1,113 @@
+"""The lab's S3 store and a node-local cache on a real fabric.
+
+A 1-plane leaf-spine of 4 nodes (2 leaves, 2 spines, 100 Mb/s): the store (SeaweedFS)
+on node 0, the reader on node 3 behind the other leaf, so every store byte crosses
+leaf, spine and leaf. Objects go in and come back with their checksum; the reader's
+nginx cache serves a second read itself, proven by the store's own byte counter and the
+switch port toward the reader, which do not grow on the hit. After teardown no store or
+cache process and nothing of the run is left.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import small_fabric
+
+pytestmark = pytest.mark.ovs
+
+SIZE = 256 * 1024
+#: bytes a hit may add on the reader's switch port: ARP, TCP of the metrics read, not the object
+NOISE = 16 * 1024
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Iterator[dict]:
+    from testbed.storage.seaweedfs import start_store
+
+    pids = []
+    with small_fabric(tmp_path_factory, "storage", planes=1, link_mbps=100) as (live, stack):
+        node = live.spec.hosts[0]
+        store = start_store(live.fabric.host(node.name), node.interface(0, 0).ip,
+                            folder=live.pid_dir / "storage", pid_dir=live.pid_dir,
+                            stack=stack, log=live.out / "store.log")
+        pids.append(store.helper.pid)
+        measures = {"store_start_s": round(store.start_s, 2),
+                    "store_resident_mb": round(store.resident_mb(), 1)}
+        up = {"live": live, "stack": stack, "store": store, "pids": pids,
+              "reader": live.fabric.host(live.spec.hosts[-1].name), "measures": measures}
+        yield up
+        (live.out / "measures.json").write_text(json.dumps(measures, indent=1))
+        print("storage measures:", json.dumps(measures))
+    for pid in pids:  # stopped and reaped: no process, not even a zombie
+        assert not Path(f"/proc/{pid}").exists(), pid
+
+
+def reader_port_bytes(up: dict) -> int:
+    """Egress bytes of the switch port toward the reader: every byte it is sent."""
+    live = up["live"]
+    port = next(lk.b_intf for lk in live.spec.links
+                if lk.kind == "host" and lk.a == up["reader"].name)
+    return live.fabric.queue_stats()[port]["bytes"]
+
+
+def test_store_is_sized_and_answers(lab):
+    from testbed.storage.seaweedfs import READY_S
+
+    assert 0 < lab["store"].start_s < READY_S
+    assert lab["measures"]["store_resident_mb"] < 400
+
+
+def test_objects_put_and_got_back_through_the_fabric(lab):
+    from testbed.storage import s3
+
+    store, reader = lab["store"], lab["reader"]
+    keys = [f"obj{i}" for i in range(4)]
+    put = s3.run_in(reader, "put", store.endpoint, "objects", *keys, "--size", str(SIZE),
+                    "--seed", "7")
+    assert [p["status"] for p in put] == [200] * 4
+    before = reader_port_bytes(lab)
+    got = s3.run_in(reader, "get", store.endpoint, "objects", *keys)
+    assert [g["status"] for g in got] == [200] * 4
+    assert [g["sha256"] for g in got] == [p["sha256"] for p in put]
+    assert [g["sha256"] for g in got] == [s3.sha256(s3.object_bytes(k, SIZE, 7)) for k in keys]
+    assert reader_port_bytes(lab) - before >= 4 * SIZE  # through the switches, not around
+    lab["measures"]["store_get_ms"] = round(1000 * min(g["seconds"] for g in got), 2)
+
+
+def test_second_read_is_a_hit_served_by_the_node(lab):
+    from testbed.storage import s3
+    from testbed.storage.cache import start_cache
+
+    live, store, reader = lab["live"], lab["store"], lab["reader"]
+    cache = start_cache(reader, f"{store.ip}:8333", folder=live.pid_dir / "storage",
+                        pid_dir=live.pid_dir, stack=lab["stack"], max_mb=64)
+    lab["pids"].append(cache.helper.pid)
+    assert s3.run_in(reader, "put", store.endpoint, "objects", "hot", "--size", str(SIZE),
+                     "--seed", "3")[0]["status"] == 200
+    want = s3.sha256(s3.object_bytes("hot", SIZE, 3))
+
+    sent0 = store.bytes_sent(reader)
+    port0 = reader_port_bytes(lab)
+    (miss,) = s3.run_in(reader, "get", cache.endpoint, "objects", "hot")
+    port1 = reader_port_bytes(lab)
+    sent1 = store.bytes_sent(reader)
+    port1b = reader_port_bytes(lab)  # after the metrics read, which crosses the port too
+    (hit,) = s3.run_in(reader, "get", cache.endpoint, "objects", "hot")
+    port2 = reader_port_bytes(lab)
+    sent2 = store.bytes_sent(reader)
+
+    assert (miss["status"], miss["cache"], miss["sha256"]) == (200, "MISS", want)
+    assert (hit["status"], hit["cache"], hit["sha256"]) == (200, "HIT", want)
+    assert sent1 - sent0 == SIZE and sent2 == sent1  # the store sent the object once
+    assert port1 - port0 >= SIZE and port2 - port1b < NOISE  # the hit crossed no switch
+    assert cache.counts() == {"reads": 2, "hits": 1, "misses": 1, "hit_ratio": 0.5,
+                              "bytes_from_cache": SIZE, "bytes_from_store": SIZE}
+    lab["measures"].update(miss_ms=round(1000 * miss["seconds"], 2),
+                           hit_ms=round(1000 * hit["seconds"], 2),
+                           hit_port_bytes=port2 - port1b)
+    assert hit["seconds"] < miss["seconds"]
