@@ -5,16 +5,23 @@ on node 0, the reader on node 3 behind the other leaf, so every store byte cross
 leaf, spine and leaf. Objects go in and come back with their checksum; the reader's
 nginx cache serves a second read itself, proven by the store's own byte counter and the
 switch port toward the reader, which do not grow on the hit. After teardown no store or
-cache process and nothing of the run is left.
+cache process and nothing of the run is left; nor after a run stopped by Ctrl-C, or
+killed and then cleaned.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from testbed.chains import helper_env
+from testbed.procs import wait_for
 
 from .conftest import small_fabric
 
@@ -111,3 +118,71 @@ def test_second_read_is_a_hit_served_by_the_node(lab):
                            hit_ms=round(1000 * hit["seconds"], 2),
                            hit_port_bytes=port2 - port1b)
     assert hit["seconds"] < miss["seconds"]
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: exists and is no zombie (an orphan waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+#: a run in a process of its own: a 2-node fabric and a store, then it waits to be stopped
+RUN = """
+import sys, time
+from contextlib import ExitStack
+from pathlib import Path
+from testbed.bringup import bring_up
+from testbed.capabilities import probe
+from testbed.naming import new_run_id, run_prefix
+from testbed.storage.seaweedfs import start_store
+from topologies.leafspine import build_fabric
+
+out, run_id = Path(sys.argv[1]), new_run_id()
+spec = build_fabric(prefix=run_prefix(run_id), nodes=2, leaves_per_plane=1,
+                    spines_per_plane=1)
+with ExitStack() as stack:
+    live = bring_up(spec, probe(run_id), run_id=run_id, controller={"mode": "ecmp"},
+                    out=out, stack=stack)
+    node = spec.hosts[0]
+    store = start_store(live.fabric.host(node.name), node.interface(0, 0).ip,
+                        folder=live.pid_dir / "storage", pid_dir=live.pid_dir, stack=stack,
+                        log=out / "store.log")
+    print(run_id, store.helper.pid, store.data, flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_store_does_not_outlive_a_stopped_run(tmp_path, sig):
+    """Ctrl-C: the run's own teardown stops the store; SIGKILL: the store outlives the
+    run until ``testbed clean`` (of that run alone) stops it and removes its data."""
+    from testbed.cleanup import clean
+    from testbed.naming import run_prefix
+
+    from .conftest import leftovers
+
+    proc = subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=helper_env())
+    try:
+        line = proc.stdout.readline().split()
+        assert len(line) == 3, proc.communicate(timeout=60)[1][-2000:]
+        run_id, pid, data = line[0], int(line[1]), Path(line[2])
+        assert data.is_dir() and running(pid)
+        proc.send_signal(sig)
+        proc.wait(60)
+        if sig == signal.SIGKILL:
+            assert running(pid)  # a SIGKILL runs no teardown
+            removed, _ = clean(only={run_id})
+            assert f"process {pid}" in removed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert wait_for(lambda: not running(pid), 5)
+    assert not data.exists()
+    assert leftovers(run_prefix(run_id)) == []
