@@ -1,0 +1,48 @@
+"""Storage pieces that need no root: bad input, the cache's config and counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import ConfigError
+from testbed.storage.cache import check_budget, read_counts, render
+from testbed.storage.seaweedfs import StoreSize, private_tmp, weed_argv
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"volume_mb": -1}, "storage.store.volume_mb"),
+    ({"volumes": 0}, "storage.store.volumes"),
+])
+def test_impossible_store_sizes_name_their_field(kwargs, field):
+    with pytest.raises(ConfigError) as err:
+        StoreSize(**kwargs)
+    assert err.value.field == field
+
+
+def test_a_cache_larger_than_the_disk_budget_is_refused():
+    with pytest.raises(ConfigError, match="larger than the node's disk budget") as err:
+        check_budget(2048, 1024)
+    assert err.value.field == "storage.cache_mb"
+    check_budget(1024, 1024)
+
+
+def test_store_binds_to_the_lab_address_only_and_keeps_its_sockets_private():
+    argv = private_tmp(weed_argv("weed", "10.0.0.9", Path("/run/testbed/1a2b/s"), StoreSize()))
+    assert argv[:3] == ["unshare", "--mount", "--propagation"]
+    assert "-ip.bind=10.0.0.9" in argv and "-dir=/run/testbed/1a2b/s" in argv
+    assert "-volume.max=16" in argv and "-master.volumeSizeLimitMB=32" in argv
+
+
+def test_cache_config_keeps_everything_in_its_folder():
+    text = render(Path("/run/testbed/1a2b/cache"), "10.0.0.9:8333", 64, "127.0.0.1:8080")
+    paths = [w.rstrip(";") for w in text.split() if w.startswith("/") and w != "/"]
+    assert paths and all(p.startswith("/run/testbed/1a2b/cache/") for p in paths)
+    assert "listen 127.0.0.1:8080;" in text
+
+
+def test_bytes_per_source_follow_the_verdicts():
+    counts = read_counts([{"cache": "MISS", "bytes": 5}, {"cache": "EXPIRED", "bytes": 5},
+                          {"cache": "HIT", "bytes": 5}])
+    assert (counts["misses"], counts["bytes_from_store"], counts["bytes_from_cache"]) == (2, 10, 5)
