@@ -28,13 +28,16 @@ from .conftest import small_fabric
 pytestmark = pytest.mark.ovs
 
 SIZE = 256 * 1024
+#: objects the chains' retriever reads, and their size
+KEYS, CHAIN_OBJECT = 20, 64 * 1024
 #: bytes a hit may add on the reader's switch port: ARP, TCP of the metrics read, not the object
 NOISE = 16 * 1024
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Iterator[dict]:
-    from testbed.storage.seaweedfs import start_store
+    from testbed.storage.cache import start_cache
+    from testbed.storage.seaweedfs import S3_PORT, start_store
 
     pids = []
     with small_fabric(tmp_path_factory, "storage", planes=1, link_mbps=100) as (live, stack):
@@ -42,11 +45,14 @@ def lab(tmp_path_factory) -> Iterator[dict]:
         store = start_store(live.fabric.host(node.name), node.interface(0, 0).ip,
                             folder=live.pid_dir / "storage", pid_dir=live.pid_dir,
                             stack=stack, log=live.out / "store.log")
-        pids.append(store.helper.pid)
+        reader = live.fabric.host(live.spec.hosts[-1].name)
+        cache = start_cache(reader, f"{store.ip}:{S3_PORT}", folder=live.pid_dir / "storage",
+                            pid_dir=live.pid_dir, stack=stack, max_mb=64)
+        pids += [store.helper.pid, cache.helper.pid]
         measures = {"store_start_s": round(store.start_s, 2),
                     "store_resident_mb": round(store.resident_mb(), 1)}
-        up = {"live": live, "stack": stack, "store": store, "pids": pids,
-              "reader": live.fabric.host(live.spec.hosts[-1].name), "measures": measures}
+        up = {"live": live, "stack": stack, "store": store, "cache": cache, "pids": pids,
+              "reader": reader, "measures": measures}
         yield up
         (live.out / "measures.json").write_text(json.dumps(measures, indent=1))
         print("storage measures:", json.dumps(measures))
@@ -88,12 +94,8 @@ def test_objects_put_and_got_back_through_the_fabric(lab):
 
 def test_second_read_is_a_hit_served_by_the_node(lab):
     from testbed.storage import s3
-    from testbed.storage.cache import start_cache
 
-    live, store, reader = lab["live"], lab["store"], lab["reader"]
-    cache = start_cache(reader, f"{store.ip}:8333", folder=live.pid_dir / "storage",
-                        pid_dir=live.pid_dir, stack=lab["stack"], max_mb=64)
-    lab["pids"].append(cache.helper.pid)
+    store, reader, cache = lab["store"], lab["reader"], lab["cache"]
     assert s3.run_in(reader, "put", store.endpoint, "objects", "hot", "--size", str(SIZE),
                      "--seed", "3")[0]["status"] == 200
     want = s3.sha256(s3.object_bytes("hot", SIZE, 3))
@@ -118,6 +120,59 @@ def test_second_read_is_a_hit_served_by_the_node(lab):
                            hit_ms=round(1000 * hit["seconds"], 2),
                            hit_port_bytes=port2 - port1b)
     assert hit["seconds"] < miss["seconds"]
+
+
+def test_chains_whose_retriever_reads_through_the_cache(lab, tmp_path):
+    """Agent chains for a few seconds, the retriever on the reading node: each retriever
+    hop reads a Zipf-popular object through the node's cache; hot keys hit."""
+    from contextlib import ExitStack
+
+    from testbed.chains import Service, start_driver, start_services
+    from testbed.storage import s3
+    from traffic.object_reads import key_name
+    from traffic.stats import summary
+
+    live, store, reader, cache = lab["live"], lab["store"], lab["reader"], lab["cache"]
+    keys = [key_name(i) for i in range(KEYS)]
+    put = s3.run_in(reader, "put", store.endpoint, "objects", *keys, "--size",
+                    str(CHAIN_OBJECT))
+    assert {p["status"] for p in put} == {200}
+    before = cache.counts()
+    hosts = [live.fabric.host(h.name) for h in live.spec.hosts]
+    ips = [h.interface(0, 0).ip for h in live.spec.hosts]
+    where = {"retriever": Service(reader, [ips[-1]]), "tool": Service(hosts[1], [ips[1]]),
+             "model": Service(hosts[2], [ips[2]]), "agent": Service(hosts[1], [ips[1]])}
+    reads = tmp_path / "reads.jsonl"
+    with ExitStack() as stack:
+        start_services(where, out=tmp_path, pid_dir=live.pid_dir, stack=stack, extra={
+            "retriever": ["--objects", f"{cache.endpoint}/objects", "--keys", str(KEYS),
+                          "--zipf", "1.0", "--seed", "1", "--reads-out", str(reads)]})
+        driver = start_driver(hosts[1], out=tmp_path, pid_dir=live.pid_dir, duration_s=6,
+                              seed=1, concurrency=2, timeout_ms=5000, stack=stack)
+        assert driver.wait(60) == 0
+    chains = [json.loads(line) for line in (tmp_path / "chains.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in reads.read_text().splitlines()]
+    stats = json.loads((tmp_path / "service-retriever.json").read_text())
+
+    assert chains and all(c["ok"] for c in chains)
+    assert records and {r["status"] for r in records} == {200}
+    assert {r["bytes"] for r in records} == {CHAIN_OBJECT}
+    assert stats["object_reads"] == len(records) and stats["object_errors"] == 0
+    hits = [1000 * r["seconds"] for r in records if r["cache"] == "HIT"]
+    misses = [1000 * r["seconds"] for r in records if r["cache"] == "MISS"]
+    assert len(misses) <= KEYS and hits  # a key misses once, then it is the node's
+    after = cache.counts()
+    assert after["reads"] - before["reads"] == len(records)
+    assert after["hits"] - before["hits"] == len(hits)
+    hit_ms, miss_ms = summary(hits), summary(misses)
+    assert hit_ms["p50"] < miss_ms["p50"]
+    lab["measures"]["chains"] = {
+        "chains": len(chains), "reads": len(records),
+        "hit_ratio": round(len(hits) / len(records), 3),
+        "read_hit_ms": {k: round(hit_ms[k], 2) for k in ("p50", "p99")},
+        "read_miss_ms": {k: round(miss_ms[k], 2) for k in ("p50", "p99")},
+        "chain_ms": {k: round(v, 2) for k, v in summary(
+            [c["latency_ms"] for c in chains]).items() if k in ("p50", "p99")}}
 
 
 def running(pid: int) -> bool:
