@@ -10,7 +10,8 @@ the store itself.
 Run as ``python -m testbed.storage.s3 COMMAND`` inside a host (``Host.run``), each
 command prints one JSON object a line: ``ready`` (wait until the gateway stores a
 bucket), ``put`` (objects of given sizes, deterministic bytes), ``get`` (objects, with
-status, sha256, seconds and the cache's verdict), ``metric`` (a counter of a
+status, sha256, seconds and the cache's verdict), ``load`` (Zipf-popular reads one
+after the other for a time: reads, bytes, seconds), ``metric`` (a counter of a
 Prometheus text page, e.g. the store's own bytes sent).
 """
 
@@ -31,7 +32,10 @@ from urllib.parse import urlsplit
 from testbed.chains import helper_env
 from testbed.errors import HostError
 from testbed.hosts import Host
+from traffic.object_reads import KeyPicker, key_name
 
+#: this client, run as a command inside a host
+CLIENT = [sys.executable, "-m", "testbed.storage.s3"]
 #: response header of the node-local cache that says HIT, MISS, ... (testbed.storage.cache)
 CACHE_HEADER = "X-Cache-Status"
 
@@ -140,12 +144,30 @@ def get_objects(endpoint: str, bucket: str, keys: Sequence[str]) -> list[dict]:
     return records
 
 
+def read_load(endpoint: str, bucket: str, picker: KeyPicker, seconds: float) -> dict:
+    """Read objects one after the other (keys from ``picker``) for ``seconds``: how many,
+    how many bytes, in what time (the aggregate throughput of several readers is their
+    bytes over the longest time)."""
+    reads = errors = size = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        try:
+            reply = request("GET", f"{endpoint}/{bucket}/{key_name(picker.pick())}")
+        except OSError:
+            errors += 1
+            continue
+        reads += 1
+        errors += reply.status != 200
+        size += len(reply.body)
+    return {"reads": reads, "errors": errors, "bytes": size,
+            "seconds": round(time.perf_counter() - t0, 6)}
+
+
 def run_in(host: Host, *args: str, timeout: float = 60.0) -> list[dict]:
     """Run this client inside ``host`` (``command`` and its arguments, as on the command
     line) and return what it printed; HostError with its stderr if it failed."""
-    argv = [sys.executable, "-m", "testbed.storage.s3", *args]
-    done = subprocess.run(host.argv(argv), capture_output=True, text=True, timeout=timeout,
-                          env=helper_env())
+    done = subprocess.run(host.argv([*CLIENT, *args]), capture_output=True, text=True,
+                          timeout=timeout, env=helper_env())
     if done.returncode:
         raise HostError(f"{host.name}: s3 {args[0]}: {done.stderr.strip()[-300:]}")
     return [json.loads(line) for line in done.stdout.splitlines()]
@@ -168,6 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     get.add_argument("endpoint")
     get.add_argument("bucket")
     get.add_argument("keys", nargs="+")
+    load = sub.add_parser("load")
+    load.add_argument("endpoint")
+    load.add_argument("bucket")
+    load.add_argument("--seconds", type=float, required=True)
+    load.add_argument("--keys", type=int, required=True)
+    load.add_argument("--zipf", type=float, default=1.0)
+    load.add_argument("--seed", type=int, default=1)
     metric = sub.add_parser("metric")
     metric.add_argument("url")
     metric.add_argument("name")
@@ -184,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = put_objects(args.endpoint, args.bucket, args.keys, args.size, args.seed)
     elif args.command == "get":
         records = get_objects(args.endpoint, args.bucket, args.keys)
+    elif args.command == "load":
+        picker = KeyPicker(args.keys, args.zipf, args.seed)
+        records = [read_load(args.endpoint, args.bucket, picker, args.seconds)]
     else:
         page = request("GET", args.url).body.decode()
         labels = dict(item.split("=", 1) for item in args.labels)
