@@ -278,17 +278,21 @@ class Variant:
                 "errors": sum(g.get("errors", 0) for g in got)}
 
 
-def speedup(runs: list[dict]) -> float | None:
-    """The uncached read p50 over the cached one: the seed's 8x, scaled.
+def speedup(runs: list[dict], of: str = "read_ms") -> float | None:
+    """The uncached read p50 over the cached one (``of``: ``read_ms``, every cached
+    read, misses too; ``hit_ms``, the hits alone): the seed's 8x, scaled.
 
-    >>> speedup([{"name": "cached", "reads": {"read_ms": {"p50": 2.0}}},
-    ...          {"name": "uncached", "reads": {"read_ms": {"p50": 20.0}}}])
-    10.0
+    >>> runs = [{"name": "cached", "reads": {"read_ms": {"p50": 4.0}, "hit_ms": {"p50": 2.0}}},
+    ...         {"name": "uncached", "reads": {"read_ms": {"p50": 20.0}, "hit_ms": None}}]
+    >>> speedup(runs), speedup(runs, "hit_ms")
+    (5.0, 10.0)
     """
-    p50 = {r["name"]: (r["reads"]["read_ms"] or {}).get("p50") for r in runs}
-    if not p50.get("cached") or not p50.get("uncached"):
+    by_name = {r["name"]: r["reads"] for r in runs}
+    if "cached" not in by_name or "uncached" not in by_name:
         return None
-    return round(p50["uncached"] / p50["cached"], 2)
+    cached = (by_name["cached"][of] or {}).get("p50")
+    uncached = (by_name["uncached"]["read_ms"] or {}).get("p50")
+    return round(uncached / cached, 2) if cached and uncached else None
 
 
 class StorageExperiment(base.Experiment):
@@ -313,6 +317,7 @@ class StorageExperiment(base.Experiment):
 
     def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
         result = {"claimed_speedup": CLAIMED_SPEEDUP, "speedup": speedup(runs),
+                  "hit_speedup": speedup(runs, "hit_ms"),
                   "variants": {r["name"]: {"reads": r["reads"], "caches": r["caches"],
                                            "throughput": r["throughput"]} for r in runs}}
         ctx.progress(closing_note(result))
@@ -327,18 +332,21 @@ class StorageExperiment(base.Experiment):
         for name, v in storage["variants"].items():
             r = v["reads"]
             tput = ", ".join(f"{t['readers']}: {t['mbps']:g}" for t in v["throughput"])
-            lines.append(f"| {name} | {r['reads']} | {r['hit_ratio']} | {_ms(r['read_ms'], 'p50')}"
+            ratio = "n/a" if r["hit_ratio"] is None else f"{r['hit_ratio']:.2f}"
+            lines.append(f"| {name} | {r['reads']} | {ratio} | {_ms(r['read_ms'], 'p50')}"
                          f" | {_ms(r['read_ms'], 'p99')} | {_ms(r['hit_ms'], 'p50')} | "
                          f"{_ms(r['miss_ms'], 'p50')} | {tput} |")
         return [*lines, ""]
 
 
 def closing_note(storage: dict) -> str:
-    ratio = storage["speedup"]
-    said = f"{ratio:g}x" if ratio is not None else "n/a"
-    return (f"Reads through the node-local cache against reads from the store: p50 "
-            f"{said} faster (the seed claims {storage['claimed_speedup']:g}x for its "
-            "cache against its storage cluster).")
+    """One paragraph for the report: the seed's 8x against what the lab measured."""
+    said = {k: "n/a" if storage[k] is None else f"{storage[k]:g}x"
+            for k in ("speedup", "hit_speedup")}
+    return (f"Read p50 from the store over read p50 through the node-local cache: "
+            f"{said['speedup']} for every cached read (cold misses included), "
+            f"{said['hit_speedup']} for the hits alone; the seed claims "
+            f"{storage['claimed_speedup']:g}x for its cache against its storage cluster.")
 
 
 def _ms(stats: dict | None, key: str) -> str:
