@@ -46,3 +46,32 @@ def test_bytes_per_source_follow_the_verdicts():
     counts = read_counts([{"cache": "MISS", "bytes": 5}, {"cache": "EXPIRED", "bytes": 5},
                           {"cache": "HIT", "bytes": 5}])
     assert (counts["misses"], counts["bytes_from_store"], counts["bytes_from_cache"]) == (2, 10, 5)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_scenario_validates():
+    from testbed.cli import main
+
+    assert main(["validate", str(REPO / "scenarios" / "storage-cache.yaml")]) == 0
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"objects": {"sizes_kb": [16, -64]}},
+     "storage.objects.sizes_kb[1]: must be greater than 0, got -64"),
+    ({"cache_mb": 512}, "storage.cache_mb: 512 MB is larger than the node's disk budget of "
+                        "256 MB"),
+    ({"readers": [1, 16]}, "storage.readers[1]: 16 readers, but only 8 GPU nodes"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
+    import yaml
+
+    from testbed.cli import main
+
+    data = yaml.safe_load((REPO / "scenarios" / "storage-cache.yaml").read_text())
+    data["storage"].update(change)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"testbed: error: {message}"]
