@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 from testbed import layout
 from testbed.bringup import bring_up
 from testbed.chains import SERVICES, Service, helper_env, start_driver, start_services
-from testbed.errors import ConfigError
+from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.experiments.fabric import watched_ports
 from testbed.naming import new_run_id, run_prefix
@@ -231,7 +231,8 @@ class Variant:
                                 "--seed", str(self.seed), timeout=600)
                 failed = [p["key"] for p in put if p["status"] != 200]
                 if failed:
-                    raise ConfigError("storage.objects", f"the store refused {failed[:3]}")
+                    raise BringUpError(f"the store refused objects {failed[:3]} (see "
+                                       f"{self.out / 'store.log'})")
         self.ctx.progress(f"{self.tag}: {objects.keys} objects ({objects.total_mb:.1f} MB) "
                           f"stored in {time.monotonic() - t0:.1f} s")
 
@@ -269,13 +270,14 @@ class Variant:
                 loads.append(load)
             for load in loads:
                 load.wait(s.read_seconds + 30)
-        got = [json.loads(f.read_text() or "{}") for f in files]
-        size = sum(g.get("bytes", 0) for g in got)
-        seconds = max((g.get("seconds", 0) for g in got), default=0)
+        got = [json.loads(text) for f in files if (text := f.read_text().strip())]
+        size = sum(g["bytes"] for g in got)
+        seconds = max((g["seconds"] for g in got), default=0)
         mbps = round(size * 8 / 1e6 / seconds, 2) if seconds else 0.0
         self.ctx.progress(f"{self.tag}: {readers} readers: {mbps:g} Mb/s")
-        return {"readers": readers, "mbps": mbps, "reads": sum(g.get("reads", 0) for g in got),
-                "errors": sum(g.get("errors", 0) for g in got)}
+        return {"readers": readers, "mbps": mbps, "reads": sum(g["reads"] for g in got),
+                # a reader that printed nothing (killed at its deadline) counts as one error
+                "errors": sum(g["errors"] for g in got) + readers - len(got)}
 
 
 def speedup(runs: list[dict], of: str = "read_ms") -> float | None:
