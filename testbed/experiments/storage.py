@@ -36,6 +36,7 @@ from testbed.chains import SERVICES, Service, helper_env, start_driver, start_se
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.experiments.fabric import watched_ports
+from testbed.hosts import Host
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, read_jsonl
 from testbed.storage import s3
@@ -175,6 +176,11 @@ class Variant:
                  ctx: base.RunContext, tag: str) -> None:
         self.s, self.cached, self.seed, self.out, self.ctx, self.tag = (
             s, cached, seed, out, ctx, tag)
+        #: set once the fabric is up: the GPU nodes, their lab addresses, and where each
+        #: reads objects (its cache, or the store)
+        self.gpus: list[Host] = []
+        self.gpu_ips: list[str] = []
+        self.endpoints: list[str] = []
 
     def run(self) -> dict:
         s, ctx, out = self.s, self.ctx, self.out
