@@ -40,8 +40,8 @@ from testbed.hosts import Host
 from testbed.naming import new_run_id, run_prefix
 from testbed.results import agents_entry, read_jsonl
 from testbed.storage import s3
-from testbed.storage.cache import check_budget, read_counts, start_cache
-from testbed.storage.seaweedfs import BUCKET, S3_PORT, StoreSize, start_store
+from testbed.storage.cache import check_budget, nginx_binary, read_counts, start_cache
+from testbed.storage.seaweedfs import BUCKET, S3_PORT, StoreSize, start_store, weed_binary
 from topologies.build import build_topology
 from topologies.params import Section
 from traffic.object_reads import key_name
@@ -317,6 +317,11 @@ class StorageExperiment(base.Experiment):
     @property
     def variants(self) -> tuple[base.VariantRef, ...]:
         return self.VARIANTS
+
+    def check_host(self, caps: Any) -> None:
+        """The store's and the caches' programs are here (HostError naming the package)."""
+        weed_binary()
+        nginx_binary()
 
     def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
                     ctx: base.RunContext) -> dict:

@@ -75,3 +75,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
     path.write_text(yaml.safe_dump(data))
     assert main(["validate", str(path)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"testbed: error: {message}"]
+
+
+def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypatch):
+    from testbed.errors import HostError
+    from testbed.experiments.storage import StorageExperiment
+    from testbed.storage import cache
+
+    experiment = StorageExperiment({"storage": {}}, name="s", seed=1, seeds=(1,),
+                                   duration_s=5)
+    monkeypatch.setattr(cache.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(HostError, match="apt-get install nginx"):
+        experiment.check_host(None)
