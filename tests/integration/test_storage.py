@@ -184,7 +184,8 @@ def running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-#: a run in a process of its own: a 2-node fabric and a store, then it waits to be stopped
+#: a run in a process of its own: a 2-node fabric, a store and a cache, then it waits to be
+#: stopped
 RUN = """
 import sys, time
 from contextlib import ExitStack
@@ -192,6 +193,7 @@ from pathlib import Path
 from testbed.bringup import bring_up
 from testbed.capabilities import probe
 from testbed.naming import new_run_id, run_prefix
+from testbed.storage.cache import start_cache
 from testbed.storage.seaweedfs import start_store
 from topologies.leafspine import build_fabric
 
@@ -205,15 +207,18 @@ with ExitStack() as stack:
     store = start_store(live.fabric.host(node.name), node.interface(0, 0).ip,
                         folder=live.pid_dir / "storage", pid_dir=live.pid_dir, stack=stack,
                         log=out / "store.log")
-    print(run_id, store.helper.pid, store.data, flush=True)
+    cache = start_cache(live.fabric.host(spec.hosts[1].name), f"{store.ip}:8333",
+                        folder=live.pid_dir / "storage", pid_dir=live.pid_dir, stack=stack,
+                        max_mb=16)
+    print(run_id, store.helper.pid, cache.helper.pid, store.data, flush=True)
     time.sleep(120)
 """
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_store_does_not_outlive_a_stopped_run(tmp_path, sig):
-    """Ctrl-C: the run's own teardown stops the store; SIGKILL: the store outlives the
-    run until ``testbed clean`` (of that run alone) stops it and removes its data."""
+    """Ctrl-C: the run's own teardown stops store and cache; SIGKILL: they outlive the
+    run until ``testbed clean`` (of that run alone) stops them and removes the data."""
     from testbed.cleanup import clean
     from testbed.naming import run_prefix
 
@@ -223,21 +228,21 @@ def test_store_does_not_outlive_a_stopped_run(tmp_path, sig):
                             stderr=subprocess.PIPE, text=True, env=helper_env())
     try:
         line = proc.stdout.readline().split()
-        assert len(line) == 3, proc.communicate(timeout=60)[1][-2000:]
-        run_id, pid, data = line[0], int(line[1]), Path(line[2])
-        assert data.is_dir() and running(pid)
+        assert len(line) == 4, proc.communicate(timeout=60)[1][-2000:]
+        run_id, pids, data = line[0], [int(line[1]), int(line[2])], Path(line[3])
+        assert data.is_dir() and all(map(running, pids))
         proc.send_signal(sig)
         proc.wait(60)
         if sig == signal.SIGKILL:
-            assert running(pid)  # a SIGKILL runs no teardown
+            assert all(map(running, pids))  # a SIGKILL runs no teardown
             removed, _ = clean(only={run_id})
-            assert f"process {pid}" in removed
+            assert {f"process {pid}" for pid in pids} <= set(removed)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
-    assert wait_for(lambda: not running(pid), 5)
+    assert wait_for(lambda: not any(map(running, pids)), 5)
     assert not data.exists()
     assert leftovers(run_prefix(run_id)) == []
