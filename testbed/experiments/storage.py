@@ -85,8 +85,8 @@ class StorageSection(Section):
     link_mbps: float = Field(100, gt=0, le=100_000)
     objects: Objects = Field(default_factory=Objects)
     #: each GPU node's cache and the disk it may use at most
-    cache_mb: float = 64
-    node_disk_mb: float = Field(256, gt=0)
+    cache_mb: int = Field(64, ge=1)
+    node_disk_mb: int = Field(256, ge=1)
     store: StoreParams = Field(default_factory=StoreParams)
     chain_concurrency: int = Field(2, ge=1, le=64)
     chain_timeout_ms: float = Field(5000, gt=0)
@@ -203,7 +203,7 @@ class Variant:
                          f"{store.start_s:.2f} s ({store.resident_mb():.0f} MB)")
             self._fill(store.endpoint)
             caches = [start_cache(gpu, f"{store.ip}:{S3_PORT}", folder=folder,
-                                  pid_dir=live.pid_dir, stack=stack, max_mb=int(s.cache_mb),
+                                  pid_dir=live.pid_dir, stack=stack, max_mb=s.cache_mb,
                                   name=f"cache-{i}") for i, gpu in enumerate(self.gpus)
                       ] if self.cached else []
             self.endpoints = ([c.endpoint for c in caches] if caches
