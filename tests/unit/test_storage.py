@@ -87,3 +87,16 @@ def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypa
     monkeypatch.setattr(cache.shutil, "which", lambda *a, **k: None)
     with pytest.raises(HostError, match="apt-get install nginx"):
         experiment.check_host(None)
+
+
+def test_the_storage_node_sits_alone_behind_its_own_leaf():
+    from testbed.experiments.storage import storage_topology, validate
+    from topologies.build import build_topology
+
+    spec = build_topology(storage_topology(validate({})), "tbdemo")
+    assert spec.counts() == {"switches": 5, "hosts": 9, "links": 15}
+    store = spec.hosts[-1]
+    assert store.name == "tbdemost"
+    leaf = store.interface(0, 0).switch
+    assert [h.name for h in spec.hosts if h.interface(0, 0).switch == leaf] == [store.name]
+    assert {spec.hosts[i].interface(0, 0).switch for i in range(8)} == {"tbdemol1", "tbdemol2"}
