@@ -77,14 +77,15 @@ def weed_binary() -> str:
 
 def weed_argv(weed: str, ip: str, data: Path, size: StoreSize) -> list[str]:
     """``weed server`` with master, volume, filer and S3 on ``ip``, data in ``data``,
-    no telemetry (test traffic never leaves the lab), no extra gateways.
+    no telemetry (test traffic never leaves the lab), no extra gateways, its log on
+    stderr only (else glog writes files into /tmp).
 
     >>> argv = weed_argv("weed", "10.0.0.9", Path("/d"), StoreSize())
-    >>> argv[:3], "-ip.bind=10.0.0.9" in argv, "-master.telemetry=false" in argv
-    (['weed', 'server', '-ip=10.0.0.9'], True, True)
+    >>> argv[:4], "-ip.bind=10.0.0.9" in argv, "-master.telemetry=false" in argv
+    (['weed', '-logtostderr', 'server', '-ip=10.0.0.9'], True, True)
     """
     return [
-        weed, "server", f"-ip={ip}", f"-ip.bind={ip}", f"-dir={data}",
+        weed, "-logtostderr", "server", f"-ip={ip}", f"-ip.bind={ip}", f"-dir={data}",
         "-master.telemetry=false", f"-master.volumeSizeLimitMB={size.volume_mb}",
         f"-volume.max={size.volumes}", "-volume.preStopSeconds=0",
         "-s3", f"-s3.port={S3_PORT}", "-s3.port.iceberg=0", "-s3.port.lance=0",
