@@ -39,6 +39,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [[ " ${missing[*]} " == *" frr "* ]] && [ -d /run/systemd/system ]; then
         systemctl disable --now frr >/dev/null 2>&1 || true
     fi
+    # likewise nginx: the node-local caches are the testbed's own nginx processes in its
+    # namespaces (testbed/storage/cache.py); the package's service would serve port 80
+    if [[ " ${missing[*]} " == *" nginx "* ]]; then
+        if [ -d /run/systemd/system ]; then
+            systemctl disable --now nginx >/dev/null 2>&1 || true
+        else
+            service nginx stop >/dev/null 2>&1 || true
+        fi
+    fi
 fi
 
 if $image; then

@@ -64,14 +64,15 @@ class Service:
 
 
 def start_services(services: Mapping[str, Service], *, out: Path, pid_dir: Path,
-                   stack: ExitStack) -> Path:
+                   stack: ExitStack, extra: Mapping[str, Sequence[str]] | None = None) -> Path:
     """Start the four services and wait until each listens; write and return the
-    driver's plan (every service's addresses and port)."""
+    driver's plan (every service's addresses and port). ``extra``: more arguments of a
+    service, by name (a retriever's object reads)."""
     listen: dict[str, list[tuple[str, int]]] = {}
     for i, svc in enumerate(SERVICES):
         where, port = services[svc], SERVICE_PORT + i
         argv = [*TRAFFIC, "agent-service", "--role", svc,
-                "--stats", str(out / f"service-{svc}.json")]
+                "--stats", str(out / f"service-{svc}.json"), *(extra or {}).get(svc, ())]
         for address in where.addresses:
             argv += ["--listen", f"{address}:{port}"]
         proc = where.host.spawn(f"svc-{svc}", argv, pid_dir=pid_dir,

@@ -3,8 +3,10 @@
 One process stands for one role (retriever, tool, model, agent) and may listen
 on several addresses, one per plane. For each request it reads the whole
 payload, waits ``service_us`` (emulated compute, ``asyncio.sleep`` so ~1 ms
-granularity), then sends the reply. Malformed requests close the connection
-and are counted. Stats are written as JSON on SIGTERM/SIGINT.
+granularity), then sends the reply. A retriever given an object reader
+(:mod:`traffic.object_reads`) first reads one object from the lab's store (through
+the node's cache) per request, so its hop costs what the read costs. Malformed
+requests close the connection and are counted. Stats are written as JSON on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from traffic import agent_protocol as proto
+from traffic.object_reads import ObjectReader
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,9 @@ class ServiceStats:
     errors: int = 0
     malformed: int = 0
     aborted: int = 0
+    object_reads: int = 0
+    object_bytes: int = 0
+    object_errors: int = 0
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -52,8 +58,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 class AgentService:
     """Serve requests on several listeners until ``stop()`` is called."""
 
-    def __init__(self, role: str, listen: list[tuple[str, int]]) -> None:
+    def __init__(self, role: str, listen: list[tuple[str, int]],
+                 reader: ObjectReader | None = None) -> None:
         self.listen = listen
+        self.reader = reader
         self.stats = ServiceStats(role, [f"{h}:{p}" for h, p in listen], time.time())
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task] = set()
@@ -115,6 +123,8 @@ class AgentService:
                 raise proto.ProtocolError(f"expected a request, got kind {request.kind}")
             await proto.read_payload(reader, request.request_bytes)
             self.stats.bytes_in += proto.HEADER_SIZE + request.request_bytes
+            if self.reader is not None:
+                await self._read_object()
             if request.service_us:
                 await asyncio.sleep(request.service_us / 1e6)
             reply = proto.Header(
@@ -126,6 +136,13 @@ class AgentService:
             self.stats.requests += 1
 
 
+    async def _read_object(self) -> None:
+        record = await self.reader.read()
+        self.stats.object_reads += 1
+        self.stats.object_bytes += record["bytes"]
+        self.stats.object_errors += record["status"] != 200
+
+
 def write_json(path: str, data: dict) -> None:
     """Write ``data`` atomically (temp file + rename) so readers never see half a file."""
     tmp = f"{path}.tmp{os.getpid()}"
@@ -135,9 +152,10 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-async def run_service(role: str, listen: list[tuple[str, int]], stats_path: str | None) -> None:
+async def run_service(role: str, listen: list[tuple[str, int]], stats_path: str | None,
+                      reader: ObjectReader | None = None) -> None:
     """Run until SIGTERM/SIGINT, printing ``ready`` once bound; OSError if a bind fails."""
-    service = AgentService(role, listen)
+    service = AgentService(role, listen, reader)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,8 +1,10 @@
 """CLI for the agent-chain workload: ``agent-service`` and ``agent-driver``.
 
 ``python -m traffic agent-service --listen IP:PORT [--listen ...] --role NAME
-[--stats FILE.json]`` serves requests (see ``traffic.agent_protocol``) and
-prints ``ready`` once every listener is bound.
+[--stats FILE.json] [--objects URL --reads-out FILE.jsonl [--keys N] [--zipf S]
+[--seed N]]`` serves requests (see ``traffic.agent_protocol``) and prints
+``ready`` once every listener is bound; with ``--objects`` it reads one object a
+request first (see ``traffic.object_reads``).
 
 ``python -m traffic agent-driver --plan FILE.json --hops-out FILE.jsonl
 --chains-out FILE.jsonl (--duration S | --chains N) [--concurrency C]
@@ -28,6 +30,7 @@ import sys
 from traffic.agent_driver import Driver, DriverConfig
 from traffic.agent_plan import PlanError, default_plan, validate_plan
 from traffic.agent_service import parse_listen, run_service
+from traffic.object_reads import KeyPicker, ObjectReader
 
 __all__ = ["default_plan", "main"]
 
@@ -45,9 +48,27 @@ def _service_main(argv: list[str]) -> int:
                         metavar="IP:PORT", help="address to listen on (repeat, one per plane)")
     parser.add_argument("--role", required=True, help="service role, e.g. retriever")
     parser.add_argument("--stats", metavar="FILE.json", help="write counters here on exit")
+    reads = parser.add_argument_group(
+        "object reads", "read one object a request first (a retriever; traffic.object_reads)")
+    reads.add_argument("--objects", metavar="http://HOST:PORT/BUCKET",
+                       help="where the objects are (the node's cache or the store)")
+    reads.add_argument("--keys", type=_positive(int), default=100, help="objects in the bucket")
+    reads.add_argument("--zipf", type=float, default=1.0, metavar="S",
+                       help="Zipf exponent of key popularity (0: uniform; default 1)")
+    reads.add_argument("--seed", type=int, default=0, help="seed of the key draws")
+    reads.add_argument("--reads-out", metavar="FILE.jsonl", help="one record per read")
     args = parser.parse_args(argv)
+    if args.objects and not args.reads_out:
+        parser.error("--objects needs --reads-out")
+    if args.zipf < 0:
+        parser.error(f"--zipf: must be >= 0, got {args.zipf:g}")
     try:
-        asyncio.run(run_service(args.role, args.listen, args.stats))
+        if not args.objects:
+            asyncio.run(run_service(args.role, args.listen, args.stats))
+            return 0
+        with open(args.reads_out, "a", encoding="utf-8") as out:
+            reader = ObjectReader(args.objects, KeyPicker(args.keys, args.zipf, args.seed), out)
+            asyncio.run(run_service(args.role, args.listen, args.stats, reader))
     except OSError as exc:
         print(f"agent-service: {exc}", file=sys.stderr)
         return 1

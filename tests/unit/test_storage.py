@@ -1,0 +1,102 @@
+"""Storage pieces that need no root: bad input, the cache's config and counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import ConfigError
+from testbed.storage.cache import check_budget, read_counts, render
+from testbed.storage.seaweedfs import StoreSize, private_tmp, weed_argv
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"volume_mb": -1}, "storage.store.volume_mb"),
+    ({"volumes": 0}, "storage.store.volumes"),
+])
+def test_impossible_store_sizes_name_their_field(kwargs, field):
+    with pytest.raises(ConfigError) as err:
+        StoreSize(**kwargs)
+    assert err.value.field == field
+
+
+def test_a_cache_larger_than_the_disk_budget_is_refused():
+    with pytest.raises(ConfigError, match="larger than the node's disk budget") as err:
+        check_budget(2048, 1024)
+    assert err.value.field == "storage.cache_mb"
+    check_budget(1024, 1024)
+
+
+def test_store_binds_to_the_lab_address_only_and_keeps_its_sockets_private():
+    argv = private_tmp(weed_argv("weed", "10.0.0.9", Path("/run/testbed/1a2b/s"), StoreSize()))
+    assert argv[:3] == ["unshare", "--mount", "--propagation"]
+    assert "-ip.bind=10.0.0.9" in argv and "-dir=/run/testbed/1a2b/s" in argv
+    assert "-volume.max=16" in argv and "-master.volumeSizeLimitMB=32" in argv
+
+
+def test_cache_config_keeps_everything_in_its_folder():
+    text = render(Path("/run/testbed/1a2b/cache"), "10.0.0.9:8333", 64, "127.0.0.1:8080")
+    paths = [w.rstrip(";") for w in text.split() if w.startswith("/") and w != "/"]
+    assert paths and all(p.startswith("/run/testbed/1a2b/cache/") for p in paths)
+    assert "listen 127.0.0.1:8080;" in text
+
+
+def test_bytes_per_source_follow_the_verdicts():
+    counts = read_counts([{"cache": "MISS", "bytes": 5}, {"cache": "EXPIRED", "bytes": 5},
+                          {"cache": "HIT", "bytes": 5}])
+    assert (counts["misses"], counts["bytes_from_store"], counts["bytes_from_cache"]) == (2, 10, 5)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_scenario_validates():
+    from testbed.cli import main
+
+    assert main(["validate", str(REPO / "scenarios" / "storage-cache.yaml")]) == 0
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"objects": {"sizes_kb": [16, -64]}},
+     "storage.objects.sizes_kb[1]: must be greater than 0, got -64"),
+    ({"cache_mb": 512}, "storage.cache_mb: 512 MB is larger than the node's disk budget of "
+                        "256 MB"),
+    ({"readers": [1, 16]}, "storage.readers[1]: 16 readers, but only 8 GPU nodes"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
+    import yaml
+
+    from testbed.cli import main
+
+    data = yaml.safe_load((REPO / "scenarios" / "storage-cache.yaml").read_text())
+    data["storage"].update(change)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"testbed: error: {message}"]
+
+
+def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypatch):
+    from testbed.errors import HostError
+    from testbed.experiments.storage import StorageExperiment
+    from testbed.storage import cache
+
+    experiment = StorageExperiment({"storage": {}}, name="s", seed=1, seeds=(1,),
+                                   duration_s=5)
+    monkeypatch.setattr(cache.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(HostError, match="apt-get install nginx"):
+        experiment.check_host(None)
+
+
+def test_the_storage_node_sits_alone_behind_its_own_leaf():
+    from testbed.experiments.storage import storage_topology, validate
+    from topologies.build import build_topology
+
+    spec = build_topology(storage_topology(validate({})), "tbdemo")
+    assert spec.counts() == {"switches": 5, "hosts": 9, "links": 15}
+    store = spec.hosts[-1]
+    assert store.name == "tbdemost"
+    leaf = store.interface(0, 0).switch
+    assert [h.name for h in spec.hosts if h.interface(0, 0).switch == leaf] == [store.name]
+    assert {spec.hosts[i].interface(0, 0).switch for i in range(8)} == {"tbdemol1", "tbdemol2"}
