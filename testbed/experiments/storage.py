@@ -23,6 +23,7 @@ cluster, is checked in scaled form: the ratio of the uncached to the cached read
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -37,7 +38,7 @@ from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.experiments.fabric import watched_ports
 from testbed.hosts import Host
-from testbed.naming import new_run_id, run_prefix
+from testbed.naming import RUN_ROOT, new_run_id, run_prefix
 from testbed.results import agents_entry, read_jsonl
 from testbed.storage import s3
 from testbed.storage.cache import check_budget, nginx_binary, read_counts, start_cache
@@ -52,6 +53,9 @@ ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
 #: the seed's claim: node-local cached reads this many times faster than the cluster's
 CLAIMED_SPEEDUP = 8.0
 READS = "reads.jsonl"  # the retriever's object reads
+#: room the store takes beside its objects (filer log and metadata, master state): an
+#: allowance, not a measurement
+STORE_OVERHEAD_MB = 32.0
 
 
 class Objects(Section):
@@ -84,7 +88,8 @@ class StorageSection(Section):
     spines: int = Field(2, ge=1, le=4)
     link_mbps: float = Field(100, gt=0, le=100_000)
     objects: Objects = Field(default_factory=Objects)
-    #: each GPU node's cache and the disk it may use at most
+    #: each GPU node's cache and the disk it may use at most (in the lab both live in the
+    #: run folder, a tmpfs on most hosts: RAM; the kind's host check bounds their sum)
     cache_mb: int = Field(64, ge=1)
     node_disk_mb: int = Field(256, ge=1)
     store: StoreParams = Field(default_factory=StoreParams)
@@ -127,6 +132,49 @@ budget of 256 MB
                                               f"do not fit half the store ({size.capacity_mb} "
                                               "MB: store.volume_mb x store.volumes)")
     return parsed
+
+
+def room_needed(s: StorageSection) -> dict[str, float]:
+    """MB a run can write into its data folder at most: the store holds every object once
+    (up to its capacity) plus its own files, each GPU node's cache every object once (up
+    to ``cache_mb``). Variants run one after the other and each removes its data.
+
+    >>> room_needed(validate({}))  # 100 objects of 64 KB: one copy, then 8 cached ones
+    {'store': 38.2, 'caches': 50.0}
+    """
+    objects = s.objects.total_mb
+    store = min(objects, s.store.volume_mb * s.store.volumes) + STORE_OVERHEAD_MB
+    return {"store": round(store, 1), "caches": round(s.gpu_nodes * min(objects, s.cache_mb), 1)}
+
+
+def check_room(s: StorageSection, free_mb: float, folder: Path, where: str = "storage") -> None:
+    """ConfigError naming the field to lower unless what the run can write fits the
+    ``free_mb`` of ``folder``.
+
+    >>> check_room(validate({}), 400, Path("/run"))
+    >>> check_room(validate({"objects": {"keys": 1000}}), 400, Path("/run"))
+    Traceback (most recent call last):
+    testbed.errors.ConfigError: storage.cache_mb: the run can write up to 594 MB (store \
+94 MB, 8 caches of 62 MB) into /run, which has 400 MB free (a tmpfs holds it in RAM)
+    """
+    need = room_needed(s)
+    total = need["store"] + need["caches"]
+    if total <= free_mb:
+        return
+    field = "cache_mb" if need["caches"] >= need["store"] else "objects"
+    raise ConfigError(f"{where}.{field}", f"the run can write up to {total:.0f} MB (store "
+                      f"{need['store']:.0f} MB, {s.gpu_nodes} caches of "
+                      f"{need['caches'] / s.gpu_nodes:.0f} MB) into {folder}, which has "
+                      f"{free_mb:.0f} MB free (a tmpfs holds it in RAM)")
+
+
+def data_folder() -> Path:
+    """The folder whose file system holds a run's store and caches (``RUN_ROOT/RUNID/
+    storage``): the nearest one that exists before the run."""
+    folder = RUN_ROOT
+    while not folder.exists():
+        folder = folder.parent
+    return folder
 
 
 def storage_topology(s: StorageSection) -> dict:
@@ -319,9 +367,13 @@ class StorageExperiment(base.Experiment):
         return self.VARIANTS
 
     def check_host(self, caps: Any) -> None:
-        """The store's and the caches' programs are here (HostError naming the package)."""
+        """The store's and the caches' programs are here (HostError naming the package),
+        and their data fits the free space of the run folder (ConfigError naming the
+        field to lower)."""
         weed_binary()
         nginx_binary()
+        folder = data_folder()
+        check_room(self.cfg, shutil.disk_usage(folder).free / 2**20, folder)
 
     def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
                     ctx: base.RunContext) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,42 @@ def test_the_storage_node_sits_alone_behind_its_own_leaf():
     leaf = store.interface(0, 0).switch
     assert [h.name for h in spec.hosts if h.interface(0, 0).switch == leaf] == [store.name]
     assert {spec.hosts[i].interface(0, 0).switch for i in range(8)} == {"tbdemol1", "tbdemol2"}
+
+
+def _experiment(change: dict | None = None):
+    import yaml
+
+    from testbed.experiments.storage import StorageExperiment
+
+    data = yaml.safe_load((REPO / "scenarios" / "storage-cache.yaml").read_text())
+    data["storage"].update(change or {})
+    return StorageExperiment({"storage": data["storage"]}, name="s", seed=1, seeds=(1,),
+                             duration_s=5)
+
+
+def _free(monkeypatch, mb: float) -> None:
+    from testbed.experiments import storage
+
+    monkeypatch.setattr(storage, "weed_binary", lambda: "weed")
+    monkeypatch.setattr(storage, "nginx_binary", lambda: "nginx")
+    usage = shutil.disk_usage("/")._replace(free=int(mb * 2**20))
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda path: usage)
+
+
+def test_the_scenario_fits_the_run_folder_of_a_4_gb_lab_vm(monkeypatch):
+    _free(monkeypatch, 400)  # Debian sizes /run (a tmpfs) at 10 % of RAM
+    _experiment().check_host(None)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"cache_mb": 256, "objects": {"keys": 2000, "sizes_kb": [64]}}, "storage.cache_mb"),
+    ({"gpu_nodes": 1, "readers": [1], "gpu_leaves": 1, "objects": {"keys": 6000},
+      "store": {"volume_mb": 64, "volumes": 16}},
+     "storage.objects"),
+])
+def test_data_beyond_the_run_folders_free_space_is_refused_before_anything_starts(
+        monkeypatch, change, field):
+    _free(monkeypatch, 400)
+    with pytest.raises(ConfigError, match=r"which has 400 MB free \(a tmpfs") as err:
+        _experiment(change).check_host(None)
+    assert err.value.field == field
