@@ -252,7 +252,7 @@ class Variant:
             self._fill(store.endpoint)
             caches = [start_cache(gpu, f"{store.ip}:{S3_PORT}", folder=folder,
                                   pid_dir=live.pid_dir, stack=stack, max_mb=s.cache_mb,
-                                  name=f"cache-{i}") for i, gpu in enumerate(self.gpus)
+                                  logs=out, name=f"cache-{i}") for i, gpu in enumerate(self.gpus)
                       ] if self.cached else []
             self.endpoints = ([c.endpoint for c in caches] if caches
                               else [store.endpoint] * len(self.gpus))

@@ -16,7 +16,8 @@ read.
 The config is ``nginx.conf.tmpl`` beside this module, checked with ``nginx -t`` before
 nginx starts; nginx runs in the foreground (master and one worker, one process group),
 a :class:`Helper` with a pid file in the run's pid folder; its folder (cache, temp
-files, logs) lies in the run folder and goes with the run.
+files) lies in the run folder and goes with the run, its logs (``error.log``, and
+``access.jsonl``: one JSON object a request) go to a folder of the results and stay.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from testbed.procs import Helper, wait_for
 
 CACHE_PORT = 8080
 TEMPLATE = Path(__file__).with_name("nginx.conf.tmpl")
-READS = "reads.jsonl"  # nginx's access log: one JSON object per read
+ACCESS_LOG = "access.jsonl"  # nginx's access log: one JSON object per request
+ERROR_LOG = "error.log"
 MASTER_PID = "nginx-master.txt"  # nginx's own pid file: written once it listens
 #: what the cache's verdicts mean for where the bytes came from
 FROM_CACHE = ("HIT", "STALE", "REVALIDATED", "UPDATING")
@@ -60,17 +62,18 @@ budget of 128 MB
                                  f"{disk_mb:g} MB")
 
 
-def render(folder: Path, store: str, max_mb: int, listen: str) -> str:
-    """The nginx config of one cache: ``store`` is the S3 endpoint's ``host:port``.
+def render(folder: Path, store: str, max_mb: int, listen: str, logs: Path) -> str:
+    """The nginx config of one cache: ``store`` is the S3 endpoint's ``host:port``, cache
+    and temp files in ``folder``, the logs in ``logs``.
 
-    >>> text = render(Path("/c"), "10.0.0.9:8333", 64, "127.0.0.1:8080")
+    >>> text = render(Path("/c"), "10.0.0.9:8333", 64, "127.0.0.1:8080", Path("/out/c"))
     >>> "proxy_pass http://10.0.0.9:8333;" in text, "max_size=64m" in text
     (True, True)
-    >>> "$upstream_cache_status" in text
-    True
+    >>> "$upstream_cache_status" in text, "access_log /out/c/access.jsonl reads;" in text
+    (True, True)
     """
     return Template(TEMPLATE.read_text()).substitute(
-        folder=folder, store=store, max_mb=max_mb, listen=listen)
+        folder=folder, store=store, max_mb=max_mb, listen=listen, logs=logs)
 
 
 def read_counts(records: Iterable[dict]) -> dict:
@@ -105,6 +108,8 @@ class Cache:
     helper: Helper
     folder: Path
     listen: str
+    #: where its logs stay (in the results)
+    logs: Path
 
     @property
     def endpoint(self) -> str:
@@ -112,7 +117,7 @@ class Cache:
 
     def reads(self) -> list[dict]:
         """The cache's records of every request so far (nginx writes one at its end)."""
-        path = self.folder / READS
+        path = self.logs / ACCESS_LOG
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line]
@@ -129,26 +134,28 @@ def nginx_binary() -> str:
 
 
 def start_cache(host: Host, store: str, *, folder: Path, pid_dir: Path, stack: ExitStack,
-                max_mb: int, name: str = "cache", listen: str = f"127.0.0.1:{CACHE_PORT}",
-                ) -> Cache:
+                max_mb: int, logs: Path, name: str = "cache",
+                listen: str = f"127.0.0.1:{CACHE_PORT}") -> Cache:
     """Start a cache in ``host`` in front of the store at ``store`` (``ip:port``), its
-    files under ``folder/name`` (made, and removed again by ``stack``); returns once it
-    listens."""
+    files under ``folder/name`` (made, and removed again by ``stack``), its logs in
+    ``logs/name`` (kept: ``logs`` is a results folder); returns once it listens."""
     nginx = nginx_binary()
-    own = folder / name
+    own, kept = folder / name, logs / name
     for sub in ("objects", "tmp"):
         (own / sub).mkdir(parents=True)
     stack.callback(shutil.rmtree, own, ignore_errors=True)
+    kept.mkdir(parents=True, exist_ok=True)
+    error_log = kept / ERROR_LOG
     conf = own / "nginx.conf"
-    conf.write_text(render(own, store, max_mb, listen))
-    argv = [nginx, "-p", str(own), "-c", str(conf), "-e", str(own / "error.log")]
+    conf.write_text(render(own, store, max_mb, listen, kept))
+    argv = [nginx, "-p", str(own), "-c", str(conf), "-e", str(error_log)]
     checked = host.run([*argv, "-t", "-q"])
     if checked.returncode:
         raise BringUpError(f"cache on {host.name}: nginx -t: {checked.stderr.strip()[-300:]}")
-    helper = host.spawn(name, argv, pid_dir=pid_dir, log=own / "error.log")
+    helper = host.spawn(name, argv, pid_dir=pid_dir, log=error_log)
     stack.callback(helper.stop)
     if not wait_for(lambda: (own / MASTER_PID).exists() or not helper.alive(), 10):
-        raise BringUpError(f"cache on {host.name} did not listen in 10 s")
+        raise BringUpError(f"cache on {host.name} did not listen in 10 s (see {error_log})")
     if not helper.alive():
-        raise BringUpError(f"cache on {host.name} exited (see {own / 'error.log'})")
-    return Cache(host=host, helper=helper, folder=own, listen=listen)
+        raise BringUpError(f"cache on {host.name} exited (see {error_log})")
+    return Cache(host=host, helper=helper, folder=own, listen=listen, logs=kept)

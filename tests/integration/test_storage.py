@@ -47,7 +47,7 @@ def lab(tmp_path_factory) -> Iterator[dict]:
                             stack=stack, log=live.out / "store.log")
         reader = live.fabric.host(live.spec.hosts[-1].name)
         cache = start_cache(reader, f"{store.ip}:{S3_PORT}", folder=live.pid_dir / "storage",
-                            pid_dir=live.pid_dir, stack=stack, max_mb=64)
+                            pid_dir=live.pid_dir, stack=stack, max_mb=64, logs=live.out)
         pids += [store.helper.pid, cache.helper.pid]
         measures = {"store_start_s": round(store.start_s, 2),
                     "store_resident_mb": round(store.resident_mb(), 1)}
@@ -175,6 +175,25 @@ def test_chains_whose_retriever_reads_through_the_cache(lab, tmp_path):
             [c["latency_ms"] for c in chains]).items() if k in ("p50", "p99")}}
 
 
+def test_a_cache_that_exits_names_its_log_which_outlives_the_run(lab, tmp_path):
+    """A second cache on the reader's port cannot listen: the error names its error.log,
+    which is in the results and still there once the cache's folder is gone."""
+    from contextlib import ExitStack
+
+    from testbed.errors import BringUpError
+    from testbed.storage.cache import start_cache
+
+    live, store = lab["live"], lab["store"]
+    with ExitStack() as stack, pytest.raises(BringUpError) as err:
+        start_cache(lab["reader"], f"{store.ip}:8333", folder=live.pid_dir / "storage",
+                    pid_dir=live.pid_dir, stack=stack, max_mb=16, logs=tmp_path,
+                    name="cache-busy")
+    log = tmp_path / "cache-busy" / "error.log"
+    assert f"(see {log})" in str(err.value)
+    assert not (live.pid_dir / "storage" / "cache-busy").exists()
+    assert "Address already in use" in log.read_text()
+
+
 def running(pid: int) -> bool:
     """Whether ``pid`` runs: exists and is no zombie (an orphan waits for init to reap it)."""
     try:
@@ -209,7 +228,7 @@ with ExitStack() as stack:
                         log=out / "store.log")
     cache = start_cache(live.fabric.host(spec.hosts[1].name), f"{store.ip}:8333",
                         folder=live.pid_dir / "storage", pid_dir=live.pid_dir, stack=stack,
-                        max_mb=16)
+                        max_mb=16, logs=out)
     print(run_id, store.helper.pid, cache.helper.pid, store.data, flush=True)
     time.sleep(120)
 """
@@ -245,4 +264,7 @@ def test_store_does_not_outlive_a_stopped_run(tmp_path, sig):
         proc.stderr.close()
     assert wait_for(lambda: not any(map(running, pids)), 5)
     assert not data.exists()
+    # the cache's logs are the results', not the run's: they stay
+    assert (tmp_path / "cache" / "error.log").exists()
+    assert (tmp_path / "cache" / "access.jsonl").exists()
     assert leftovers(run_prefix(run_id)) == []

@@ -36,10 +36,13 @@ def test_store_binds_to_the_lab_address_only_and_keeps_its_sockets_private():
     assert "-volume.max=16" in argv and "-master.volumeSizeLimitMB=32" in argv
 
 
-def test_cache_config_keeps_everything_in_its_folder():
-    text = render(Path("/run/testbed/1a2b/cache"), "10.0.0.9:8333", 64, "127.0.0.1:8080")
+def test_cache_config_keeps_its_files_in_its_folder_and_its_logs_in_the_results():
+    text = render(Path("/run/testbed/1a2b/cache"), "10.0.0.9:8333", 64, "127.0.0.1:8080",
+                  Path("/results/x/cache"))
     paths = [w.rstrip(";") for w in text.split() if w.startswith("/") and w != "/"]
-    assert paths and all(p.startswith("/run/testbed/1a2b/cache/") for p in paths)
+    logs = [p for p in paths if p.startswith("/results/x/cache/")]
+    assert sorted(logs) == ["/results/x/cache/access.jsonl", "/results/x/cache/error.log"]
+    assert all(p.startswith("/run/testbed/1a2b/cache/") for p in paths if p not in logs)
     assert "listen 127.0.0.1:8080;" in text
 
 
