@@ -29,7 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from testbed import layout
 from testbed.bringup import bring_up
@@ -42,7 +42,14 @@ from testbed.naming import RUN_ROOT, new_run_id, run_prefix
 from testbed.results import agents_entry, read_jsonl
 from testbed.storage import s3
 from testbed.storage.cache import check_budget, nginx_binary, read_counts, start_cache
-from testbed.storage.seaweedfs import BUCKET, S3_PORT, StoreSize, start_store, weed_binary
+from testbed.storage.seaweedfs import (
+    BUCKET,
+    MIN_VOLUMES,
+    S3_PORT,
+    StoreSize,
+    start_store,
+    weed_binary,
+)
 from topologies.build import build_topology
 from topologies.params import Section
 from traffic.object_reads import key_name
@@ -77,7 +84,8 @@ class Objects(Section):
 
 class StoreParams(Section):
     volume_mb: int = Field(32, ge=1, le=30720)
-    volumes: int = Field(16, ge=1, le=1000)
+    #: a bucket takes 7 volumes at its first write, the filer's log another 7
+    volumes: int = Field(16, ge=MIN_VOLUMES, le=1000)
 
 
 class StorageSection(Section):
@@ -99,12 +107,6 @@ class StorageSection(Section):
         default_factory=lambda: [1, 2, 4, 8], min_length=1)
     read_seconds: float = Field(5, gt=0, le=600)
 
-    @model_validator(mode="after")
-    def _fits(self) -> StorageSection:
-        if self.gpu_leaves > self.gpu_nodes:
-            raise ValueError("gpu_leaves: at most gpu_nodes (a leaf without nodes)")
-        return self
-
 
 def validate(section: Any, where: str = "storage") -> StorageSection:
     """The ``storage:`` section checked; ConfigError naming the field otherwise (pure).
@@ -121,6 +123,9 @@ budget of 256 MB
     testbed.errors.ConfigError: storage.readers[1]: 4 readers, but only 2 GPU nodes
     """
     parsed = base.Experiment.section(StorageSection, section, where)
+    if parsed.gpu_leaves > parsed.gpu_nodes:
+        raise ConfigError(f"{where}.gpu_leaves", f"{parsed.gpu_leaves} leaves for "
+                          f"{parsed.gpu_nodes} GPU nodes: a leaf without nodes")
     check_budget(parsed.cache_mb, parsed.node_disk_mb, f"{where}.cache_mb")
     for i, n in enumerate(parsed.readers):
         if n > parsed.gpu_nodes:

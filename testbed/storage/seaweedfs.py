@@ -19,8 +19,9 @@ Two things of ``weed server`` are worked around, both seen here with weed 4.48:
 
 Sizes for a 2-core, few-GB lab: volumes of ``volume_mb`` (SeaweedFS's default is 30 GB)
 and at most ``volumes`` of them; a bucket grows 7 volumes at its first write, and the
-filer's own log another 7, hence 16. Volumes are files that grow with their data,
-nothing is preallocated. Measured here (nice 19, the other core busy): the gateway
+filer's own log another 7: at least 14 (``MIN_VOLUMES``, fewer are refused), 16 by
+default. Volumes are files that grow with their data, nothing is preallocated. Measured
+here (nice 19, the other core busy): the gateway
 stores its first object 3.6 s after start, at 110-115 MB resident.
 """
 
@@ -41,6 +42,8 @@ from testbed.storage import s3
 S3_PORT = 8333
 METRICS_PORT = 9327
 BUCKET = "objects"
+#: volumes the store needs at least: 7 for the bucket's first write, 7 for the filer's log
+MIN_VOLUMES = 14
 #: seconds the store may take until it stores an object (3.6 s measured, the VM is slower)
 READY_S = 60.0
 #: SIGTERM grace before SIGKILL: weed server's own shutdown does not finish (see above)

@@ -67,6 +67,10 @@ def test_the_scenario_validates():
     ({"cache_mb": 512}, "storage.cache_mb: 512 MB is larger than the node's disk budget of "
                         "256 MB"),
     ({"readers": [1, 16]}, "storage.readers[1]: 16 readers, but only 8 GPU nodes"),
+    ({"gpu_nodes": 2, "gpu_leaves": 3, "readers": [1]},
+     "storage.gpu_leaves: 3 leaves for 2 GPU nodes: a leaf without nodes"),
+    ({"store": {"volume_mb": 64, "volumes": 8}},
+     "storage.store.volumes: must be 14 or more, got 8"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
     import yaml
