@@ -313,7 +313,9 @@ class Variant:
             driver.wait(self.ctx.duration_s + 30)
 
     def _throughput(self, readers: int, pid_dir: Path) -> dict:
-        """``readers`` GPU nodes read at once for ``read_seconds``: aggregate Mb/s."""
+        """``readers`` GPU nodes read at once for ``read_seconds``: aggregate Mb/s of
+        the objects read (200 replies), from the first reader's start to the last one's
+        end."""
         s = self.s
         files = [self.out / f"load-{readers}-{i}.json" for i in range(readers)]
         with ExitStack() as stack:
@@ -330,9 +332,7 @@ class Variant:
             for load in loads:
                 load.wait(s.read_seconds + 30)
         got = [json.loads(text) for f in files if (text := f.read_text().strip())]
-        size = sum(g["bytes"] for g in got)
-        seconds = max((g["seconds"] for g in got), default=0)
-        mbps = round(size * 8 / 1e6 / seconds, 2) if seconds else 0.0
+        mbps = s3.aggregate_mbps(got)
         self.ctx.progress(f"{self.tag}: {readers} readers: {mbps:g} Mb/s")
         return {"readers": readers, "mbps": mbps, "reads": sum(g["reads"] for g in got),
                 # a reader that printed nothing (killed at its deadline) counts as one error

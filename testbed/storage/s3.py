@@ -145,10 +145,12 @@ def get_objects(endpoint: str, bucket: str, keys: Sequence[str]) -> list[dict]:
 
 
 def read_load(endpoint: str, bucket: str, picker: KeyPicker, seconds: float) -> dict:
-    """Read objects one after the other (keys from ``picker``) for ``seconds``: how many,
-    how many bytes, in what time (the aggregate throughput of several readers is their
-    bytes over the longest time)."""
+    """Read objects one after the other (keys from ``picker``) for ``seconds``: reads
+    and bytes of the 200 replies (an error's body is not an object), errors, and the
+    wall-clock ``start`` and ``end`` (seconds since the epoch), so that several readers'
+    aggregate throughput is taken over the span from the first start to the last end."""
     reads = errors = size = 0
+    start = time.time()
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         try:
@@ -156,11 +158,30 @@ def read_load(endpoint: str, bucket: str, picker: KeyPicker, seconds: float) -> 
         except OSError:
             errors += 1
             continue
-        reads += 1
-        errors += reply.status != 200
-        size += len(reply.body)
-    return {"reads": reads, "errors": errors, "bytes": size,
-            "seconds": round(time.perf_counter() - t0, 6)}
+        if reply.status == 200:
+            reads += 1
+            size += len(reply.body)
+        else:
+            errors += 1
+    return {"reads": reads, "errors": errors, "bytes": size, "start": start,
+            "end": time.time()}
+
+
+def aggregate_mbps(loads: Sequence[dict]) -> float:
+    """Aggregate Mb/s of readers that ran at about the same time (``read_load``'s
+    records): all their bytes over the span from the first start to the last end, not
+    over one reader's own time (readers start one after the other).
+
+    >>> aggregate_mbps([{"bytes": 1_000_000, "start": 10.0, "end": 12.0},
+    ...                 {"bytes": 1_000_000, "start": 11.0, "end": 14.0}])
+    4.0
+    >>> aggregate_mbps([])
+    0.0
+    """
+    if not loads:
+        return 0.0
+    span = max(g["end"] for g in loads) - min(g["start"] for g in loads)
+    return round(sum(g["bytes"] for g in loads) * 8 / 1e6 / span, 2) if span > 0 else 0.0
 
 
 def run_in(host: Host, *args: str, timeout: float = 60.0) -> list[dict]:

@@ -147,3 +147,69 @@ def test_data_beyond_the_run_folders_free_space_is_refused_before_anything_start
     with pytest.raises(ConfigError, match=r"which has 400 MB free \(a tmpfs") as err:
         _experiment(change).check_host(None)
     assert err.value.field == field
+
+
+def test_a_reader_counts_only_objects_and_reports_its_wall_clock_span():
+    """Error replies carry a body too: it is no object read. start/end are wall-clock
+    times, so readers that started one after the other share one span."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from testbed.storage.s3 import read_load
+    from traffic.object_reads import KeyPicker, key_name
+
+    class Objects(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            found = self.path.endswith(key_name(0))
+            body = bytes(1000) if found else b"<Error>NoSuchKey</Error>" * 10
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Objects)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        before = time.time()
+        got = read_load(f"http://127.0.0.1:{server.server_port}", "b", KeyPicker(2, 0.0, 1),
+                        0.3)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got["reads"] > 0 and got["errors"] > 0
+    assert got["bytes"] == 1000 * got["reads"]
+    assert before <= got["start"] < got["end"] <= time.time()
+
+
+def test_a_cache_that_exits_names_its_log_which_outlives_the_run(tmp_path, monkeypatch):
+    """nginx's config passes its check, then nginx exits: the error names the cache's
+    error.log, which is in the results and still there once the run's folder is gone."""
+    from contextlib import ExitStack
+
+    from testbed.errors import BringUpError
+    from testbed.hosts import Host
+    from testbed.storage import cache
+
+    class Stub(Host):
+        """Runs a stand-in for nginx: its check passes, the server says why and exits."""
+
+        name = "stub"
+
+        def argv(self, argv):
+            code = 0 if "-t" in argv else 1
+            return ["sh", "-c", f"echo 'nginx: [emerg] no room' >&2; exit {code}"]
+
+    monkeypatch.setattr(cache, "nginx_binary", lambda: "nginx")
+    run, results = tmp_path / "run", tmp_path / "results"
+    with ExitStack() as stack, pytest.raises(BringUpError) as err:
+        cache.start_cache(Stub(), "10.0.0.9:8333", folder=run, pid_dir=run, stack=stack,
+                          max_mb=16, logs=results, name="cache-0")
+    log = results / "cache-0" / "error.log"
+    assert str(err.value) == f"cache on stub exited (see {log})"
+    assert not (run / "cache-0").exists()
+    assert "no room" in log.read_text()
