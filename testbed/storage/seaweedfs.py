@@ -21,22 +21,24 @@ Sizes for a 2-core, few-GB lab: volumes of ``volume_mb`` (SeaweedFS's default is
 and at most ``volumes`` of them; a bucket grows 7 volumes at its first write, and the
 filer's own log another 7: at least 14 (``MIN_VOLUMES``, fewer are refused), 16 by
 default. Volumes are files that grow with their data, nothing is preallocated. Measured
-here (nice 19, the other core busy): the gateway
-stores its first object 3.6 s after start, at 110-115 MB resident.
+here (nice 19, the other core busy): the gateway stores its first object 3.6 s after
+start, at 110-115 MB resident.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.chains import helper_env
 from testbed.errors import BringUpError, ConfigError, HostError
 from testbed.hosts import Host
-from testbed.procs import Helper
+from testbed.procs import Helper, stop_group, wait_for
 from testbed.storage import s3
 
 S3_PORT = 8333
@@ -152,10 +154,42 @@ def start_store(host: Host, ip: str, *, folder: Path, pid_dir: Path, stack: Exit
     helper = host.spawn(name, private_tmp(weed_argv(weed, ip, data, size)), pid_dir=pid_dir,
                         log=log)
     stack.callback(helper.stop, STOP_GRACE_S)
-    try:
-        s3.run_in(host, "ready", f"http://{ip}:{S3_PORT}", BUCKET, "--timeout",
-                  f"{READY_S:g}", timeout=READY_S + 10)
-    except HostError as exc:
-        state = "running" if helper.alive() else f"exited {helper.proc.returncode}"
-        raise BringUpError(f"store on {host.name} ({state}): {exc} (see {log})") from None
+    wait_ready(host, helper, ip, log)
     return Store(host=host, ip=ip, helper=helper, data=data, start_s=time.monotonic() - t0)
+
+
+def wait_ready(host: Host, helper: Helper, ip: str, log: Path) -> None:
+    """Until the store at ``ip`` stored a probe object (the S3 client's ``ready``, run in
+    ``host``), watching ``helper``: BringUpError with its log's last lines as soon as
+    weed exits, not after ``READY_S``."""
+    waiter = subprocess.Popen(
+        host.argv([*s3.CLIENT, "ready", f"http://{ip}:{S3_PORT}", BUCKET, "--timeout",
+                   f"{READY_S:g}"]),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, env=helper_env(), start_new_session=True)
+    try:
+        wait_for(lambda: waiter.poll() is not None or not helper.alive(), READY_S + 10,
+                 interval=0.1)
+    finally:
+        if waiter.poll() is None:
+            stop_group(waiter.pid, 1.0, lambda: waiter.poll() is not None)
+        waiter.wait()
+        said = waiter.stderr.read().strip()
+        waiter.stderr.close()
+    if waiter.returncode == 0 and helper.alive():
+        return
+    if not helper.alive():
+        raise BringUpError(f"store on {host.name} exited {helper.proc.returncode} before it "
+                           f"was ready; {log} ends: {log_tail(log)}")
+    raise BringUpError(f"store on {host.name} (running): {said[-300:] or 'not ready'} "
+                       f"(see {log})")
+
+
+def log_tail(log: Path, lines: int = 3) -> str:
+    """The last ``lines`` non-empty lines of ``log``, joined with `` | ``."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    last = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(last)[-500:] or "(empty)"

@@ -213,3 +213,34 @@ def test_a_cache_that_exits_names_its_log_which_outlives_the_run(tmp_path, monke
     assert str(err.value) == f"cache on stub exited (see {log})"
     assert not (run / "cache-0").exists()
     assert "no room" in log.read_text()
+
+
+def test_a_store_that_exits_fails_at_once_with_its_log(tmp_path, monkeypatch):
+    """weed exits at start: no minute-long wait for readiness, and the error quotes the
+    end of its log."""
+    import time
+    from contextlib import ExitStack
+
+    from testbed.errors import BringUpError
+    from testbed.hosts import Host
+    from testbed.storage import seaweedfs
+
+    class Stub(Host):
+        """The store's command says why and exits; the S3 client runs as it is."""
+
+        name = "stub"
+
+        def argv(self, argv):
+            if argv[0] == "unshare":
+                return ["sh", "-c", "echo 'F1201 volume: no space left' >&2; exit 1"]
+            return list(argv)
+
+    monkeypatch.setattr(seaweedfs, "weed_binary", lambda: "weed")
+    log = tmp_path / "store.log"
+    t0 = time.monotonic()
+    with ExitStack() as stack, pytest.raises(BringUpError) as err:
+        seaweedfs.start_store(Stub(), "127.0.0.9", folder=tmp_path / "run",
+                              pid_dir=tmp_path / "run", stack=stack, log=log)
+    assert time.monotonic() - t0 < 10
+    assert str(err.value) == (f"store on stub exited 1 before it was ready; {log} ends: "
+                              "F1201 volume: no space left")
