@@ -14,7 +14,13 @@ store directly. Each variant measures
   chain p50/p99;
 * aggregate read throughput of 1, 2, 4, 8 ... GPU nodes reading at once
   (``readers``), ``read_seconds`` each;
-* bytes served per source: the caches' own counts, and the store's.
+* bytes served per source: the caches' own counts (``caches``: every read they served,
+  split into ``chains``, the retriever's reads, and ``throughput``, the readers' of
+  the throughput step), and the store's.
+
+A hit is a read served from the cache (nginx's HIT, STALE, REVALIDATED, UPDATING:
+:data:`testbed.storage.cache.FROM_CACHE`), in the retriever's ``reads`` as in the
+caches' counts.
 
 The seed's claim, reads from a node-local cache 8x faster than from the storage
 cluster, is checked in scaled form: the ratio of the uncached to the cached read p50.
@@ -41,7 +47,13 @@ from testbed.hosts import Host
 from testbed.naming import RUN_ROOT, new_run_id, run_prefix
 from testbed.results import agents_entry, read_jsonl
 from testbed.storage import s3
-from testbed.storage.cache import check_budget, nginx_binary, read_counts, start_cache
+from testbed.storage.cache import (
+    FROM_CACHE,
+    check_budget,
+    nginx_binary,
+    read_counts,
+    start_cache,
+)
 from testbed.storage.seaweedfs import (
     BUCKET,
     MIN_VOLUMES,
@@ -204,22 +216,45 @@ def storage_topology(s: StorageSection) -> dict:
 
 
 def read_entry(records: list[dict]) -> dict:
-    """Read latency (all, hits, misses) and hit ratio of the retriever's read records.
+    """Read latency (all, hits, misses) and hit ratio of the retriever's read records; a
+    hit is a read served from the cache (``FROM_CACHE``), as in the caches' own counts.
 
     >>> e = read_entry([{"status": 200, "cache": "HIT", "seconds": 0.002},
     ...                 {"status": 200, "cache": "MISS", "seconds": 0.02},
+    ...                 {"status": 200, "cache": "STALE", "seconds": 0.004},
     ...                 {"status": 0, "cache": None, "seconds": 1.0}])
     >>> e["reads"], e["errors"], e["hit_ratio"], e["read_ms"]["p50"], e["hit_ms"]["p50"]
-    (2, 1, 0.5, 11.0, 2.0)
+    (3, 1, 0.667, 4.0, 3.0)
     """
     ok = [r for r in records if r["status"] == 200]
-    ms = lambda rs: summary([1000 * r["seconds"] for r in rs])  # noqa: E731
-    hits = [r for r in ok if r["cache"] == "HIT"]
+    hits = [r for r in ok if r["cache"] in FROM_CACHE]
     cached = [r for r in ok if r["cache"]]
     return {"reads": len(ok), "errors": len(records) - len(ok),
             "hit_ratio": round(len(hits) / len(cached), 3) if cached else None,
-            "read_ms": ms(ok), "hit_ms": ms(hits),
-            "miss_ms": ms([r for r in cached if r["cache"] != "HIT"])}
+            "read_ms": _ms_summary(ok), "hit_ms": _ms_summary(hits),
+            "miss_ms": _ms_summary([r for r in cached if r["cache"] not in FROM_CACHE])}
+
+
+def _ms_summary(records: list[dict]) -> dict | None:
+    """Percentiles in ms of the records' ``seconds``."""
+    return summary([1000 * r["seconds"] for r in records])
+
+
+def cache_entry(reads: list[list[dict]], during_chains: list[int]) -> dict:
+    """The caches' counts of every read they served (what the store's byte count
+    matches), and apart: ``chains`` (the first ``during_chains[i]`` records of cache
+    ``i``: the retriever's reads) and ``throughput`` (the rest: the throughput step's).
+
+    >>> e = cache_entry([[{"cache": "MISS", "bytes": 4}, {"cache": "HIT", "bytes": 4},
+    ...                   {"cache": "HIT", "bytes": 4}], [{"cache": "MISS", "bytes": 4}]],
+    ...                 [2, 0])
+    >>> e["reads"], e["chains"]["hit_ratio"], e["throughput"]["reads"]
+    (4, 0.5, 2)
+    """
+    chains = [r for rs, n in zip(reads, during_chains, strict=True) for r in rs[:n]]
+    rest = [r for rs, n in zip(reads, during_chains, strict=True) for r in rs[n:]]
+    return {**read_counts(chains + rest), "chains": read_counts(chains),
+            "throughput": read_counts(rest)}
 
 
 class Variant:
@@ -263,9 +298,10 @@ class Variant:
                               else [store.endpoint] * len(self.gpus))
             with ctx.watch(watched_ports(fabric)):
                 self._chains(live.pid_dir)
+                during_chains = [len(c.reads()) for c in caches]
                 entry["throughput"] = [self._throughput(n, live.pid_dir) for n in s.readers]
             entry["bytes_sent_by_store"] = int(store.bytes_sent(self.gpus[0]))
-            entry["caches"] = read_counts(r for c in caches for r in c.reads())
+            entry["caches"] = cache_entry([c.reads() for c in caches], during_chains)
             entry["store_start_s"] = round(store.start_s, 2)
             entry["store_resident_mb"] = round(store.resident_mb(), 1)
             stack.close()
@@ -397,7 +433,7 @@ class StorageExperiment(base.Experiment):
     def report_section(summary: dict, out: Path) -> list[str]:
         storage = summary["storage"]
         lines = ["## Storage: node-local cache against the store", "", closing_note(storage),
-                 "", "| variant | reads | hit ratio | read p50 | read p99 | hit p50 | "
+                 "", "| variant | retriever reads | hit ratio | read p50 | read p99 | hit p50 | "
                  "miss p50 | throughput (readers: Mb/s) |", "|---|---|---|---|---|---|---|---|"]
         for name, v in storage["variants"].items():
             r = v["reads"]
@@ -406,6 +442,13 @@ class StorageExperiment(base.Experiment):
             lines.append(f"| {name} | {r['reads']} | {ratio} | {_ms(r['read_ms'], 'p50')}"
                          f" | {_ms(r['read_ms'], 'p99')} | {_ms(r['hit_ms'], 'p50')} | "
                          f"{_ms(r['miss_ms'], 'p50')} | {tput} |")
+        lines.append("")
+        for name, v in storage["variants"].items():
+            c = v["caches"]
+            if c["reads"]:
+                lines.append(f"The caches of `{name}` served {c['reads']} reads: "
+                             f"{_part(c['chains'])} of the retriever (the table's), "
+                             f"{_part(c['throughput'])} of the throughput step.")
         return [*lines, ""]
 
 
@@ -417,6 +460,11 @@ def closing_note(storage: dict) -> str:
             f"{said['speedup']} for every cached read (cold misses included), "
             f"{said['hit_speedup']} for the hits alone; the seed claims "
             f"{storage['claimed_speedup']:g}x for its cache against its storage cluster.")
+
+
+def _part(counts: dict) -> str:
+    ratio = "n/a" if counts["hit_ratio"] is None else f"{counts['hit_ratio']:.2f}"
+    return f"{counts['reads']} (hit ratio {ratio})"
 
 
 def _ms(stats: dict | None, key: str) -> str:

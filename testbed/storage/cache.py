@@ -77,7 +77,8 @@ def render(folder: Path, store: str, max_mb: int, listen: str, logs: Path) -> st
 
 
 def read_counts(records: Iterable[dict]) -> dict:
-    """Hits, misses, hit ratio and bytes per source of a cache's read records.
+    """Hits, misses, hit ratio and bytes per source of a cache's read records; a hit is
+    a read served from the cache (``FROM_CACHE``), every other verdict a miss.
 
     >>> read_counts([{"cache": "MISS", "bytes": 10}, {"cache": "HIT", "bytes": 10},
     ...              {"cache": "HIT", "bytes": 10}, {"cache": "", "bytes": 3}])

@@ -47,6 +47,11 @@ def test_storage_cache_scenario_runs_end_to_end(tmp_path):
     cached = runs["cached"]
     assert cached["reads"]["hit_ratio"] > 0 and cached["caches"]["hits"] > 0
     assert cached["caches"]["bytes_from_store"] == cached["bytes_sent_by_store"]
+    # the caches' count of the retriever's reads is the retriever's own, hits alike
+    assert cached["caches"]["chains"]["reads"] == cached["reads"]["reads"]
+    assert cached["caches"]["chains"]["hit_ratio"] == cached["reads"]["hit_ratio"]
+    assert cached["caches"]["throughput"]["reads"] == sum(
+        t["reads"] for t in cached["throughput"])
     assert runs["uncached"]["caches"]["reads"] == 0
     assert summary["storage"]["hit_speedup"] > 1
     assert "## Storage" in (out / "report.md").read_text()

@@ -244,3 +244,26 @@ def test_a_store_that_exits_fails_at_once_with_its_log(tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 10
     assert str(err.value) == (f"store on stub exited 1 before it was ready; {log} ends: "
                               "F1201 volume: no space left")
+
+
+def test_the_retriever_and_the_caches_count_the_same_reads_as_hits():
+    from testbed.experiments.storage import read_entry
+
+    verdicts = ["MISS", "HIT", "STALE", "REVALIDATED", "UPDATING", "EXPIRED", "BYPASS"]
+    retriever = [{"status": 200, "cache": v, "seconds": 0.01, "bytes": 8} for v in verdicts]
+    counts = read_counts(retriever)
+    assert read_entry(retriever)["hit_ratio"] == counts["hit_ratio"] == round(4 / 7, 3)
+
+
+def test_the_report_says_whose_reads_each_hit_ratio_covers():
+    from testbed.experiments.storage import StorageExperiment, cache_entry, read_entry
+
+    reads = read_entry([{"status": 200, "cache": "HIT", "seconds": 0.002}])
+    caches = cache_entry([[{"cache": "MISS", "bytes": 1}, {"cache": "HIT", "bytes": 1},
+                           {"cache": "HIT", "bytes": 1}]], [1])
+    storage = {"claimed_speedup": 8.0, "speedup": None, "hit_speedup": None, "variants": {
+        "cached": {"reads": reads, "caches": caches, "throughput": []}}}
+    text = "\n".join(StorageExperiment.report_section({"storage": storage}, Path(".")))
+    assert "| variant | retriever reads | hit ratio |" in text
+    assert ("The caches of `cached` served 3 reads: 1 (hit ratio 0.00) of the retriever "
+            "(the table's), 2 (hit ratio 1.00) of the throughput step.") in text
