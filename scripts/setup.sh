@@ -32,8 +32,28 @@ if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    # no package's service starts while we install (policy-rc.d exit 101: invoke-rc.d
+    # starts nothing): nginx would serve port 80, and where its start fails (a container
+    # without IPv6) its postinst would fail and stop this script. Ours only if there is
+    # none, removed on any exit. Units are still enabled (see below), and Open vSwitch is
+    # started by this script's own step further down.
+    policy=/usr/sbin/policy-rc.d
+    made_policy=false
+    if [ ! -e "$policy" ]; then
+        made_policy=true
+        trap 'rm -f "$policy"' EXIT
+        trap 'exit 130' INT
+        trap 'exit 143' TERM
+        printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs packages\nexit 101\n' \
+            > "$policy"
+        chmod 755 "$policy"
+    fi
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if $made_policy; then
+        rm -f "$policy"
+        trap - EXIT INT TERM
+    fi
     # the testbed runs its own FRR daemons in its namespaces; the package's service would
     # manage the host's own routes, so keep it off when we were the ones installing it
     if [[ " ${missing[*]} " == *" frr "* ]] && [ -d /run/systemd/system ]; then
