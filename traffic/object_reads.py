@@ -10,7 +10,9 @@ cache's verdict (``HIT``, ``MISS``; none when read from the store directly).
 
 The GET is HTTP/1.0 on a fresh connection: the reply then carries its length or ends
 with the connection, never chunked, and the read's time includes connecting, as a
-retriever's first read of a document would.
+retriever's first read of a document would. It is asyncio's own, as the agent service
+that reads is an asyncio server (a blocking client would stall its other requests);
+the lab's command-line tools use the blocking one of :mod:`testbed.storage.s3`.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import time
 from typing import TextIO
 from urllib.parse import urlsplit
 
-#: response header of the node-local cache (testbed.storage.cache)
-CACHE_HEADER = "x-cache-status"
+#: response header in which the node-local cache (testbed.storage.cache) says HIT, MISS...
+CACHE_HEADER = "X-Cache-Status"
 
 
 def key_name(index: int) -> str:
@@ -106,7 +108,7 @@ class ObjectReader:
         try:
             status, headers, body = await http_get(f"{self.endpoint}/{key}", self.timeout)
             record = {"status": status, "bytes": len(body),
-                      "cache": headers.get(CACHE_HEADER)}
+                      "cache": headers.get(CACHE_HEADER.lower())}
         except (TimeoutError, OSError, ValueError, IndexError,
                 asyncio.IncompleteReadError) as exc:
             record = {"status": 0, "bytes": 0, "cache": None, "error": type(exc).__name__}

@@ -22,7 +22,6 @@ files) lies in the run folder and goes with the run, its logs (``error.log``, an
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterable
 from contextlib import ExitStack
@@ -33,6 +32,8 @@ from string import Template
 from testbed.errors import BringUpError, ConfigError, HostError
 from testbed.hosts import Host
 from testbed.procs import Helper, wait_for
+from testbed.results import read_jsonl
+from traffic.object_reads import CACHE_HEADER
 
 CACHE_PORT = 8080
 TEMPLATE = Path(__file__).with_name("nginx.conf.tmpl")
@@ -71,9 +72,12 @@ def render(folder: Path, store: str, max_mb: int, listen: str, logs: Path) -> st
     (True, True)
     >>> "$upstream_cache_status" in text, "access_log /out/c/access.jsonl reads;" in text
     (True, True)
+    >>> "add_header X-Cache-Status $upstream_cache_status always;" in text
+    True
     """
     return Template(TEMPLATE.read_text()).substitute(
-        folder=folder, store=store, max_mb=max_mb, listen=listen, logs=logs)
+        folder=folder, store=store, max_mb=max_mb, listen=listen, logs=logs,
+        cache_header=CACHE_HEADER)
 
 
 def read_counts(records: Iterable[dict]) -> dict:
@@ -118,10 +122,7 @@ class Cache:
 
     def reads(self) -> list[dict]:
         """The cache's records of every request so far (nginx writes one at its end)."""
-        path = self.logs / ACCESS_LOG
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        return list(read_jsonl(self.logs / ACCESS_LOG))
 
     def counts(self) -> dict:
         return read_counts(self.reads())

@@ -32,12 +32,10 @@ from urllib.parse import urlsplit
 from testbed.chains import helper_env
 from testbed.errors import HostError
 from testbed.hosts import Host
-from traffic.object_reads import KeyPicker, key_name
+from traffic.object_reads import CACHE_HEADER, KeyPicker, key_name
 
 #: this client, run as a command inside a host
 CLIENT = [sys.executable, "-m", "testbed.storage.s3"]
-#: response header of the node-local cache that says HIT, MISS, ... (testbed.storage.cache)
-CACHE_HEADER = "X-Cache-Status"
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,9 @@ class Reply:
 
 
 def request(method: str, url: str, body: bytes = b"", timeout: float = 30.0) -> Reply:
-    """One HTTP request on a fresh connection; the time includes connecting."""
+    """One HTTP request on a fresh connection; the time includes connecting. Blocking,
+    for the command-line tools (the retriever's reads in the asyncio agent service use
+    :func:`traffic.object_reads.http_get`)."""
     parts = urlsplit(url)
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)

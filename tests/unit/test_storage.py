@@ -267,3 +267,12 @@ def test_the_report_says_whose_reads_each_hit_ratio_covers():
     assert "| variant | retriever reads | hit ratio |" in text
     assert ("The caches of `cached` served 3 reads: 1 (hit ratio 0.00) of the retriever "
             "(the table's), 2 (hit ratio 1.00) of the throughput step.") in text
+
+
+def test_a_cache_read_while_nginx_writes_skips_the_torn_last_line(tmp_path):
+    from testbed.storage.cache import ACCESS_LOG, Cache
+
+    (tmp_path / ACCESS_LOG).write_text('{"cache": "HIT", "bytes": 5}\n{"cache": "MI')
+    cache = Cache(host=None, helper=None, folder=tmp_path, listen="127.0.0.1:8080",
+                  logs=tmp_path)
+    assert cache.reads() == [{"cache": "HIT", "bytes": 5}]
