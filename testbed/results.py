@@ -16,6 +16,9 @@ from traffic.stats import summary as latency_summary
 #: per-iteration counters of ECN, DCQCN and spraying, summed over ranks and iterations
 CONGESTION_KEYS = ("reordered_packets", "ce_received", "cnps_sent", "cnps_received")
 EMPTY_LATENCY = {"p50": None, "p95": None, "p99": None, "max": None}
+#: ``training`` of a run without training traffic (the summary's contract asks for it)
+ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
+                 "iteration_ms": {"p50": None, "p99": None}}
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:

@@ -40,7 +40,7 @@ from testbed.layout import run_dir as results_dir
 from testbed.macsec.cipher import CipherSuite
 from testbed.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.procs import Helper, wait_for
-from testbed.results import read_jsonl, write_json
+from testbed.results import ZERO_TRAINING, read_jsonl, write_json
 from topologies.backbone import Backbone, default_backbone, small_backbone
 from topologies.backbone_check import DesignError, design_check, require
 from topologies.params import Section
@@ -75,8 +75,6 @@ IPERF_PORT = 5301
 WIRE_SAMPLE = 500  # frames captured on one wire per variant (with MACsec)
 ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
                "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
-ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
-                 "iteration_ms": {"p50": None, "p99": None}}
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -44,7 +44,7 @@ from testbed.macsec.wire import TappedWire, plain_pair, remove_pair, shape
 from testbed.macsec.wireshark import UAT_FILE, write_uat
 from testbed.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.procs import Helper, wait_for
-from testbed.results import agents_entry, read_jsonl, write_json
+from testbed.results import ZERO_TRAINING, agents_entry, read_jsonl, write_json
 from topologies.params import Section
 
 Progress = Callable[[str], None]
@@ -55,8 +55,6 @@ IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
 KEYS_FILE = "macsec-keys.json"
-ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
-                 "iteration_ms": {"p50": None, "p99": None}}
 #: receive counters an attack can raise (the rest only count good frames)
 ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag",
                    "InPktsUntagged", "InPktsBadTag", "InPktsNoSCI", "InPktsUnknownSCI",

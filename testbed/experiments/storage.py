@@ -45,7 +45,7 @@ from testbed.experiments import base
 from testbed.experiments.fabric import watched_ports
 from testbed.hosts import Host
 from testbed.naming import RUN_ROOT, new_run_id, run_prefix
-from testbed.results import agents_entry, read_jsonl
+from testbed.results import ZERO_TRAINING, agents_entry, read_jsonl
 from testbed.storage import s3
 from testbed.storage.cache import (
     FROM_CACHE,
@@ -67,8 +67,6 @@ from topologies.params import Section
 from traffic.object_reads import key_name
 from traffic.stats import summary
 
-ZERO_TRAINING = {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
-                 "iteration_ms": {"p50": None, "p99": None}}
 #: the seed's claim: node-local cached reads this many times faster than the cluster's
 CLAIMED_SPEEDUP = 8.0
 READS = "reads.jsonl"  # the retriever's object reads
