@@ -56,7 +56,6 @@ from testbed.storage.cache import (
 )
 from testbed.storage.seaweedfs import (
     BUCKET,
-    MIN_VOLUMES,
     S3_PORT,
     StoreSize,
     start_store,
@@ -92,12 +91,6 @@ class Objects(Section):
         return sum(self.size(i) for i in range(self.keys)) / 2**20
 
 
-class StoreParams(Section):
-    volume_mb: int = Field(32, ge=1, le=30720)
-    #: a bucket takes 7 volumes at its first write, the filer's log another 7
-    volumes: int = Field(16, ge=MIN_VOLUMES, le=1000)
-
-
 class StorageSection(Section):
     """The ``storage:`` section of a scenario."""
 
@@ -110,7 +103,7 @@ class StorageSection(Section):
     #: run folder, a tmpfs on most hosts: RAM; the kind's host check bounds their sum)
     cache_mb: int = Field(64, ge=1)
     node_disk_mb: int = Field(256, ge=1)
-    store: StoreParams = Field(default_factory=StoreParams)
+    store: StoreSize = Field(default_factory=StoreSize)
     chain_concurrency: int = Field(2, ge=1, le=64)
     chain_timeout_ms: float = Field(5000, gt=0)
     readers: list[Annotated[int, Field(ge=1)]] = Field(
@@ -141,10 +134,10 @@ budget of 256 MB
         if n > parsed.gpu_nodes:
             raise ConfigError(f"{where}.readers[{i}]",
                               f"{n} readers, but only {parsed.gpu_nodes} GPU nodes")
-    size = StoreSize(**parsed.store.model_dump())
-    if parsed.objects.total_mb > size.capacity_mb / 2:
+    capacity = parsed.store.capacity_mb
+    if parsed.objects.total_mb > capacity / 2:
         raise ConfigError(f"{where}.objects", f"{parsed.objects.total_mb:.0f} MB of objects "
-                                              f"do not fit half the store ({size.capacity_mb} "
+                                              f"do not fit half the store ({capacity} "
                                               "MB: store.volume_mb x store.volumes)")
     return parsed
 
@@ -158,7 +151,7 @@ def room_needed(s: StorageSection) -> dict[str, float]:
     {'store': 38.2, 'caches': 50.0}
     """
     objects = s.objects.total_mb
-    store = min(objects, s.store.volume_mb * s.store.volumes) + STORE_OVERHEAD_MB
+    store = min(objects, s.store.capacity_mb) + STORE_OVERHEAD_MB
     return {"store": round(store, 1), "caches": round(s.gpu_nodes * min(objects, s.cache_mb), 1)}
 
 
@@ -284,7 +277,7 @@ class Variant:
             folder = live.pid_dir / "storage"
             store = start_store(fabric.host(node.name), node.interface(0, 0).ip,
                                 folder=folder, pid_dir=live.pid_dir, stack=stack,
-                                log=out / "store.log", size=StoreSize(**s.store.model_dump()))
+                                log=out / "store.log", size=s.store)
             ctx.progress(f"{self.tag}: fabric up in {live.times.start_s:.2f} s, store in "
                          f"{store.start_s:.2f} s ({store.resident_mb():.0f} MB)")
             self._fill(store.endpoint)

@@ -35,11 +35,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field
+
 from testbed.chains import helper_env
-from testbed.errors import BringUpError, ConfigError, HostError
+from testbed.errors import BringUpError, HostError
 from testbed.hosts import Host
 from testbed.procs import Helper, stop_group, wait_for
 from testbed.storage import s3
+from topologies.params import Section
 
 S3_PORT = 8333
 METRICS_PORT = 9327
@@ -52,18 +55,12 @@ READY_S = 60.0
 STOP_GRACE_S = 1.0
 
 
-@dataclass(frozen=True)
-class StoreSize:
-    """How big the store may grow: ``volumes`` volumes of ``volume_mb`` each."""
+class StoreSize(Section):
+    """How big the store may grow: ``volumes`` volumes of ``volume_mb`` each (a scenario's
+    ``storage.store``)."""
 
-    volume_mb: int = 32
-    volumes: int = 16
-
-    def __post_init__(self) -> None:
-        if self.volume_mb <= 0:
-            raise ConfigError("storage.store.volume_mb", f"must be positive, not {self.volume_mb}")
-        if self.volumes <= 0:
-            raise ConfigError("storage.store.volumes", f"must be positive, not {self.volumes}")
+    volume_mb: int = Field(32, ge=1, le=30720)
+    volumes: int = Field(16, ge=MIN_VOLUMES, le=1000)
 
     @property
     def capacity_mb(self) -> int:
@@ -143,10 +140,12 @@ class Store:
 
 
 def start_store(host: Host, ip: str, *, folder: Path, pid_dir: Path, stack: ExitStack,
-                log: Path, size: StoreSize = StoreSize(), name: str = "store") -> Store:
+                log: Path, size: StoreSize | None = None, name: str = "store") -> Store:
     """Start a store in ``host`` bound to ``ip``, data under ``folder`` (made, and
-    removed again by ``stack``); returns once it stored a probe object in the bucket."""
+    removed again by ``stack``), of ``size`` (the defaults if none); returns once it
+    stored a probe object in the bucket."""
     weed = weed_binary()
+    size = size or StoreSize()
     data = folder / name
     data.mkdir(parents=True)
     stack.callback(shutil.rmtree, data, ignore_errors=True)

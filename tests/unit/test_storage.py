@@ -17,9 +17,19 @@ from testbed.storage.seaweedfs import StoreSize, private_tmp, weed_argv
     ({"volumes": 0}, "storage.store.volumes"),
 ])
 def test_impossible_store_sizes_name_their_field(kwargs, field):
+    from testbed.experiments.storage import validate
+
     with pytest.raises(ConfigError) as err:
-        StoreSize(**kwargs)
+        validate({"store": kwargs})
     assert err.value.field == field
+
+
+def test_the_store_size_is_the_scenarios_store_section():
+    from testbed.experiments.storage import validate
+
+    size = validate({"store": {"volume_mb": 8, "volumes": 20}}).store
+    assert isinstance(size, StoreSize) and size.capacity_mb == 160
+    assert "-volume.max=20" in weed_argv("weed", "10.0.0.9", Path("/d"), size)
 
 
 def test_a_cache_larger_than_the_disk_budget_is_refused():
