@@ -135,7 +135,6 @@ class AgentService:
             self.stats.bytes_out += proto.HEADER_SIZE + request.reply_bytes
             self.stats.requests += 1
 
-
     async def _read_object(self) -> None:
         record = await self.reader.read()
         self.stats.object_reads += 1

@@ -69,6 +69,8 @@ from traffic.stats import summary
 #: the seed's claim: node-local cached reads this many times faster than the cluster's
 CLAIMED_SPEEDUP = 8.0
 READS = "reads.jsonl"  # the retriever's object reads
+#: the storage node's name in the topology (before the run's prefix)
+STORAGE_NODE = "st"
 #: room the store takes beside its objects (filer log and metadata, master state): an
 #: allowance, not a measurement
 STORE_OVERHEAD_MB = 32.0
@@ -185,6 +187,15 @@ def data_folder() -> Path:
     return folder
 
 
+def gpu_names(s: StorageSection) -> list[str]:
+    """The GPU nodes' names in :func:`storage_topology` (before the run's prefix).
+
+    >>> gpu_names(validate({"gpu_nodes": 3, "gpu_leaves": 1, "readers": [1]}))
+    ['g1', 'g2', 'g3']
+    """
+    return [f"g{i + 1}" for i in range(s.gpu_nodes)]
+
+
 def storage_topology(s: StorageSection) -> dict:
     """The explicit graph: GPU nodes ``g1..`` on leaves ``l1..``, the storage node ``st``
     alone on leaf ``ls``, every leaf cabled to every spine ``s1..``.
@@ -196,12 +207,12 @@ def storage_topology(s: StorageSection) -> dict:
     """
     spines = [f"s{i + 1}" for i in range(s.spines)]
     leaves = [f"l{i + 1}" for i in range(s.gpu_leaves)]
-    gpus = [f"g{i + 1}" for i in range(s.gpu_nodes)]
+    gpus = gpu_names(s)
     nodes = {name: {"kind": "switch"} for name in [*spines, *leaves, "ls"]}
-    nodes |= {name: {"kind": "host"} for name in [*gpus, "st"]}
+    nodes |= {name: {"kind": "host"} for name in [*gpus, STORAGE_NODE]}
     links = [{"endpoints": [g, leaves[i * s.gpu_leaves // s.gpu_nodes]]}
              for i, g in enumerate(gpus)]
-    links.append({"endpoints": ["st", "ls"]})
+    links.append({"endpoints": [STORAGE_NODE, "ls"]})
     links += [{"endpoints": [leaf, spine]} for leaf in [*leaves, "ls"] for spine in spines]
     return {"nodes": nodes, "links": links, "link_mbps": s.link_mbps}
 
@@ -264,16 +275,18 @@ class Variant:
     def run(self) -> dict:
         s, ctx, out = self.s, self.ctx, self.out
         run_id = new_run_id()
-        spec = build_topology(storage_topology(s), run_prefix(run_id))
+        prefix = run_prefix(run_id)
+        spec = build_topology(storage_topology(s), prefix)
+        gpu_specs = [spec.host(prefix + name) for name in gpu_names(s)]
+        node = spec.host(prefix + STORAGE_NODE)
         entry: dict = {"name": "cached" if self.cached else "uncached", "run_id": run_id,
                        "seed": self.seed}
         with ExitStack() as stack:
             live = bring_up(spec, ctx.caps, run_id=run_id, controller={"mode": "ecmp"},
                             out=out, stack=stack, seed=self.seed)
             fabric = live.fabric
-            self.gpus = [fabric.host(h.name) for h in spec.hosts[:-1]]
-            self.gpu_ips = [h.interface(0, 0).ip for h in spec.hosts[:-1]]
-            node = spec.hosts[-1]
+            self.gpus = [fabric.host(h.name) for h in gpu_specs]
+            self.gpu_ips = [h.interface(0, 0).ip for h in gpu_specs]
             folder = live.pid_dir / "storage"
             store = start_store(fabric.host(node.name), node.interface(0, 0).ip,
                                 folder=folder, pid_dir=live.pid_dir, stack=stack,

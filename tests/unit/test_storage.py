@@ -108,16 +108,18 @@ def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypa
 
 
 def test_the_storage_node_sits_alone_behind_its_own_leaf():
-    from testbed.experiments.storage import storage_topology, validate
+    from testbed.experiments.storage import STORAGE_NODE, gpu_names, storage_topology, validate
     from topologies.build import build_topology
 
-    spec = build_topology(storage_topology(validate({})), "tbdemo")
+    section = validate({})
+    spec = build_topology(storage_topology(section), "tbdemo")
     assert spec.counts() == {"switches": 5, "hosts": 9, "links": 15}
-    store = spec.hosts[-1]
-    assert store.name == "tbdemost"
+    store = spec.host("tbdemo" + STORAGE_NODE)
     leaf = store.interface(0, 0).switch
     assert [h.name for h in spec.hosts if h.interface(0, 0).switch == leaf] == [store.name]
-    assert {spec.hosts[i].interface(0, 0).switch for i in range(8)} == {"tbdemol1", "tbdemol2"}
+    gpus = [spec.host("tbdemo" + name) for name in gpu_names(section)]
+    assert len(gpus) == 8 and store not in gpus
+    assert {g.interface(0, 0).switch for g in gpus} == {"tbdemol1", "tbdemol2"}
 
 
 def _experiment(change: dict | None = None):
