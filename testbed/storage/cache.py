@@ -15,12 +15,11 @@ read.
 
 The config is ``nginx.conf.tmpl`` beside this module, checked with ``nginx -t`` before
 nginx starts; nginx runs in the foreground, its processes in one process group (the
-master, one worker, and for ``proxy_cache_path`` the cache manager and, once a minute
-after start, the cache loader), a :class:`Helper` with a pid file in the run's pid
-folder.
-Its folder (cache, temp files) lies in the run folder and goes with the run, its logs
-(``error.log``, and ``access.jsonl``: one JSON object a request) go to a folder of the
-results and stay.
+master, one worker, and for ``proxy_cache_path`` the cache manager and, a minute after
+start and briefly, the cache loader), a :class:`Helper` with a pid file in the run's pid
+folder. Its folder (cache, temp files) lies in the run folder and goes with the run, its
+logs (``error.log``, and ``access.jsonl``: one JSON object a request) go to a folder of
+the results and stay.
 """
 
 from __future__ import annotations
