@@ -47,20 +47,8 @@ from testbed.hosts import Host
 from testbed.naming import RUN_ROOT, new_run_id, run_prefix
 from testbed.results import ZERO_TRAINING, agents_entry, read_jsonl
 from testbed.storage import s3
-from testbed.storage.cache import (
-    FROM_CACHE,
-    check_budget,
-    nginx_binary,
-    read_counts,
-    start_cache,
-)
-from testbed.storage.seaweedfs import (
-    BUCKET,
-    S3_PORT,
-    StoreSize,
-    start_store,
-    weed_binary,
-)
+from testbed.storage.cache import FROM_CACHE, check_budget, nginx_binary, read_counts, start_cache
+from testbed.storage.seaweedfs import BUCKET, S3_PORT, StoreSize, start_store, weed_binary
 from topologies.build import build_topology
 from topologies.params import Section
 from traffic.object_reads import key_name
