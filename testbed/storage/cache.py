@@ -41,7 +41,9 @@ CACHE_PORT = 8080
 TEMPLATE = Path(__file__).with_name("nginx.conf.tmpl")
 ACCESS_LOG = "access.jsonl"  # nginx's access log: one JSON object per request
 ERROR_LOG = "error.log"
-MASTER_PID = "nginx-master.txt"  # nginx's own pid file: written once it listens
+#: nginx's own pid file: the server writes it once it listens (``nginx -t`` writes it
+#: too, and leaves it: removed before the server starts)
+MASTER_PID = "nginx-master.txt"
 #: what the cache's verdicts mean for where the bytes came from
 FROM_CACHE = ("HIT", "STALE", "REVALIDATED", "UPDATING")
 
@@ -156,6 +158,7 @@ def start_cache(host: Host, store: str, *, folder: Path, pid_dir: Path, stack: E
     checked = host.run([*argv, "-t", "-q"])
     if checked.returncode:
         raise BringUpError(f"cache on {host.name}: nginx -t: {checked.stderr.strip()[-300:]}")
+    (own / MASTER_PID).unlink(missing_ok=True)
     helper = host.spawn(name, argv, pid_dir=pid_dir, log=error_log)
     stack.callback(helper.stop)
     if not wait_for(lambda: (own / MASTER_PID).exists() or not helper.alive(), 10):

@@ -175,6 +175,26 @@ def test_chains_whose_retriever_reads_through_the_cache(lab, tmp_path):
             [c["latency_ms"] for c in chains]).items() if k in ("p50", "p99")}}
 
 
+def test_a_second_cache_on_a_taken_port_is_refused_naming_its_kept_log(lab, tmp_path):
+    """A cache is up when nginx listens, not when its config check passed: a second
+    cache on the reader's port fails to start, and the error names its error.log, which
+    is in the results and outlives the cache's folder."""
+    from contextlib import ExitStack
+
+    from testbed.errors import BringUpError
+    from testbed.storage.cache import start_cache
+
+    live, store = lab["live"], lab["store"]
+    with ExitStack() as stack, pytest.raises(BringUpError) as err:
+        start_cache(lab["reader"], f"{store.ip}:8333", folder=live.pid_dir / "storage",
+                    pid_dir=live.pid_dir, stack=stack, max_mb=16, logs=tmp_path,
+                    name="cache-busy")
+    log = tmp_path / "cache-busy" / "error.log"
+    assert str(err.value).endswith(f"(see {log})")
+    assert not (live.pid_dir / "storage" / "cache-busy").exists()
+    assert "Address already in use" in log.read_text()
+
+
 def running(pid: int) -> bool:
     """Whether ``pid`` runs: exists and is no zombie (an orphan waits for init to reap it)."""
     try:
