@@ -497,6 +497,9 @@ class Variant:
                                         stack=stack, seed=self.seed, env=_env(),
                                         progress=self.progress)
         started = run.start()
+        nodes, links = net.trace(run.src, run.dst)
+        run.path = {"nodes": nodes, "links": links,
+                    "one_way_ms": round(sum(net.links[lk][1].delay_ms for lk in links), 3)}
         self.progress(f"  {self.name}: stores up in "
                       + ", ".join(f"{r} {s:g} s" for r, s in started.items())
                       + f"; {self.mode} replication")

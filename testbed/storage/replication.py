@@ -240,6 +240,9 @@ class CheckpointRun:
         self.writer: Helper | None = None
         self.watcher: Helper | None = None
         self.size = cfg["size_kb"] * 1024
+        #: the src -> dst path when the writes start, with its propagation delay (set by
+        #: the caller, who knows the routing tables)
+        self.path: dict | None = None
 
     def endpoint(self, region: str) -> str:
         return f"http://{self.ips[region]}:{S3_PORT}"
@@ -290,8 +293,8 @@ class CheckpointRun:
         drain_t = time.time()
         self.watcher.wait(self.cfg["drain_s"] + 5)
         drained_s = round(time.time() - drain_t, 3)
-        writes = read_jsonl(self.out / WRITES)
-        arrivals = read_jsonl(self.out / ARRIVALS)
+        writes = list(read_jsonl(self.out / WRITES))
+        arrivals = list(read_jsonl(self.out / ARRIVALS))
         rows = lags(writes, arrivals)
         keys = [checkpoint_key(i) for i in range(self.cfg["objects"])]
         expected = {w["key"]: w["sha256"] for w in writes if w.get("ok")}
@@ -308,7 +311,7 @@ class CheckpointRun:
         return {
             "mode": self.mode, "src": self.src, "dst": self.dst,
             "objects": self.cfg["objects"], "size_kb": self.cfg["size_kb"],
-            "interval_ms": self.cfg["interval_ms"],
+            "interval_ms": self.cfg["interval_ms"], "path": self.path,
             "store_start_s": {r: round(s.start_s, 2) for r, s in self.stores.items()},
             "store_resident_mb": {r: round(s.resident_mb(), 1)
                                   for r, s in self.stores.items() if s.helper.alive()},
@@ -373,6 +376,10 @@ def report_lines(figures: dict[str, dict], plot_file: str | None) -> list[str]:
     lines += ["| " + " | ".join(r) + " |" for r in rows(figures)]
     lines.append("")
     for name, c in figures.items():
+        if c.get("path"):
+            lines.append(f"- {name}: {c['src']} -> {c['dst']} over "
+                         f"{' - '.join(c['path']['nodes'])}, one-way propagation delay "
+                         f"{c['path']['one_way_ms']:g} ms (before any fault)")
         for f in c["across_faults"]:
             lines.append(f"- {name}: {f['fault']} at {f['at_s']:g} s: write max "
                          f"{_cell(f['write_ms_before'])} ms before, "
