@@ -11,7 +11,9 @@ counts into the write's latency, as a trainer waiting for it would see.
 The watcher runs in the destination region: it lists the bucket every ``poll`` seconds
 (S3 ListObjectsV2) and reads each shard the moment it shows up, checking its sha256
 (an object visible in the destination must be complete and right, also during a cut).
-Its arrival time minus the writer's acknowledgement is the replication lag.
+Its arrival time (the first listing that shows it) minus the writer's acknowledgement
+is the replication lag; the listing before it bounds it from below (``t_prev``: the
+watcher's resolution, about the poll interval plus the time to read what arrived).
 
 Both print nothing; they write one JSON object a line (flushed, so a killed run keeps
 what was measured): ``python -m testbed.storage.checkpoints write|watch ...``.
@@ -116,6 +118,7 @@ def watch(endpoint: str, bucket: str, objects: int, size: int, seed: int, poll_s
     pending = set(expected)
     deadline = time.time() + timeout_s
     list_url = f"{endpoint}/{bucket}?list-type=2&prefix={KEY_PREFIX}&max-keys=1000"
+    t_prev = time.time()  # the last listing before this one: the arrival lies between
     with open(out, "w") as f:
         while pending and time.time() < deadline:
             t_poll = time.time()
@@ -134,11 +137,12 @@ def watch(endpoint: str, bucket: str, objects: int, size: int, seed: int, poll_s
                 if got.status != 200:
                     continue
                 ok = sha256(got.body) == expected[key]
-                f.write(json.dumps({"key": key, "t": t_seen, "t_poll": t_poll,
+                f.write(json.dumps({"key": key, "t": t_seen, "t_poll": t_poll, "t_prev": t_prev,
                                     "t_read": time.time(), "bytes": len(got.body),
                                     "sha256_ok": ok}) + "\n")
                 f.flush()
                 pending.discard(key)
+            t_prev = t_poll
             time.sleep(max(0.0, t_poll + poll_s - time.time()))
     return len(pending)
 

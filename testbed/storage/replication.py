@@ -320,6 +320,9 @@ class CheckpointRun:
             "write_ms": summary([r["write_ms"] for r in rows], (50, 99)),
             "lag_ms": summary(lag_values, (50, 99)),
             "arrived": len(lag_values),
+            # the arrival lies between two listings: how far apart they were
+            "watch_resolution_ms": summary([round((a["t"] - a.get("t_prev", a["t"])) * 1000, 3)
+                                            for a in arrivals], (50, 99)),
             # acknowledged shards not readable in the destination at the end
             "lost": agree["missing"][self.dst],
             "not_seen_by_watcher": len(rows) - len(lag_values),
@@ -376,6 +379,13 @@ def report_lines(figures: dict[str, dict], plot_file: str | None) -> list[str]:
     lines += ["| " + " | ".join(r) + " |" for r in rows(figures)]
     lines.append("")
     for name, c in figures.items():
+        res = c.get("watch_resolution_ms")
+        if res:
+            lines.append(f"- {name}: the watcher saw a shard within {res['p50']:,.0f} ms "
+                         f"(p50; p99 {res['p99']:,.0f} ms) of its arrival: the lag's resolution"
+                         + (" (a sync shard is in the destination when acknowledged: its lag "
+                            "column measures only this resolution)" if c["mode"] == "sync"
+                            else ""))
         if c.get("path"):
             lines.append(f"- {name}: {c['src']} -> {c['dst']} over "
                          f"{' - '.join(c['path']['nodes'])}, one-way propagation delay "
