@@ -7,6 +7,7 @@ nothing of the run may be left (store processes included)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,14 @@ pytestmark = [pytest.mark.root, pytest.mark.vm,
               pytest.mark.skipif(not Path("/usr/lib/frr/ospfd").exists()
                                  or shutil.which("iperf3") is None,
                                  reason="needs FRR (apt-get install frr) and iperf3")]
+
+
+def _replication_procs() -> set[int]:
+    """Pids of filer.sync and checkpoint writers/watchers (their command lines name
+    neither the run's id nor its folder; their pid files do)."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return {int(line.split(None, 1)[0]) for line in out.splitlines()
+            if "filer.sync" in line or "testbed.storage.checkpoints" in line}
 
 
 def _weed() -> bool:
@@ -54,11 +63,13 @@ def test_replication_survives_a_cut_with_every_checksum_and_pays_the_path_delay(
                         "size_kb": 128, "interval_ms": 200, "drain_s": 20},
         "faults": [{"at_s": 3, "action": "cut_link", "target": "p1-p2-1"}],
     }
+    others = _replication_procs()  # somebody else's, if any
     try:
         result = run_section("backbone", section, tmp_path, duration_s=12, seed=1,
                              run_id=run_id, progress=lambda line: None)
     finally:
         assert _leftovers(run_id) == []
+        assert _replication_procs() <= others
     runs = {e["name"]: e for e in result["runs"]}
     assert sorted(runs) == ["async", "sync"]
     for name, entry in runs.items():
