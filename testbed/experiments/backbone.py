@@ -6,7 +6,10 @@ for its shape) and the design rule (pure). The kind builds the backbone (the lib
 and ``fast``), starts zebra, bfdd and ospfd (``daemons``: or bgpd instead of ospfd) in
 every PoP and region namespace,
 waits until every region reaches every other, then runs probes between every pair
-of regions, the replication flows (iperf3) and the fault schedule. Figures come
+of regions, the replication flows (iperf3) and the fault schedule. With ``checkpoints:``
+(:mod:`testbed.storage.replication`) each variant also runs a SeaweedFS store in two
+regions and writes checkpoint shards across, asynchronously (filer.sync) or
+synchronously: one variant per timer set and mode. Figures come
 from the probe records and the routing-table events (``ip monitor route``); see
 :mod:`testbed.backbone.analysis`. Everything is removed at the end, also on error,
 Ctrl-C and SIGTERM.
@@ -832,7 +835,9 @@ def report_section(backbone: dict, out: Path) -> list[str]:
     lines += _macsec_lines(backbone.get("macsec"))
     for variant, failovers in backbone["failovers"].items():
         timers = backbone["timers"][variant]
-        lines += [f"### {variant} timers (BFD {timers['bfd_ms']:g} ms x "
+        # with checkpoint modes the variants are named by their mode, not their timers
+        word = "" if backbone.get("checkpoints") else " timers"
+        lines += [f"### {variant}{word} (BFD {timers['bfd_ms']:g} ms x "
                   f"{timers['bfd_multiplier']:g}, {_protocol(backbone)} hello "
                   f"{timers['hello_s']:g} s / "
                   f"dead {timers['dead_s']:g} s)", "",
