@@ -6,7 +6,10 @@ for its shape) and the design rule (pure). The kind builds the backbone (the lib
 and ``fast``), starts zebra, bfdd and ospfd (``daemons``: or bgpd instead of ospfd) in
 every PoP and region namespace,
 waits until every region reaches every other, then runs probes between every pair
-of regions, the replication flows (iperf3) and the fault schedule. Figures come
+of regions, the replication flows (iperf3) and the fault schedule. With ``checkpoints:``
+(:mod:`testbed.storage.replication`) each variant also runs a SeaweedFS store in two
+regions and writes checkpoint shards across, asynchronously (filer.sync) or
+synchronously: one variant per timer set and mode. Figures come
 from the probe records and the routing-table events (``ip monitor route``); see
 :mod:`testbed.backbone.analysis`. Everything is removed at the end, also on error,
 Ctrl-C and SIGTERM.
@@ -21,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +45,7 @@ from testbed.macsec.cipher import CipherSuite
 from testbed.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.procs import Helper, wait_for
 from testbed.results import ZERO_TRAINING, read_jsonl, write_json
+from testbed.storage import replication as xregion
 from topologies.backbone import Backbone, default_backbone, small_backbone
 from topologies.backbone_check import DesignError, design_check, require
 from topologies.params import Section
@@ -141,6 +146,8 @@ class BackboneSection(Section):
     converge_timeout_s: float = Field(90, ge=5, le=300)
     settle_s: float = Field(2, ge=0, le=60)
     tail_s: float = Field(1.0, ge=0.1, le=10)
+    checkpoints: xregion.CheckpointSection | None = Field(
+        None, description="cross-region checkpoint writes (one variant per mode)")
 
 
 def _number(value: Any, field: str, low: float, high: float) -> float:
@@ -271,6 +278,8 @@ def validate(section: dict, where: str = "backbone") -> dict:
                       "rate_mbps": _number(flow.get("rate_mbps", 20), f"{f}.rate_mbps", 0.1,
                                            10000)})
     cfg["replication"] = flows
+    cfg["checkpoints"] = xregion.validate(section.get("checkpoints"), regions,
+                                              f"{where}.checkpoints")
     faults = []
     for i, fault in enumerate(section.get("faults") or []):
         f = f"{where}.faults[{i}]"
@@ -304,6 +313,8 @@ def check_timing(cfg: dict, duration_s: float, where: str = "backbone") -> None:
         if f["at_s"] >= duration_s:
             raise ConfigError(f"{where}.faults[{i}].at_s",
                               f"must be below the duration ({duration_s:g} s)")
+    if cfg.get("checkpoints"):
+        xregion.check_timing(cfg["checkpoints"], duration_s, f"{where}.checkpoints")
 
 
 # running -------------------------------------------------------------------
@@ -348,14 +359,19 @@ class Variant:
     def __init__(self, name: str, cfg: dict, bb: Backbone, *, out: Path, root: Path,
                  folder: Path, prefix: str, duration_s: float, caps: Any,
                  progress: Progress,
-                 watch: Callable[[list[WatchedLink]], AbstractContextManager] | None = None
+                 watch: Callable[[list[WatchedLink]], AbstractContextManager] | None = None,
+                 timer_set: str | None = None, mode: str | None = None, seed: int = 1
                  ) -> None:
         self.name, self.cfg, self.bb = name, cfg, bb
+        #: the timer set (the variant's name unless checkpoint modes make the variants)
+        self.timer_set = timer_set or name
+        #: the checkpoint replication mode (``checkpoints:``), else None
+        self.mode, self.seed = mode, seed
         self.out, self.root = out, root
         self.folder = folder / name
         self.prefix, self.duration_s, self.caps, self.progress = (prefix, duration_s, caps,
                                                                   progress)
-        self.timers = Timers(**cfg["timers"][name])
+        self.timers = Timers(**cfg["timers"][self.timer_set])
         self.snapshots: list[tuple[float, dict]] = []
         self.macsec_backend = macsec_backend(cfg["macsec"], caps)
         #: the measured window of the fidelity monitor (``RunContext.watch``)
@@ -387,6 +403,7 @@ class Variant:
                                                     "route"],
                              stdout_file=self.out / f"routes-{node}.log")
             iperf = self._start_replication(stack, net)
+            ckpt = self._start_checkpoints(stack, net)
             probes = []
             for region in regions:
                 peers = [f"--peer={p}={net.region_addr(p)}" for p in regions if p != region]
@@ -410,17 +427,30 @@ class Variant:
                              after=lambda rec: self.progress(
                                  f"  {self.name}: {rec.at_s:g} s {rec.action} {rec.target}"
                                  + ("" if rec.ok else f" FAILED: {rec.error}")))
+            if ckpt:
+                ckpt.start_traffic(self.duration_s)
             sched.run(t0)
             for p in probes:
                 p.wait(max(1.0, t0 + self.duration_s + 5 - time.time()))
             self._snapshot(net)
             for h in iperf:
                 h.wait(max(1.0, t0 + self.duration_s + 10 - time.time()))
+            ckpt_figures = None
+            if ckpt:
+                faults_at = [{"fault": f"{r.action} {r.target}", "at_s": round(r.started - t0, 3)}
+                             for r in sched.records]
+                ckpt_figures = ckpt.finish(t0, self.duration_s, faults_at)
+                self.progress(f"  {self.name}: checkpoints {ckpt_figures['written']}/"
+                              f"{ckpt_figures['objects']} written, "
+                              f"{ckpt_figures['lost']} lost, "
+                              f"{ckpt_figures['checksum_mismatches']} checksum mismatches")
             macsec = self._macsec_figures(net, sample)
             stop_t = time.monotonic()
         stop_s = round(time.monotonic() - stop_t, 3)
         entry = self._figures(sched.records, t0, regions, start_s, stop_s, net)
         entry["macsec"] = macsec
+        if ckpt_figures:
+            entry["checkpoints"] = ckpt_figures
         if macsec and sample:
             macsec["wire_sample"] = wire_sample_figures(self.root / sample["pcap"],
                                                         macsec["keys"], sample)
@@ -457,6 +487,24 @@ class Variant:
                 "counters": counters, "totals": secure.totals(counters),
                 "forwarder_cpu_s": cpu, "forwarder_cpu_total_s": round(sum(cpu.values()), 2),
                 "keys": net.secure.keys(), "wire_sample": sample}
+
+    def _start_checkpoints(self, stack: ExitStack,
+                           net: BackboneNet) -> xregion.CheckpointRun | None:
+        """Both regions' stores (and filer.sync in async mode), before the probes."""
+        if not self.mode:
+            return None
+        run = xregion.CheckpointRun(self.cfg["checkpoints"], self.mode, ns=net.ns,
+                                        addr=net.region_addr, out=self.out, folder=self.folder,
+                                        stack=stack, seed=self.seed, env=_env(),
+                                        progress=self.progress)
+        started = run.start()
+        nodes, links = net.trace(run.src, run.dst)
+        run.path = {"nodes": nodes, "links": links,
+                    "one_way_ms": round(sum(net.links[lk][1].delay_ms for lk in links), 3)}
+        self.progress(f"  {self.name}: stores up in "
+                      + ", ".join(f"{r} {s:g} s" for r, s in started.items())
+                      + f"; {self.mode} replication")
+        return run
 
     def _start_replication(self, stack: ExitStack, net: BackboneNet) -> list[Helper]:
         clients = []
@@ -521,7 +569,7 @@ class Variant:
         total_bytes = sum(r["bytes"] for r in replication)
         return {
             "name": self.name,
-            "timers": self.cfg["timers"][self.name],
+            "timers": self.cfg["timers"][self.timer_set],
             "fabric": {"switches": 0, "hosts": len(self.bb.nodes),
                        "links": len(self.bb.all_links), "start_s": start_s, "stop_s": stop_s},
             "agents": json.loads(json.dumps(ZERO_AGENTS)),
@@ -616,6 +664,32 @@ def plot(entries: list[dict], out: Path) -> Path:
     return save(fig, out / "probe_loss.png")
 
 
+@dataclass(frozen=True)
+class CheckpointVariant:
+    """A variant of a backbone with checkpoint writes: a timer set and a replication mode."""
+
+    name: str
+    timers: str
+    mode: str
+
+
+def variant_plan(cfg: dict) -> tuple:
+    """One variant per timer set; with ``checkpoints``, one per timer set and mode, named
+    by the mode alone when there is one timer set.
+
+    >>> cfg = {"timers": {"fast": {}}, "checkpoints": {"modes": ["async", "sync"]}}
+    >>> [(v.name, v.timers, v.mode) for v in variant_plan(cfg)]
+    [('async', 'fast', 'async'), ('sync', 'fast', 'sync')]
+    >>> [v.name for v in variant_plan({**cfg, "timers": {"default": {}, "fast": {}}})]
+    ['default-async', 'default-sync', 'fast-async', 'fast-sync']
+    """
+    if not cfg.get("checkpoints"):
+        return tuple(base.VariantRef(name) for name in cfg["timers"])
+    one = len(cfg["timers"]) == 1
+    return tuple(CheckpointVariant(mode if one else f"{t}-{mode}", t, mode)
+                 for t in cfg["timers"] for mode in cfg["checkpoints"]["modes"])
+
+
 class BackboneExperiment(base.Experiment):
     """The ``backbone:`` kind: one variant per timer set (e.g. ``default`` and ``fast``)."""
 
@@ -627,7 +701,7 @@ class BackboneExperiment(base.Experiment):
         self.cfg = validate(data.get("backbone"))
         check_timing(self.cfg, self.duration_s)
         self.bb = Backbone.from_dict(self.cfg["design"])
-        self._variants = tuple(base.VariantRef(name) for name in self.cfg["timers"])
+        self._variants = variant_plan(self.cfg)
         self.folder: Path | None = None
         self.run_id = ""
 
@@ -663,16 +737,21 @@ class BackboneExperiment(base.Experiment):
     def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
                     ctx: base.RunContext) -> dict:
         assert self.folder is not None
+        timer_set = getattr(variant, "timers", variant.name)
+        mode = getattr(variant, "mode", None)
         ctx.progress(f"{tag}: {', '.join(self.cfg['daemons'])}; timers "
-                     f"{self.cfg['timers'][variant.name]}")
+                     f"{timer_set} {self.cfg['timers'][timer_set]}"
+                     + (f"; checkpoints {mode}" if mode else ""))
         return Variant(variant.name, self.cfg, self.bb, out=out, root=ctx.root,
                        folder=self.folder, prefix=run_prefix(self.run_id),
                        duration_s=ctx.duration_s, caps=ctx.caps,
-                       progress=ctx.progress, watch=ctx.watch).run()
+                       progress=ctx.progress, watch=ctx.watch, timer_set=timer_set,
+                       mode=mode, seed=seed).run()
 
     def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
         bb, cfg = self.bb, self.cfg
         plot(runs, out)
+        ckpt_plot = xregion.plot(runs, lambda e: results_dir(e, out), out)
         summary = {
             "pops": [p.name for p in bb.pops],
             "regions": [r.name for r in bb.regions],
@@ -687,7 +766,8 @@ class BackboneExperiment(base.Experiment):
             "delay_by": delay_backend(cfg, ctx.caps),
             "encrypted": bool(cfg["macsec"]["enabled"]),
             "macsec": _macsec_summary(cfg["macsec"], runs),
-            "timers": cfg["timers"],
+            "timers": ({e["name"]: e["timers"] for e in runs} if cfg.get("checkpoints")
+                       else cfg["timers"]),
             "daemons": cfg["daemons"],
             "protocol": next(d for d in cfg["daemons"] if d in PROTOCOLS),
             "failovers": {e["name"]: e["failovers"] for e in runs},
@@ -695,6 +775,10 @@ class BackboneExperiment(base.Experiment):
             "replication": {e["name"]: e["replication"] for e in runs},
             "plot": "probe_loss.png",
         }
+        if cfg.get("checkpoints"):
+            summary["checkpoints"] = {e["name"]: e["checkpoints"] for e in runs
+                                      if e.get("checkpoints")}
+            summary["checkpoints_plot"] = ckpt_plot.name if ckpt_plot else None
         return {"backbone": summary}
 
     @staticmethod
@@ -749,7 +833,9 @@ def report_section(backbone: dict, out: Path) -> list[str]:
     lines += _macsec_lines(backbone.get("macsec"))
     for variant, failovers in backbone["failovers"].items():
         timers = backbone["timers"][variant]
-        lines += [f"### {variant} timers (BFD {timers['bfd_ms']:g} ms x "
+        # with checkpoint modes the variants are named by their mode, not their timers
+        word = "" if backbone.get("checkpoints") else " timers"
+        lines += [f"### {variant}{word} (BFD {timers['bfd_ms']:g} ms x "
                   f"{timers['bfd_multiplier']:g}, {_protocol(backbone)} hello "
                   f"{timers['hello_s']:g} s / "
                   f"dead {timers['dead_s']:g} s)", "",
@@ -763,6 +849,8 @@ def report_section(backbone: dict, out: Path) -> list[str]:
         lines.append("")
     if (out / backbone["plot"]).exists():
         lines += [f"![probe loss]({backbone['plot']})", ""]
+    lines += xregion.report_lines(backbone.get("checkpoints") or {},
+                                      backbone.get("checkpoints_plot"))
     return lines
 
 
@@ -813,7 +901,10 @@ def table(backbone: dict) -> str:
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    if backbone.get("checkpoints"):
+        text += "\n\n" + xregion.table(backbone["checkpoints"])
+    return text
 
 
 EXPERIMENT = BackboneExperiment

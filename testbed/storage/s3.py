@@ -54,7 +54,8 @@ def request(method: str, url: str, body: bytes = b"", timeout: float = 30.0) -> 
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
     try:
-        conn.request(method, parts.path or "/", body=body or None,
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(method, path, body=body or None,
                      headers={"Content-Length": str(len(body))} if method == "PUT" else {})
         resp = conn.getresponse()
         data = resp.read()
