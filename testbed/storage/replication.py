@@ -37,7 +37,15 @@ from testbed.procs import Helper
 from testbed.results import read_jsonl, write_json
 from testbed.storage import s3
 from testbed.storage.checkpoints import checkpoint_key
-from testbed.storage.seaweedfs import BUCKET, S3_PORT, Store, StoreSize, start_store, weed_binary
+from testbed.storage.seaweedfs import (
+    BUCKET,
+    MIN_VOLUMES,
+    S3_PORT,
+    Store,
+    StoreSize,
+    start_store,
+    weed_binary,
+)
 from topologies.params import Section
 from traffic.stats import summary
 
@@ -93,11 +101,11 @@ def validate(section: Any, regions: set[str], where: str = "backbone.checkpoints
         raise ConfigError(f"{where}.dst", "must differ from src")
     if len(set(parsed.modes)) != len(parsed.modes):
         raise ConfigError(f"{where}.modes", f"names a mode twice: {parsed.modes}")
-    for key, high in (("objects", 1000), ("size_kb", 16384), ("volume_mb", 1024),
-                      ("volumes", 200)):
+    for key, low, high in (("objects", 1, 1000), ("size_kb", 1, 16384), ("volume_mb", 1, 1024),
+                           ("volumes", MIN_VOLUMES, 200)):
         value = getattr(parsed, key)
-        if not 0 < value <= high:
-            raise ConfigError(f"{where}.{key}", f"must be 1..{high}, not {value}")
+        if not low <= value <= high:
+            raise ConfigError(f"{where}.{key}", f"must be {low}..{high}, not {value}")
     if not 0 < parsed.interval_ms <= 60000:
         raise ConfigError(f"{where}.interval_ms", f"must be above 0 and at most 60000, "
                                                   f"not {parsed.interval_ms:g}")
@@ -251,7 +259,7 @@ class CheckpointRun:
         """Both stores (and, async, filer.sync); seconds each store took to come up."""
         data = self.folder / "stores"
         data.mkdir(parents=True, exist_ok=True)
-        size = StoreSize(self.cfg["volume_mb"], self.cfg["volumes"])
+        size = StoreSize(volume_mb=self.cfg["volume_mb"], volumes=self.cfg["volumes"])
         for region in (self.src, self.dst):
             self.stores[region] = start_store(
                 self.hosts[region], self.ips[region], folder=data, pid_dir=self.pid_dir,
