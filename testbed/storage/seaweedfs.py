@@ -99,10 +99,15 @@ def private_tmp(argv: list[str]) -> list[str]:
     """``argv`` in a mount namespace of its own with an empty tmpfs on /tmp; the command
     replaces the shell (same pid, same process group).
 
+    The program is opened before the tmpfs hides /tmp and run from that open file
+    (``/proc/self/fd/3``): a checkout under /tmp (CI clones there) has its venv's ``weed``
+    under /tmp too.
+
     >>> private_tmp(["weed", "server"])[-3:]
     ['store', 'weed', 'server']
     """
-    script = 'mount -t tmpfs -o size=8m,mode=1777 tbstoretmp /tmp && exec "$@"'
+    script = ('exec 3<"$1" && mount -t tmpfs -o size=8m,mode=1777 tbstoretmp /tmp '
+              '&& shift && exec /proc/self/fd/3 "$@"')
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "store",
             *argv]
 
