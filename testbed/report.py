@@ -86,8 +86,9 @@ def fidelity_section(summary: dict) -> list[str]:
         f"{100 * t.get('share_max', 0.2):g} % of them, the host had less than "
         f"{100 * t.get('host_idle_min', 0.1):g} % idle CPU, ovs-vswitchd's forwarding thread "
         f"used more than {t.get('ovs_cores_max', 0.9):g} of a core, or saturated links "
-        f"delivered less than {100 * t.get('delivery_min', 0.9):g} % of their configured "
-        "rate.", "",
+        f"sent less than {100 * t.get('delivery_min', 0.9):g} % of what their queues held "
+        "for the wire (a queue owes, until the next read, what it holds at a read, as far "
+        "as its rate allows).", "",
         "| variant | seed | verdict | samples | host idle p10 / mean | ovs-vswitchd cores "
         "p90 / max | busiest ovs thread p90 / max | lab helpers cores mean / max | "
         "everything else cores mean / p90 | saturated-link delivery p10 (link-samples) |",

@@ -19,7 +19,7 @@ from testbed.naming import new_run_id, run_prefix
 from testbed.runner import run
 from testbed.scenario import parse
 
-# One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (6 Mb/s
+# One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (9 Mb/s
 # each) overrun its 10 Mb/s uplink, so the uplink queues stay backlogged (saturated).
 SCENARIO = {
     "name": "fidelity-probe", "seed": 1, "duration_s": 6,
@@ -28,7 +28,7 @@ SCENARIO = {
                  "oversubscription": 4, "queue_kb": 256},
     "agents": {"enabled": False},
     "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 1_000_000,
-                 "compute_ms": 0, "rate_mbps": 6, "payload": 4096},
+                 "compute_ms": 0, "rate_mbps": 9, "payload": 4096},
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed import fidelity, report, runner
-from testbed.fidelity import Thresholds, WatchedLink, link_sample, verdict
+from testbed.fidelity import Thresholds, WatchedLink, link_sample, owed, verdict
 from testbed.seeds import combine
 
 # A /proc/stat as Linux 6.1 writes it: ten fields a CPU (guest time inside user).
@@ -163,21 +163,32 @@ def test_cpu_sample_without_ovs_or_helpers(tmp_path, monkeypatch):
 
 
 # -- links -------------------------------------------------------------------------------
-def test_link_is_saturated_only_with_a_backlog_at_both_ends():
-    lk = WatchedLink(None, "tb1a2bp0l0e3", 10)
-    full = link_sample(lk, (0, 9000), (1_250_000, 9000), 1.0)
+def test_a_link_is_judged_on_what_its_queue_owed_the_wire():
+    lk = WatchedLink(None, "tb1a2bp0l0e3", 10)  # 1.25 MB a second
+    full = link_sample(lk, (0, 9000), (1_250_000, 9000), 1.0, 1_250_000)
     assert full["saturated"] and full["delivered"] == 1.0 and full["mbps"] == 10.0
-    starved = link_sample(lk, (0, 9000), (625_000, 64000), 1.0)
+    starved = link_sample(lk, (0, 9000), (625_000, 64000), 1.0, 1_250_000)
     assert starved["delivered"] == 0.5
-    assert not link_sample(lk, (0, 9000), (1_250_000, 0), 1.0)["saturated"]
-    assert "delivered" not in link_sample(lk, (0, 0), (1_250_000, 9000), 1.0)
+    # bursts: a backlog at every read, but small; what it owed was sent: not judged
+    bursty = link_sample(lk, (0, 3434), (800_000, 3434), 1.0, 4 * 3434)
+    assert not bursty["saturated"] and "delivered" not in bursty
+    # 64 KB at each of four reads owes 256 KB: a fifth of a second, not judged
+    assert not link_sample(lk, (0, 64_000), (0, 64_000), 1.0, 4 * owed(lk, 64_000, 0.25))[
+        "saturated"]
+
+
+def test_a_queue_owes_what_it_holds_as_far_as_its_rate_allows():
+    lk = WatchedLink(None, "tb1a2bp0l0e3", 10)
+    assert owed(lk, 64_000, 0.25) == 64_000
+    assert owed(lk, 1_000_000, 0.25) == 312_500
+    assert owed(lk, 0, 0.25) == 0
 
 
 def test_a_delay_line_is_not_a_backlog():
     lk = WatchedLink("tb1a2bnyc", "tb1a2bl0a", 100, min_backlog=125_000)  # 10 ms at 100
     assert lk.name == "tb1a2bnyc/tb1a2bl0a"
-    assert not link_sample(lk, (0, 100_000), (6_000_000, 120_000), 1.0)["saturated"]
-    assert link_sample(lk, (0, 200_000), (12_500_000, 200_000), 1.0)["saturated"]
+    assert owed(lk, 120_000, 0.25) == 0
+    assert owed(lk, 1_000_000, 0.25) == 875_000
 
 
 # -- the verdict -------------------------------------------------------------------------
@@ -227,8 +238,9 @@ def test_links_that_miss_their_rate_are_flagged_once_enough_were_seen():
     many = [sample(delivered=(0.4, 1.0)) for _ in range(5)]
     v = verdict(many)
     assert not v["ok"]
-    assert v["reasons"][0].startswith("saturated links delivered less than 90 % of their "
-                                      "configured rate in 50 % of 10 link-samples (p10 0.40)")
+    assert v["reasons"][0].startswith("saturated links sent less than 90 % of what their "
+                                      "queues held for the wire in 50 % of 10 link-samples "
+                                      "(p10 0.40)")
 
 
 def test_only_the_measured_window_is_judged_when_there_is_one():
