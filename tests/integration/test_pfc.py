@@ -35,14 +35,18 @@ def test_pfc_stops_the_roce_loss_of_a_lossy_class(tmp_path):
     summary = _run(tmp_path, "pfc-loss", {
         "topology": {**TOPOLOGY, "oversubscription": 4},
         "agents": {"enabled": False},
-        "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 1_000_000,
+        # a step's chunk is 500 KB a flow, two flows a leaf uplink at 18 Mb/s each into
+        # 10 Mb/s: 1 MB arrives while 280 KB leave, far over the class's 320 KB buffer
+        # even when the two flows overlap by half (with 1 MB steps, a full overlap was
+        # needed, and once, in CI, not reached: no drop)
+        "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 2_000_000,
                      "compute_ms": 20, "rate_mbps": 18, "payload": 4096},
         "variants": [{"name": "classes", "qos": {"classes": "roce"}},
                      {"name": "pfc", "qos": {"classes": "roce", "pfc": {"enabled": True}}}],
-    }, duration_s=8)
+    }, duration_s=10)
     lossy, pfc = summary["runs"]
     # without PFC the RoCE class overflows at the leaf uplinks and the collective loses
-    assert lossy["qos"]["per_class"]["roce"]["drops"] > 0
+    assert lossy["qos"]["per_class"]["roce"]["drops"] > 0, (lossy["qos"], lossy["training"])
     assert lossy["training"]["packets_lost"] > 0
     assert lossy["qos"]["pfc_frames"]["xoff_tx"] == 0
     # with PFC the hosts are paused instead: no RoCE packet dropped by a switch
