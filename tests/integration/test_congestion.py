@@ -76,11 +76,12 @@ def result(proc) -> dict:
 
 
 def sender(live, host, dst: str, port: int, *, mbps: float, seconds: float, tos: int = 0,
-           sports: int = 1, first_sport: int = 0, name: str = "send"):
+           sports: int = 1, first_sport: int = 0, name: str = "send", size: int = 8000):
     return live.fabric.spawn(host, name, [
         sys.executable, TOOLS, "send", "--dst", dst, "--port", str(port), "--mbps", str(mbps),
         "--seconds", str(seconds), "--tos", str(tos), "--sports", str(sports),
-        "--first-sport", str(first_sport)], pid_dir=live.pid_dir, stdout_pipe=True)
+        "--first-sport", str(first_sport), "--size", str(size)], pid_dir=live.pid_dir,
+        stdout_pipe=True)
 
 
 def port_tx(switch: str) -> dict[int, tuple[int, int]]:
@@ -126,8 +127,10 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     rx_plain = receiver(live, h3.name, ROCE + 1, 6)
     senders = [sender(live, h0.name, dst.ip, ROCE, mbps=12, seconds=5, tos=ECT0, name="a"),
                sender(live, h2.name, dst.ip, ROCE, mbps=12, seconds=5, tos=ECT0, name="b"),
+               # 1,000-byte frames: 1,250 of them, so a congested run still brings more
+               # than 50 (with 8,000-byte frames, 156 sent and once only 48 arrived)
                sender(live, h2.name, dst.ip, ROCE + 1, mbps=2, seconds=5, tos=NOT_ECT,
-                      name="c")]
+                      name="c", size=1000)]
     for s in senders:
         s.wait(15)
     busy, plain = result(rx_ect), result(rx_plain)
