@@ -238,6 +238,6 @@ def cmd_check(args) -> int:
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("check", help="grade a results folder against a lab guide (labs/)")
-    p.add_argument("lab", help="lab number (1-7), folder or name (see labs/README.md)")
+    p.add_argument("lab", help="lab number (1-9), folder or name (see labs/README.md)")
     p.add_argument("results", help="the results folder of the lab's run")
     p.set_defaults(func=cmd_check)

@@ -5,25 +5,29 @@ Here they run with ``results/`` and ``my-labs/`` moved into the test's folder, t
 as ``python -m testbed.cli``, and ``testbed run`` given a short ``--duration`` (the
 shortest the lab's schedule allows). Then ``testbed check`` grades the real results.
 
-What is judged where (about 6 minutes for this file on the 2-core development machine,
+What is judged where (about 7 minutes for this file on the 2-core development machine,
 over the 4 minutes aimed at: lab 3's 16-node fabric 99 s, lab 5 78 s, lab 1 66 s,
-lab 4 54 s, lab 6 about 60 s, lab 2 30 s, lab 1's explore 27 s):
+lab 4 54 s, lab 6 about 60 s, lab 9 48 s, lab 2 30 s, lab 1's explore 27 s):
 
 - graded for real here, where the verdict does not depend on the run's length: lab 1's
   starter (its paced variant is not paced: FAIL with the reason; the lesson's
   structure checks PASS), lab 3's starter (its app stacks a leaf's flows on one uplink:
   below ECMP at any duration), lab 5's solution (every repair layer works: PASS),
-  lab 6's starter and solution (the SecY's counters are exact), lab 2 (arithmetic);
+  lab 6's starter and solution (the SecY's counters are exact), lab 2 (arithmetic),
+  lab 9's starter (its cache's size is graded from the run's record: FAIL with what it
+  holds; hits against the store, and the store's throughput steps, which keep their
+  2 s: PASS);
 - run and graded without a verdict asserted (the check must grade, not crash): lab 4's
   starter (its targets need 20 s runs of two seeds);
 - tested on synthetic results only (tests/unit/test_labs.py): the checks that need
   full-length runs (lab 1's p99 and goodput targets, lab 3's solution ratio, lab 4's
-  targets) and lab 7's failover checks (a backbone run takes 30 s to converge and its
-  schedule 36 s); lab 7's designs are validated here with the guide's command.
-- the explore blocks run for labs 1, 2 and 6 (``testbed up`` ... ``down``, tshark and
-  ``testbed decrypt`` on the run's capture); those of labs 3, 4, 5 and 7 (a 16-node
-  fabric, a fabric with traffic, a backbone that takes 30 s to converge) were followed
-  by hand.
+  targets, lab 9's chain p99 ratio) and lab 7's failover checks (a backbone run takes
+  30 s to converge and its schedule 36 s); lab 7's designs are validated here with the
+  guide's command.
+- the explore blocks run for labs 1, 2, 6 and 9 (``testbed up`` ... ``down``, tshark and
+  ``testbed decrypt`` on the run's capture, jq on lab 9's cache records); those of
+  labs 3, 4, 5 and 7 (a 16-node fabric, a fabric with traffic, a backbone that takes
+  30 s to converge) were followed by hand.
 """
 
 from __future__ import annotations
@@ -200,3 +204,21 @@ def test_lab7_designs_validate(tmp_path):
     (result,) = shell([f".venv/bin/testbed validate {broken}"], tmp_path)
     assert result.returncode == 2
     assert "backbone.pops.dxb: PoP dxb has only 3 independent exits" in result.stderr
+
+
+def test_lab9_starter_graded_and_explored(tmp_path):
+    """The starter's cache (1 MB) is graded too small, naming what it holds; the lesson's
+    checks that do not depend on the run's length pass (hits against the store's reads,
+    the store's throughput with 1, 2, 4 readers: its read steps keep their 2 s); the
+    guide's look at the caches' records runs on the real files."""
+    run_step("9", "run-starter", tmp_path, duration=3)
+    status, v = grade("9", "check-starter", tmp_path)
+    assert status == 1
+    assert v["cache-sized-from-popularity"].startswith(
+        "FAIL cache_mb 1 holds the top 11 objects, 58% of the reads"), v
+    for name in ("store-does-not-scale", "reads-faster-from-cache"):
+        assert v[name].startswith("PASS"), v
+    looks = shell(commands("9", "explore"), tmp_path)
+    assert all(r.returncode == 0 for r in looks), [(r.args, r.stderr[-500:]) for r in looks]
+    assert " HIT" in looks[0].stdout and " MISS" in looks[0].stdout, looks[0].stdout
+    assert "/objects/obj" in looks[1].stdout, looks[1].stdout

@@ -33,8 +33,8 @@ def failing(verdicts: dict[str, grading.Verdict]) -> set[str]:
 
 
 # the framework ---------------------------------------------------------------------
-def test_eight_labs_each_complete():
-    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7, 8]
+def test_nine_labs_each_complete():
+    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     for lab in LABS:
         assert lab.title.startswith(f"Lab {lab.number}: "), lab.folder
         assert (lab.folder / "solution" / "NOTES.md").is_file(), lab.folder
@@ -52,8 +52,9 @@ def test_find_by_number_folder_and_name():
     assert grading.find("03").name == "hashing"
     assert grading.find("lab05_resilience").number == 5
     assert grading.find("macsec").number == 6
-    with pytest.raises(ConfigError, match="LAB: no lab '9'"):
-        grading.find("9")
+    assert grading.find("storage").number == 9
+    with pytest.raises(ConfigError, match="LAB: no lab '10'"):
+        grading.find("10")
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.name)
@@ -322,6 +323,61 @@ def test_lab8_lossless_tenants_graded(tmp_path):
     assert failing(v) == {"roce-lossless", "headroom-held"}
     assert "tenant-a 21" in v["roce-lossless"].reason
 
+
+
+def lab9_results(folder: Path, scenario_file: str, *, cache_mb: int | None = None,
+                 cached_p99: float = 230.0, disk_mb: int | None = None) -> Path:
+    """A storage run of the lab's starter or solution scenario (manifest.json records the
+    scenario it ran, as the runner writes it), with the figures of the guide's runs."""
+    source = yaml.safe_load((grading.find("9").folder / scenario_file).read_text())
+    if cache_mb is not None:
+        source["storage"]["cache_mb"] = cache_mb
+    if disk_mb is not None:
+        source["storage"]["node_disk_mb"] = disk_mb
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"scenario_source": source}))
+    store_reads = {"reads": 260, "errors": 0, "hit_ratio": None, "hit_ms": None,
+                   "miss_ms": None, "read_ms": {"p50": 34.2, "p99": 345.0}}
+    cache_reads = {"reads": 419, "errors": 0, "hit_ratio": 0.754, "read_ms": {"p50": 0.86},
+                   "hit_ms": {"p50": 0.68}, "miss_ms": {"p50": 33.5}}
+    runs = [fabric_run("uncached", p99=416.0, reads=store_reads,
+                       throughput=[{"readers": n, "mbps": m, "reads": 50, "errors": 0}
+                                   for n, m in ((1, 18.6), (2, 19.2), (4, 19.2))]),
+            fabric_run("cached", p99=cached_p99, reads=cache_reads,
+                       throughput=[{"readers": n, "mbps": m, "reads": 900, "errors": 0}
+                                   for n, m in ((1, 606.0), (2, 3298.0), (4, 35.6))])]
+    for run in runs:
+        run.pop("_spec")
+    return write(folder, {"runs": runs, "storage": {"speedup": 40.0, "hit_speedup": 50.1}})
+
+
+def test_lab9_cache_sized_from_popularity(tmp_path):
+    v = grade(9, lab9_results(tmp_path / "sol", "solution/scenario.yaml"))
+    assert failing(v) == set()
+    assert "3 MB is the smallest" in v["cache-sized-from-popularity"].reason
+    # the starter: 1 MB holds the top 11 objects, 58 % of the reads
+    v = grade(9, lab9_results(tmp_path / "starter", "starter/scenario.yaml"))
+    assert failing(v) == {"cache-sized-from-popularity"}
+    assert ("cache_mb 1 holds the top 11 objects, 58% of the reads; 75% needs the top 27 "
+            "(2,652 KB with headers): too small") in v["cache-sized-from-popularity"].reason
+    # more than needed is not the smallest; over the budget, or a budget raised, fails
+    v = grade(9, lab9_results(tmp_path / "big", "starter/scenario.yaml", cache_mb=4))
+    assert "3 MB already does it" in v["cache-sized-from-popularity"].reason
+    v = grade(9, lab9_results(tmp_path / "raised", "starter/scenario.yaml", cache_mb=8,
+                              disk_mb=10))
+    assert "node_disk_mb is 10, the node's budget is 6 MB" in \
+        v["cache-sized-from-popularity"].reason
+
+
+def test_lab9_lesson_checks_read_the_run(tmp_path):
+    v = grade(9, lab9_results(tmp_path / "slow", "solution/scenario.yaml", cached_p99=300.0))
+    assert failing(v) == {"chains-p99-cut"}
+    assert "(0.72x, needs <= 0.6x)" in v["chains-p99-cut"].reason
+    folder = lab9_results(tmp_path / "nomanifest", "solution/scenario.yaml")
+    (folder / "manifest.json").unlink()
+    v = grade(9, folder)
+    assert failing(v) == {"cache-sized-from-popularity"}
+    assert "no manifest.json" in v["cache-sized-from-popularity"].reason
 
 def test_lab6_secy_graded(tmp_path):
     side = {"OutPktsEncrypted": 40000, "OutPktsProtected": 0, "OutPktsUntagged": 0}
