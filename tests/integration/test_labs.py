@@ -162,6 +162,16 @@ def test_lab5_solution_repairs_every_layer(tmp_path):
         assert v[name].startswith("PASS"), v
 
 
+def test_lab8_solution_lossless_with_pfc(tmp_path):
+    """The guide's solution commands, shortened: tenant A's lossless class drops nothing
+    and PFC pauses, and the reaction fits the headroom (each at any run length); the
+    tenants' p99 ratios need the full 25 s (graded on synthetic runs in the unit tests)."""
+    run_step("8", "run-solution", tmp_path, duration=5)
+    _, v = grade("8", "check-solution", tmp_path)
+    for name in ("same-fabric", "roce-lossless", "headroom-held"):
+        assert v[name].startswith("PASS"), v
+
+
 @pytest.fixture
 def short_tmp():
     """A folder with a short path: the userspace MACsec forwarders bind a unix socket in
