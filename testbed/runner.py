@@ -54,7 +54,10 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
         run_id: str | None = None, monitor: bool = True) -> dict:
     """Run every variant of ``scenario`` into ``out``; returns the summary. ``run_id``:
     the id of what a kind creates for the whole run (else a fresh one). ``monitor``:
-    False runs without the fidelity monitor (to measure its own cost)."""
+    False runs without the fidelity monitor (to measure its own cost). ``out`` may be
+    relative (``--out results/x``): it is made absolute here, since helpers (nginx, weed,
+    forwarders) run in other working directories and take their paths from it."""
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     monitor_on = monitor
     experiment = scenario.experiment

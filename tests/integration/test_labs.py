@@ -32,6 +32,7 @@ lab 4 54 s, lab 6 about 60 s, lab 9 48 s, lab 2 30 s, lab 1's explore 27 s):
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -57,17 +58,20 @@ def commands(lab: str, step: str) -> list[str]:
 def shell(lines: list[str], tmp: Path, duration: float | None = None,
           timeout: float = 240) -> list[subprocess.CompletedProcess]:
     """Run guide lines in the repository's top folder, each through bash (pipes, ``&``,
-    ``&&`` as written); returns every result."""
+    ``&&`` as written); returns every result. ``results/`` and ``my-labs/`` become the
+    test's folders, given as relative paths, as a student's are (a relative ``--out``
+    once broke the lab 9 caches: nginx took its log paths relative to its own prefix)."""
     cli = f"{shlex.quote(sys.executable)} -m testbed.cli"
+    rel = os.path.relpath(tmp, REPO)
     done = []
     for line in lines:
         cmd = (line.replace(".venv/bin/testbed", cli)
-               .replace("results/", f"{tmp}/results/").replace("my-labs/", f"{tmp}/my-labs/")
-               .replace("mkdir -p my-labs", f"mkdir -p {tmp}/my-labs"))
+               .replace("results/", f"{rel}/results/").replace("my-labs/", f"{rel}/my-labs/")
+               .replace("mkdir -p my-labs", f"mkdir -p {rel}/my-labs"))
         if " testbed.cli run " in cmd and duration is not None:
             cmd += f" --duration {duration:g}"
         if " testbed.cli up " in cmd:
-            cmd += f" --results {tmp}/results"
+            cmd += f" --results {rel}/results"
         done.append(subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True,
                                    text=True, timeout=timeout))
     return done
