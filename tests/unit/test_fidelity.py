@@ -172,7 +172,10 @@ def test_a_link_is_judged_on_what_its_queue_owed_the_wire():
     # bursts: a backlog at every read, but small; what it owed was sent: not judged
     bursty = link_sample(lk, (0, 3434), (800_000, 3434), 1.0, 4 * 3434)
     assert not bursty["saturated"] and "delivered" not in bursty
-    # 64 KB at each of four reads owes 256 KB: a fifth of a second, not judged
+    # 64 KB at each of four reads owes 256 KB: a fifth of a second, not judged; two
+    # quarters at full rate (625 KB) are judged, one (312.5 KB) is not
+    assert link_sample(lk, (0, 0), (625_000, 0), 1.0, 2 * owed(lk, 10**6, 0.25))["saturated"]
+    assert not link_sample(lk, (0, 0), (625_000, 0), 1.0, owed(lk, 10**6, 0.25))["saturated"]
     assert not link_sample(lk, (0, 64_000), (0, 64_000), 1.0, 4 * owed(lk, 64_000, 0.25))[
         "saturated"]
 
@@ -189,6 +192,69 @@ def test_a_delay_line_is_not_a_backlog():
     assert lk.name == "tb1a2bnyc/tb1a2bl0a"
     assert owed(lk, 120_000, 0.25) == 0
     assert owed(lk, 1_000_000, 0.25) == 875_000
+
+
+class _Reads:
+    """A fake of the monitor's netlink side: each call returns the next scripted read,
+    {link: (bytes sent, backlog, time)}, for the links asked about."""
+
+    def __init__(self, reads: list[dict]) -> None:
+        self.reads, self.asked = reads, []
+
+    def queues(self, links):
+        now = self.reads.pop(0)
+        self.asked.append(sorted(lk.name for lk in links))
+        return {lk.name: now[lk.name] for lk in links if lk.name in now}
+
+    def close(self, netns=None) -> None:
+        pass
+
+
+def _monitor(tmp_path, reads: list[dict]) -> fidelity.Monitor:
+    mon = fidelity.Monitor(tmp_path / "fidelity.jsonl")
+    mon._netns = _Reads(reads)
+    mon._cpu.sample = lambda interval: {"host_idle": 0.9}
+    return mon
+
+
+def test_the_monitor_owes_what_each_read_held_and_stops_polling_an_empty_queue(tmp_path):
+    deep, bursty = WatchedLink(None, "deep", 10), WatchedLink(None, "bursty", 10)
+    mon = _monitor(tmp_path, [
+        {"deep": (0, 200_000, 0.0), "bursty": (0, 200_000, 0.0)},          # baseline
+        {"deep": (300_000, 200_000, 0.25), "bursty": (300_000, 0, 0.25)},  # polls
+        {"deep": (600_000, 200_000, 0.5)},
+        {"deep": (900_000, 200_000, 0.75)},
+        {"deep": (1_200_000, 200_000, 1.0), "bursty": (800_000, 64_000, 1.0)},  # sample
+    ])
+    mon.watch([deep, bursty])
+    mon._sample()
+    for _ in range(3):
+        mon._poll()
+    mon._last -= 1.0  # a second since the baseline
+    mon._sample()
+    # after its queue read empty, the bursty link was not polled again
+    assert mon._netns.asked[2:4] == [["deep"], ["deep"]]
+    (deep_s,) = mon.samples[0]["saturated"]
+    assert deep_s["link"] == "deep" and deep_s["delivered"] == 1.5  # 1.2 MB for 800 KB owed
+    assert mon._owed == {}
+
+
+def test_a_short_span_keeps_what_was_owed_for_the_next_sample(tmp_path):
+    lk = WatchedLink(None, "deep", 10)
+    mon = _monitor(tmp_path, [
+        {"deep": (0, 400_000, 0.0)},
+        {"deep": (300_000, 400_000, 0.3)},     # the sample: too short a span to judge
+        {"deep": (1_250_000, 400_000, 1.0)},   # the next sample
+    ])
+    mon.watch([lk])
+    mon._sample()
+    mon._last -= 1.0
+    mon._sample()
+    assert mon.samples[0]["saturated"] == [] and mon._owed == {"deep": 375_000.0}  # 0.3 s
+    mon._last -= 1.0
+    mon._sample()
+    (s,) = mon.samples[1]["saturated"]
+    assert s["delivered"] == round(1_250_000 / (375_000 + 400_000), 3)  # over the whole 1 s
 
 
 # -- the verdict -------------------------------------------------------------------------
