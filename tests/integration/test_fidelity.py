@@ -20,14 +20,16 @@ from testbed.runner import run
 from testbed.scenario import parse
 
 # One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (9 Mb/s
-# each) overrun its 10 Mb/s uplink, so the uplink queues stay backlogged (saturated).
+# each, 1 MB a step) overrun its 10 Mb/s uplink, so the uplink queues (1 MB deep) hold
+# far more than a quarter second of the rate for most of each step: judged links
+# (the monitor judges a link that owed half a second of its rate in a second)
 SCENARIO = {
     "name": "fidelity-probe", "seed": 1, "duration_s": 6,
     "topology": {"planes": 1, "rails": 1, "nodes": 4, "leaves_per_plane": 2,
                  "spines_per_plane": 1, "link_mbps": 20, "mtu": 9000,
-                 "oversubscription": 4, "queue_kb": 256},
+                 "oversubscription": 4, "queue_kb": 1024},
     "agents": {"enabled": False},
-    "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 1_000_000,
+    "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 4_000_000,
                  "compute_ms": 0, "rate_mbps": 9, "payload": 4096},
 }
 
