@@ -61,6 +61,15 @@ class KeyPicker:
         self._cumulative = list(itertools.accumulate(1 / (i + 1) ** s for i in range(keys)))
         self._rng = random.Random(seed)
 
+    def share(self, k: int) -> float:
+        """The share of the reads that the ``k`` most popular keys draw (for zipf 1.0,
+        H_k / H_n).
+
+        >>> round(KeyPicker(100, 1.0, seed=1).share(27), 4)
+        0.7502
+        """
+        return self._cumulative[k - 1] / self._cumulative[-1] if k > 0 else 0.0
+
     def pick(self) -> int:
         point = self._rng.random() * self._cumulative[-1]
         return min(bisect.bisect_right(self._cumulative, point), len(self._cumulative) - 1)

@@ -22,6 +22,7 @@ import math
 from testbed import layout
 from testbed.experiments.storage import Objects, StorageSection, validate
 from testbed.grading import Missing, Results, Verdict, host_kept_up, verdict
+from traffic.object_reads import KeyPicker
 
 STORE, CACHED = "uncached", "cached"
 TARGET_SHARE = 0.75      # the cache holds the objects that draw >= 75 % of the reads
@@ -33,10 +34,9 @@ STORE_SCALING = 1.25     # the store's aggregate reads with the most readers vs 
 
 
 def share(objects: Objects, k: int) -> float:
-    """The share of reads the ``k`` most popular keys draw (Zipf: key ``i`` is read with
-    weight ``1 / (i + 1) ** zipf``; for zipf 1.0 that is H_k / H_n)."""
-    weights = [1 / (i + 1) ** objects.zipf for i in range(objects.keys)]
-    return sum(weights[:k]) / sum(weights)
+    """The share of reads the ``k`` most popular keys draw, by the popularity the
+    retriever reads with (traffic/object_reads.py; for zipf 1.0, H_k / H_n)."""
+    return KeyPicker(objects.keys, objects.zipf, seed=0).share(k)
 
 
 def fewest_keys(objects: Objects, target: float) -> int:

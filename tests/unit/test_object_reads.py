@@ -103,3 +103,13 @@ def test_zipf_picks_keys_as_often_as_their_weight_says():
     assert abs(1 / harmonic - 0.193) < 0.0005
     for i in (0, 1, 9, 99):
         assert abs(counts[i] / draws - 1 / (i + 1) / harmonic) < 0.005, i
+
+
+def test_the_share_of_reads_is_the_pickers_own_popularity():
+    zipf = KeyPicker(100, 1.0, seed=1)
+    harmonic = [sum(1 / i for i in range(1, k + 1)) for k in (27, 100)]
+    assert abs(zipf.share(27) - harmonic[0] / harmonic[1]) < 1e-12  # H_27 / H_100
+    assert zipf.share(0) == 0.0 and zipf.share(100) == 1.0
+    assert KeyPicker(4, 0.0, seed=1).share(1) == 0.25  # uniform
+    picks = [zipf.pick() for _ in range(20_000)]
+    assert abs(sum(p < 27 for p in picks) / len(picks) - zipf.share(27)) < 0.02
