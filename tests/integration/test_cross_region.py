@@ -107,9 +107,11 @@ def test_replication_survives_a_cut_with_every_checksum_and_pays_the_path_delay(
     after = [w["write_ms"] for w in sync_writes if w["t_start"] > t_cut + 1]
     assert min(before) >= 2 * 2 * 10.5, before
     assert min(after) >= 2 * 2 * 15.5, after
-    # async: acknowledged at local latency, not the path's
-    assert (runs["async"]["checkpoints"]["write_ms"]["p50"]
-            < runs["sync"]["checkpoints"]["write_ms"]["p50"] / 2)
+    # async: acknowledged at local latency, not the path's: at the median a sync write
+    # takes at least the path's two round trips longer. (Not a ratio: under the lab VM's
+    # software emulation the local store's own time is 16x the host's, 161 ms at p50.)
+    assert (runs["sync"]["checkpoints"]["write_ms"]["p50"]
+            - runs["async"]["checkpoints"]["write_ms"]["p50"] >= 2 * 2 * 10.5)
     assert set(result["backbone"]["checkpoints"]) == {"async", "sync"}
 
 
