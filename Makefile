@@ -6,12 +6,13 @@ OUT ?=
 VARIANT ?=
 LAB ?=
 VM_TESTS ?=
+BENCH ?=
 VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup run-scenario test bench clean doctor validate lint up down check vm vm-test
+.PHONY: setup run-scenario test bench clean doctor validate lint up down check vm vm-test vm-bench
 
 setup:
 	@./scripts/setup.sh
@@ -35,7 +36,7 @@ test: setup
 	$(VENV)/bin/python -m pytest
 
 bench: setup
-	$(VENV)/bin/python -m bench
+	$(VENV)/bin/python -m bench $(BENCH)
 
 doctor: setup
 	$(TESTBED) doctor
@@ -58,3 +59,7 @@ vm:
 
 vm-test:
 	@./scripts/vm/test.sh $(VM_TESTS)
+
+# The benches that need the full kernel, in the lab VM: make vm-bench [BENCH="datapath dctcp"]
+vm-bench:
+	@./scripts/vm/bench.sh $(or $(BENCH),datapath dctcp)

@@ -1,28 +1,53 @@
 """``make bench``: every benchmark, each measured side by side in one run.
 
 Targets are ratios, never absolute times: these machines are shared and noisy.
+
+    python -m bench [NAME ...]     # only these (names below); make bench BENCH="..."
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench import adaptive_bench, afxdp_bench, fabric_bench, macsec_bench, replay_bench, scale_bench
+from bench import (
+    adaptive_bench,
+    afxdp_bench,
+    datapath_bench,
+    dctcp,
+    fabric_bench,
+    macsec_bench,
+    replay_bench,
+    scale_bench,
+)
 
-BENCHES = [
-    ("fabric start: ours vs plain Mininet", fabric_bench.main),
-    ("whole runs at 16, 64 and 128 switches vs plain Mininet (target: 128 within 120 s)",
-     scale_bench.main),
-    ("replay --topspeed vs tcpreplay --topspeed", replay_bench.main),
-    ("TCP through a MACsec-protected link vs the same link unprotected", macsec_bench.main),
-    ("switch ports: AF_XDP vs AF_PACKET forwarding, and their egress qdiscs", afxdp_bench.main),
-    ("adaptive vs ECMP goodput (stride), ECN on vs off (chain p99)", adaptive_bench.main),
-]
+BENCHES = {
+    "fabric": ("fabric start: ours vs plain Mininet", fabric_bench.main),
+    "scale": ("whole runs at 16, 64 and 128 switches vs plain Mininet (target: 128 within "
+              "120 s)", scale_bench.main),
+    "replay": ("replay --topspeed vs tcpreplay --topspeed", replay_bench.main),
+    "macsec": ("TCP through a MACsec-protected link vs the same link unprotected",
+               macsec_bench.main),
+    "afxdp": ("switch ports: AF_XDP vs AF_PACKET forwarding, and their egress qdiscs",
+              afxdp_bench.main),
+    "datapath": ("Open vSwitch kernel vs userspace datapath: TCP, packets, egress qdiscs "
+                 "(needs the kernel module: the lab VM)", datapath_bench.main),
+    "dctcp": ("DCTCP vs Reno and CUBIC: switch queue in packets, Mininet-HiFi's "
+              "reproduction (needs RED and tcp_dctcp: the lab VM)", dctcp.main),
+    "adaptive": ("adaptive vs ECMP goodput (stride), ECN on vs off (chain p99)",
+                 adaptive_bench.main),
+}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    names = list(argv if argv is not None else sys.argv[1:]) or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        print(f"bench: unknown {', '.join(unknown)} (known: {', '.join(BENCHES)})",
+              file=sys.stderr)
+        return 2
     failed = 0
-    for title, bench in BENCHES:
+    for name in names:
+        title, bench = BENCHES[name]
         print(f"\n== {title}", flush=True)
         failed |= bench([]) != 0
     return 1 if failed else 0

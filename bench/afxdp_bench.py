@@ -109,9 +109,11 @@ def vswitchd_cpu_s() -> float:
 
 
 class Chain:
-    """ns A - leaf - spine - leaf - ns B, every switch port of ``port_type``."""
+    """ns A - leaf - spine - leaf - ns B, every switch port of ``port_type``, the bridges
+    on ``datapath`` (``netdev``: userspace; ``system``: the kernel module)."""
 
-    def __init__(self, prefix: str, rid: str, port_type: str, stack: ExitStack) -> None:
+    def __init__(self, prefix: str, rid: str, port_type: str, stack: ExitStack,
+                 datapath: str = "netdev") -> None:
         p = prefix
         self.ns_a, self.ns_b = p + "xna", p + "xnb"
         self.bridges = [f"{p}xs{i}" for i in range(SWITCHES)]
@@ -147,7 +149,7 @@ class Chain:
                 if port_type != "system":
                     extra += ["--", "set", "interface", port, f"type={port_type}",
                               "options:xdp-mode=generic"]
-            sh("ovs-vsctl", "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev",
+            sh("ovs-vsctl", "add-br", br, "--", "set", "bridge", br, f"datapath_type={datapath}",
                "protocols=OpenFlow13", *extra)
             register(rid, "bridge", br)
             stack.callback(lambda br=br: (sh("ovs-vsctl", "--if-exists", "del-br", br),
