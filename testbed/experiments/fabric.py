@@ -541,6 +541,7 @@ class FabricExperiment(base.Experiment):
                 progress(f"{tag}: warning: the PFC agent failed: "
                          f"{entry['qos']['agent_error'][0]} (see {out / 'pfc.log'})")
         entry["agents"] = agents_entry(work.chains_file)
+        entry["tcp_congestion_control"] = work.congestion_control
         entry["training"] = training_entry(
             [work.rank_file(r) for r in range(len(work.ranks or []))])
         return entry
