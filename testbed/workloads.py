@@ -99,10 +99,10 @@ def congctl_route(route: dict, algorithm: str) -> list[str]:
     congestion control ``algorithm``, its other attributes kept; ValueError for one this
     cannot carry over (a multipath route, a metric not in ROUTE_METRICS).
 
-    >>> congctl_route({"dst": "10.0.0.0/16", "dev": "tb1n0p0r0", "protocol": "kernel",
+    >>> congctl_route({"dst": "10.0.0.0/24", "dev": "tb1n0p0r0", "protocol": "kernel",
     ...                "scope": "link", "prefsrc": "10.0.0.1", "flags": []}, "dctcp")
     ... # doctest: +NORMALIZE_WHITESPACE
-    ['ip', 'route', 'replace', '10.0.0.0/16', 'dev', 'tb1n0p0r0', 'proto', 'kernel',
+    ['ip', 'route', 'replace', '10.0.0.0/24', 'dev', 'tb1n0p0r0', 'proto', 'kernel',
      'scope', 'link', 'src', '10.0.0.1', 'congctl', 'dctcp']
     """
     if "nexthops" in route:

@@ -84,13 +84,13 @@ def test_doctor_and_backends_say_whether_dctcp_is_there():
     assert caps(*SLIM).to_dict()["tcp_congestion_controls"] == SLIM
 
 
-KERNEL_ROUTE = {"dst": "10.0.0.0/16", "dev": "tb1n0p0r0", "protocol": "kernel",
+KERNEL_ROUTE = {"dst": "10.0.0.0/24", "dev": "tb1n0p0r0", "protocol": "kernel",
                 "scope": "link", "prefsrc": "10.0.0.1", "flags": []}
 
 
 def test_a_connected_route_is_replaced_with_its_attributes_and_congctl():
     assert congctl_route(KERNEL_ROUTE, "dctcp") == [
-        "ip", "route", "replace", "10.0.0.0/16", "dev", "tb1n0p0r0", "proto", "kernel",
+        "ip", "route", "replace", "10.0.0.0/24", "dev", "tb1n0p0r0", "proto", "kernel",
         "scope", "link", "src", "10.0.0.1", "congctl", "dctcp"]
 
 
@@ -144,7 +144,7 @@ def test_every_unicast_route_of_every_host_gets_the_algorithm():
 
 def test_a_refused_route_names_the_host_and_the_kernel_s_words():
     fabric = FakeFabric({"a": [KERNEL_ROUTE]}, fail="dctcp")
-    with pytest.raises(BringUpError, match=r"^a: .*dctcp.*10\.0\.0\.0/16.*Unknown tcp"):
+    with pytest.raises(BringUpError, match=r"^a: .*dctcp.*10\.0\.0\.0/24.*Unknown tcp"):
         set_congestion_control(fabric, ["a"], "dctcp")
 
 
