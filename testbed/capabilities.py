@@ -16,6 +16,8 @@ from pathlib import Path
 
 from testbed.naming import forget, new_run_id, register, run_prefix
 
+TCP_AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+
 
 @dataclass
 class Capabilities:
@@ -30,6 +32,9 @@ class Capabilities:
     macsec: bool
     nftables: bool
     ovs_afxdp: bool = False  # Open vSwitch offers AF_XDP ports (linked with libxdp)
+    tcp_dctcp: bool = False  # the kernel's DCTCP congestion control (tcp_dctcp)
+    #: net.ipv4.tcp_available_congestion_control, in the kernel's order
+    tcp_congestion_controls: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -55,6 +60,8 @@ class Capabilities:
             "link rate": "HTB + byte FIFO" if self.htb else "not shaped (HTB missing)",
             "link delay": "netem" if self.netem else "not applied (netem missing)",
             "MACsec": "kernel MACsec" if self.macsec else "userspace 802.1AE",
+            "host TCP": (", ".join(self.tcp_congestion_controls) or "unknown")
+            + ("" if self.tcp_dctcp else " (no tcp_dctcp)"),
         }
 
     def to_dict(self) -> dict:
@@ -105,6 +112,17 @@ def _ovs_afxdp() -> bool:
     return done.returncode == 0 and "afxdp" in done.stdout
 
 
+def tcp_congestion_controls() -> list[str]:
+    """The TCP congestion controls the kernel offers, tcp_dctcp loaded first if it can be
+    (its module is loaded on demand, and only then listed)."""
+    if shutil.which("modprobe") is not None:
+        _run(["modprobe", "-q", "tcp_dctcp"])
+    try:
+        return Path(TCP_AVAILABLE).read_text().split()
+    except OSError:
+        return []
+
+
 def probe(run_id: str | None = None) -> Capabilities:
     """Probe kernel features in a temporary namespace ``tb<run_id>probe``; needs root.
 
@@ -147,6 +165,8 @@ def probe(run_id: str | None = None) -> Capabilities:
         if created:
             _run(["ip", "netns", "del", ns])
             forget(run_id, "netns", ns)
+    caps.tcp_congestion_controls = tcp_congestion_controls()
+    caps.tcp_dctcp = "dctcp" in caps.tcp_congestion_controls
     caps.versions = {
         "python": platform.python_version(),
         "open_vswitch": _version(["ovs-vsctl", "--version"]),
@@ -165,7 +185,7 @@ def format_report(caps: Capabilities) -> str:
     yes = {True: "yes", False: "no"}
     lines = [f"kernel {caps.kernel} (running as uid {os.geteuid()})", "", "kernel features:"]
     for name in ("ovs_kernel_datapath", "ovs_afxdp", "htb", "netem", "red", "fq_codel", "macsec",
-                 "nftables"):
+                 "nftables", "tcp_dctcp"):
         lines.append(f"  {name:<20} {yes[getattr(caps, name)]}")
     lines += ["", "versions:"]
     lines += [f"  {k:<20} {v}" for k, v in caps.versions.items()]

@@ -26,8 +26,13 @@ from topologies.spec import FabricSpec
 from traffic.agent_plan import default_plan
 from traffic.patterns import destinations, hedera
 
-__all__ = ["SERVICE_PORT", "TRAFFIC", "Workload", "agent_plan", "enable_tcp_ecn", "start",
-           "training_config", "wait_done"]
+__all__ = ["SERVICE_PORT", "TRAFFIC", "Workload", "agent_plan", "congctl_route",
+           "enable_tcp_ecn", "set_congestion_control", "start", "training_config", "wait_done"]
+
+#: route metrics that ``ip -j route`` names as ``ip route`` takes them, whole numbers in
+#: the same unit both ways: :func:`congctl_route` carries them over
+ROUTE_METRICS = ("mtu", "advmss", "window", "cwnd", "initcwnd", "initrwnd", "reordering",
+                 "hoplimit", "ssthresh", "quickack", "fastopen_no_cookie")
 
 
 @dataclass
@@ -38,6 +43,8 @@ class Workload:
     driver: Helper | None = None
     ranks: list[Helper] | None = None
     start_at: float = 0.0  # epoch time at which traffic starts
+    #: the hosts' TCP congestion control: the one set on their routes, else their default
+    congestion_control: str = "default"
 
     @property
     def chains_file(self) -> Path:
@@ -87,6 +94,65 @@ def enable_tcp_ecn(fabric: Fabric, hosts: list[str]) -> None:
             raise BringUpError(f"{host}: cannot enable TCP ECN: {done.stderr.strip()}")
 
 
+def congctl_route(route: dict, algorithm: str) -> list[str]:
+    """``ip route replace`` that gives a route (as ``ip -j route`` shows it) the TCP
+    congestion control ``algorithm``, its other attributes kept; ValueError for one this
+    cannot carry over (a multipath route, a metric not in ROUTE_METRICS).
+
+    >>> congctl_route({"dst": "10.0.0.0/24", "dev": "tb1n0p0r0", "protocol": "kernel",
+    ...                "scope": "link", "prefsrc": "10.0.0.1", "flags": []}, "dctcp")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['ip', 'route', 'replace', '10.0.0.0/24', 'dev', 'tb1n0p0r0', 'proto', 'kernel',
+     'scope', 'link', 'src', '10.0.0.1', 'congctl', 'dctcp']
+    """
+    if "nexthops" in route:
+        raise ValueError("a multipath route")
+    argv = ["ip", "route", "replace", route["dst"]]
+    for key, word in (("gateway", "via"), ("dev", "dev"), ("protocol", "proto"),
+                      ("scope", "scope"), ("prefsrc", "src"), ("metric", "metric")):
+        if key in route:
+            argv += [word, str(route[key])]
+    if "onlink" in route.get("flags", ()):
+        argv.append("onlink")
+    for metrics in route.get("metrics", ()):
+        for name, value in metrics.items():
+            if name == "congestion":
+                continue
+            if name not in ROUTE_METRICS or not isinstance(value, int):
+                raise ValueError(f"route metric {name} {value}")
+            argv += [name, str(value)]
+    return [*argv, "congctl", algorithm]
+
+
+def set_congestion_control(fabric: Fabric, hosts: list[str], algorithm: str) -> None:
+    """Every TCP socket in each host's namespace uses ``algorithm``: each IPv4 route of
+    the host gets it as its ``congctl``, so clients and listeners alike (both ends of a
+    DCTCP connection must run it to negotiate ECN). Not the sysctl: a namespace may only
+    default to one of tcp_allowed_congestion_control, which is host-wide (dctcp: EPERM)."""
+    for host in hosts:
+        done = fabric.run(host, ["ip", "-j", "-4", "route", "show", "table", "main"])
+        if done.returncode:
+            raise BringUpError(f"{host}: cannot list its routes: {done.stderr.strip()}")
+        for route in json.loads(done.stdout or "[]"):
+            if route.get("type", "unicast") != "unicast":
+                continue  # blackhole, unreachable...: no TCP leaves by them
+            try:
+                argv = congctl_route(route, algorithm)
+            except ValueError as exc:
+                raise BringUpError(f"{host}: route {route.get('dst')}: cannot carry over "
+                                   f"{exc} to set TCP congestion control") from None
+            done = fabric.run(host, argv)
+            if done.returncode:
+                raise BringUpError(f"{host}: cannot set TCP congestion control {algorithm} "
+                                   f"on route {route['dst']}: {done.stderr.strip()}")
+
+
+def host_congestion_control(fabric: Fabric, host: str) -> str:
+    """The congestion control a host's namespace gives sockets by default (its sysctl)."""
+    done = fabric.run(host, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"])
+    return done.stdout.strip() if done.returncode == 0 else "default"
+
+
 def multipath_args(spec: FabricSpec, agents: dict) -> list[str]:
     """Driver options for host multipath: its interface on every plane (rail 0)."""
     if not agents.get("multipath"):
@@ -105,6 +171,13 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
 
     if agents["enabled"] and agents.get("ecn"):
         enable_tcp_ecn(fabric, [h.name for h in spec.hosts])
+    # every TCP socket in the hosts (the workloads' iperf3 too), agents enabled or not
+    algorithm = agents.get("congestion_control", "default")
+    if algorithm != "default":
+        set_congestion_control(fabric, [h.name for h in spec.hosts], algorithm)
+        work.congestion_control = algorithm
+    else:
+        work.congestion_control = host_congestion_control(fabric, spec.hosts[0].name)
     if agents["enabled"]:
         services = {}
         for svc in SERVICES:

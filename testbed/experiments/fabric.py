@@ -144,6 +144,19 @@ def _check_node(where: str, value: int, nodes: int) -> None:
         raise ConfigError(where, f"must be a node index 0..{nodes - 1}, got {value!r}")
 
 
+def _check_congestion_control(algorithm: str, caps: Capabilities, where: str) -> None:
+    """The hosts' TCP congestion control must be one the kernel has (its list, when the
+    probe read one; ``dctcp`` always needs tcp_dctcp)."""
+    if algorithm == "default":
+        return
+    available = " ".join(caps.tcp_congestion_controls) or "unknown"
+    if algorithm == "dctcp" and not caps.tcp_dctcp:
+        raise ConfigError(where, f"'dctcp' needs the kernel's tcp_dctcp, which this kernel "
+                                 f"lacks; available: {available}")
+    if caps.tcp_congestion_controls and algorithm not in caps.tcp_congestion_controls:
+        raise ConfigError(where, f"{algorithm!r} is not in this kernel; available: {available}")
+
+
 class FabricExperiment(base.Experiment):
     KIND = "fabric"
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
@@ -395,7 +408,8 @@ class FabricExperiment(base.Experiment):
 
     def check_host(self, caps: Capabilities) -> None:
         """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables, a
-        fault kind may need netem or HTB; without them the run stops before anything is
+        fault kind may need netem or HTB, ``agents.congestion_control`` its algorithm in
+        the kernel (``dctcp``: tcp_dctcp); without them the run stops before anything is
         created (``auto`` falls back to controller marking instead)."""
         for i, variant in enumerate(self.variants):
             for feature, action in needs(variant.faults).items():
@@ -419,6 +433,8 @@ class FabricExperiment(base.Experiment):
                 raise ConfigError(f"variants[{i}].controller.ecn.mode",
                                   "'phantom' marking needs nftables (the nft command and "
                                   "nf_tables in the kernel), which this host lacks")
+            _check_congestion_control(variant.agents["congestion_control"], caps,
+                                      f"variants[{i}].agents.congestion_control")
 
     # -- running ---------------------------------------------------------------------------
     def start(self, ctx: base.RunContext) -> None:
@@ -525,6 +541,7 @@ class FabricExperiment(base.Experiment):
                 progress(f"{tag}: warning: the PFC agent failed: "
                          f"{entry['qos']['agent_error'][0]} (see {out / 'pfc.log'})")
         entry["agents"] = agents_entry(work.chains_file)
+        entry["tcp_congestion_control"] = work.congestion_control
         entry["training"] = training_entry(
             [work.rank_file(r) for r in range(len(work.ranks or []))])
         return entry

@@ -112,6 +112,10 @@ class Agents(Section):
     timeout_ms: float = Field(2000, gt=0)
     service_us: int = Field(0, ge=0)
     ecn: bool = Field(False, description="net.ipv4.tcp_ecn=1 in every host namespace")
+    congestion_control: Literal["default", "reno", "cubic", "dctcp"] = Field(
+        "default", description="TCP congestion control of every socket in the host "
+                               "namespaces, set on each host route (congctl); default: the "
+                               "kernel's. dctcp needs tcp_dctcp and negotiates ECN itself")
     multipath: bool = False
     attempt_ms: float = Field(500, gt=0)
 
