@@ -89,3 +89,23 @@ def test_scale_bench_exit_status(monkeypatch, capsys, whole_s, code):
     # a selection without the largest size is not judged, and not failed for it
     if whole_s is not None:
         assert scale_bench.main(["--sizes", "16"]) == 0
+
+
+def test_dctcp_targets_and_the_missing_kernel():
+    from bench import dctcp
+
+    good = [{"variant": "dctcp", "queue_median": 22, "link_mbps": 29.6},
+            {"variant": "reno", "queue_median": 340, "link_mbps": 29.9}]
+    assert dctcp.verdict(good, 30, 20) == []
+    # DCTCP's queue past 2 K, a FIFO that never fills, a link left idle: each a miss
+    assert dctcp.verdict([{**good[0], "queue_median": 41}], 30, 20)[0].startswith("dctcp")
+    assert dctcp.verdict([{**good[1], "queue_median": 199}], 30, 20)[0].startswith("reno")
+    assert "link 26.9 Mb/s" in dctcp.verdict([{**good[1], "link_mbps": 26.9}], 30, 20)[0]
+
+
+def test_dctcp_bench_measures_nothing_without_the_kernel_features(monkeypatch, capsys):
+    from bench import dctcp
+
+    monkeypatch.setattr(dctcp, "missing_features", lambda: ["tcp_dctcp"])
+    assert dctcp.main([]) == 0
+    assert "not measured: this kernel lacks tcp_dctcp" in capsys.readouterr().out
