@@ -36,7 +36,7 @@ from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.hosts import MininetHost
 from testbed.naming import OVS_EXTERNAL_ID, register
-from testbed.procs import Helper
+from testbed.procs import Helper, stop_strays
 from testbed.qos import TrafficClass
 from topologies.spec import FabricSpec, HostInterface
 
@@ -514,6 +514,9 @@ class Fabric:
                     subprocess.run(argv, capture_output=True)
                     self._delete_links()
             finally:
+                # what was started by hand in a host and detached (testbed exec ...
+                # iperf3 -s -D) would outlive its shell and keep its namespace
+                stop_strays([h.pid for h in net.hosts if h.pid])
                 # Mininet's RemoteController.stop() does nothing: every shell is ended here
                 for node in net.hosts + net.switches + net.controllers:
                     node.terminate()

@@ -104,6 +104,38 @@ def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) 
             return
 
 
+def netns_inode(pid: int | str) -> int | None:
+    """The inode of process ``pid``'s network namespace, or None when it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def stop_strays(shells: Sequence[int], grace: float = 1.0) -> list[int]:
+    """Stop every process that shares a network namespace with one of ``shells`` (the
+    namespaces' own processes, say Mininet's host shells), the shells left running:
+    what a user started there by hand and detached (``iperf3 -s -D``) would keep the
+    namespace alive after the shells end. Never the host's own namespace (pid 1's).
+    SIGTERM, up to ``grace`` s, then SIGKILL; returns the pids found."""
+    spaces = {netns_inode(pid) for pid in shells} - {None, netns_inode(1)}
+    keep = set(shells) | {os.getpid()}
+    strays = [int(e.name) for e in os.scandir("/proc")
+              if e.name.isdigit() and int(e.name) not in keep
+              and netns_inode(e.name) in spaces]
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
+        alive = [pid for pid in strays if netns_inode(pid) in spaces]
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if not alive or wait_for(lambda alive=alive: all(
+                netns_inode(p) not in spaces for p in alive), wait, interval=0.02):
+            break
+    return strays
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
     """Poll ``condition`` until true or ``timeout`` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout

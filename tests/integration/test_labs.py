@@ -109,16 +109,23 @@ def test_lab1_starter_run_and_graded(tmp_path):
         assert v[name].startswith("PASS"), v
 
 
+def _iperf3s() -> set[int]:
+    done = subprocess.run(["pgrep", "-x", "iperf3"], capture_output=True, text=True)
+    return {int(pid) for pid in done.stdout.split()}
+
+
 def test_lab1_explore(tmp_path):
     (tmp_path / "my-labs").mkdir()
     shell(["cp labs/lab01_oversubscription/starter/scenario.yaml my-labs/lab01.yaml"], tmp_path)
     lines = commands("1", "explore")
+    before = _iperf3s()
     try:
         results = shell(lines[:-1], tmp_path, timeout=120)
     finally:
         down = shell(lines[-1:], tmp_path)
     assert all(r.returncode == 0 for r in results), [(r.args, r.stderr) for r in results]
     assert down[0].returncode == 0, down[0].stderr
+    assert _iperf3s() <= before  # the guide's detached servers went down with the lab
     by_cmd = {line: r for line, r in zip(lines, results, strict=False)}
     pings = [r for line, r in by_cmd.items() if " ping " in line]
     clients = [r for line, r in by_cmd.items() if "iperf3 -c" in line]
