@@ -110,8 +110,11 @@ def test_lab1_starter_run_and_graded(tmp_path):
 
 
 def _iperf3s() -> set[int]:
-    done = subprocess.run(["pgrep", "-x", "iperf3"], capture_output=True, text=True)
-    return {int(pid) for pid in done.stdout.split()}
+    """iperf3 processes on the host, zombies (ended, waiting for a parent) left out."""
+    done = subprocess.run(["ps", "-C", "iperf3", "-o", "pid=,stat="], capture_output=True,
+                          text=True)
+    return {int(pid) for pid, stat in (ln.split() for ln in done.stdout.splitlines())
+            if not stat.startswith("Z")}
 
 
 def test_lab1_explore(tmp_path):
