@@ -143,8 +143,9 @@ def test_hosts_run_dctcp_and_it_reacts_to_the_switch_marks(dctcp_live):
     assert readings, "no iperf3 data connection seen in the sender's namespace"
     last = readings[-1]
     assert all(r["cc"] == "dctcp" for r in readings), readings
-    assert all(r["dctcp"] != "fallback_mode" for r in readings), readings  # ECN negotiated
-    assert "ecn" in last["flags"], last
+    # DCTCP falls back to Reno exactly when ECN was not negotiated (ss prints no "ecn"
+    # flag for these sockets in the lab VM's iproute2)
+    assert all(r["dctcp"] != "fallback_mode" for r in readings), readings
     assert any(ce_echoed(r) for r in readings), readings
     assert int(last.get("delivered_ce", 0)) > 0, last  # ...and counted since the start
     assert receiver and all(s["cc"] == "dctcp" for s in receiver), receiver  # listener's too
