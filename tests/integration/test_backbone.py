@@ -58,7 +58,7 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
         # hello timers the rest came from the default set (MinLSInterval 5 s, SPF up to
         # 5 s); in the lab VM a few probes were then lost again late in a window (2,173 ms
         # to restore after the cut once in four runs). With the whole set the cut's window
-        # was clean in four of four runs (restore 286-531 ms); after the link's restore 1-3
+        # was clean in three of three runs (restore 286-531 ms); after the link's restore 1-3
         # probes were still lost 0.9-4.5 s later, cause not found (not asserted here)
         "timers": {"fast": dict(DEFAULT_TIMERS["fast"])},
         "replication": [{"src": "ra", "dst": "rb", "rate_mbps": 10}],
