@@ -106,6 +106,13 @@ def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
     return out
 
 
+def kernel_counters(cfg: LinkConfig, side: str) -> dict[str, int]:
+    """The counters of side ``side``'s macsec device, with the userspace SecY's names."""
+    s = cfg.side(side)
+    return parse_ip_macsec_stats(run(["ip", "-s", "macsec", "show", s.tap],
+                                     netns=s.netns).stdout)
+
+
 class KernelMacsecLink:
     """The same link as :class:`UserspaceLink`, with kernel macsec devices.
 
@@ -155,9 +162,7 @@ class KernelMacsecLink:
 
     def counters(self, side: str) -> dict[str, int]:
         """SecY counters of one side, with the userspace backend's names."""
-        s = self.config.side(side)
-        return parse_ip_macsec_stats(run(["ip", "-s", "macsec", "show", s.tap],
-                                         netns=s.netns).stdout)
+        return kernel_counters(self.config, side)
 
     def tap_stats(self, side: str) -> dict[str, int]:
         """Kernel counters of the macsec device of a side."""
@@ -181,6 +186,39 @@ class KernelMacsecLink:
                 netns=me.netns)
         self.tx_an = new_an
         return new_an
+
+
+class MixedLink(UserspaceLink):
+    """One link, two implementations: Linux's macsec device at ``kernel_side``, our
+    userspace SecY (forwarder behind a TAP) at the other end, from one config.
+
+    Both ends follow 802.1AE, so they must interoperate: frames one protects, the
+    other validates, and each end's transmit counters match the other's receive
+    counters. Key rotation is not offered (the two ends rotate differently).
+    """
+
+    backend = "mixed"
+
+    def __init__(self, config: LinkConfig, workdir: Path | str, kernel_side: str = "a",
+                 wire: Wire | None = None) -> None:
+        super().__init__(config, workdir, wire=wire)
+        self.kernel_side = config.side(kernel_side).name
+        self.userspace_sides = config.peer(kernel_side).name
+
+    def _build_namespaces(self) -> None:
+        super()._build_namespaces()  # both namespaces, the wire, the userspace end's TAP
+        for argv in secy_commands(self.config, self.kernel_side):
+            run(argv, netns=self.config.side(self.kernel_side).netns)
+
+    def counters(self, side: str) -> dict[str, int]:
+        """SecY counters of either end, under the same names."""
+        if self.config.side(side).name == self.kernel_side:
+            return kernel_counters(self.config, side)
+        return super().counters(side)
+
+    def rotate(self, keys: dict[str, str] | None = None) -> int:
+        """Not offered on a mixed link."""
+        raise ConfigError("a mixed link does not rotate keys")
 
 
 def create_link(config: LinkConfig, workdir: Path | str, backend: str = "auto",

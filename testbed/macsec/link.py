@@ -74,6 +74,8 @@ class UserspaceLink:
     """
 
     backend = "userspace"
+    #: the sides whose SecY runs here as a forwarder behind a TAP (see ``MixedLink``)
+    userspace_sides = "ab"
 
     def __init__(self, config: LinkConfig, workdir: Path | str,
                  python: str | None = None, wire: Wire | None = None) -> None:
@@ -110,7 +112,7 @@ class UserspaceLink:
             add_netns(side.netns)
             no_ipv6(side.netns)
         self.wire(cfg)
-        for side in (a, b):
+        for side in (cfg.side(s) for s in self.userspace_sides):
             ns = side.netns
             run(["ip", "link", "set", side.veth, "mtu", str(cfg.mtu + OVERHEAD), "up"], netns=ns)
             run(["ip", "tuntap", "add", "dev", side.tap, "mode", "tap"], netns=ns)
@@ -125,13 +127,13 @@ class UserspaceLink:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-        for s in "ab":
+        for s in self.userspace_sides:
             self.procs[s] = spawn(
                 [self.python, "-m", "testbed.macsec.forwarder", "--config", str(cfg_path),
                  "--side", s, "--workdir", str(self.workdir)],
                 self.config.side(s).netns, self.workdir / f"forwarder-{s}.log", env=env)
         deadline = time.monotonic() + 15
-        for s in "ab":
+        for s in self.userspace_sides:
             while True:
                 proc = self.procs[s]
                 if proc.poll() is not None:  # type: ignore[attr-defined]
