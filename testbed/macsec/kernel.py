@@ -73,8 +73,12 @@ def parse_ip_macsec_stats(text: str) -> dict[str, int]:
     return counters
 
 
-def _xpn_args(cfg: LinkConfig, ssci: int) -> list[str]:
-    return ["ssci", f"{ssci:08x}", "salt", cfg.salt] if cfg.cipher_suite.xpn else []
+def _sa_args(cfg: LinkConfig, ssci: int) -> list[str]:
+    """First PN, state, and for XPN the SSCI and salt: XPN takes its 64-bit first PN as
+    ``xpn`` (the kernel refuses a 32-bit ``pn`` for an XPN SecY with EINVAL)."""
+    if cfg.cipher_suite.xpn:
+        return ["xpn", "1", "on", "ssci", f"{ssci:08x}", "salt", cfg.salt]
+    return ["pn", "1", "on"]
 
 
 def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
@@ -87,6 +91,9 @@ def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
     >>> cfg = LinkConfig.generate("d1")
     >>> [" ".join(argv[1:4]) for argv in secy_commands(cfg, "a")][:3]
     ['link set tbd1va', 'link add link', 'macsec add tbd1ta']
+    >>> xpn = LinkConfig.generate("d2", suite="gcm-aes-xpn-128")
+    >>> secy_commands(xpn, "b")[2][5:12]
+    ['sa', '0', 'xpn', '1', 'on', 'ssci', '00000002']
     """
     me, peer = cfg.side(side), cfg.peer(side)
     out = [["ip", "link", "set", me.veth, "address", me.mac, "mtu", str(cfg.mtu + 32), "up"],
@@ -95,12 +102,12 @@ def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
             "validate", cfg.validate, "replay", "on" if cfg.replay_protect else "off",
             "window", str(cfg.replay_window), "encodingsa", str(cfg.initial_an)]]
     for an, key in me.keys.items():
-        out.append(["ip", "macsec", "add", me.tap, "tx", "sa", str(an), "pn", "1", "on",
-                    *_xpn_args(cfg, me.ssci), "key", f"{an:02x}", key])
+        out.append(["ip", "macsec", "add", me.tap, "tx", "sa", str(an),
+                    *_sa_args(cfg, me.ssci), "key", f"{an:02x}", key])
     out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "on"])
     for an, key in peer.keys.items():
-        out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "sa", str(an), "pn",
-                    "1", "on", *_xpn_args(cfg, peer.ssci), "key", f"{an:02x}", key])
+        out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "sa", str(an),
+                    *_sa_args(cfg, peer.ssci), "key", f"{an:02x}", key])
     out += [["ip", "link", "set", me.tap, "mtu", str(cfg.mtu), "up"],
             ["ip", "addr", "add", me.ip, "dev", me.tap]]
     return out
@@ -137,9 +144,6 @@ class KernelMacsecLink:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def _xpn_args(self, ssci: int) -> list[str]:
-        return _xpn_args(self.config, ssci)
-
     def start(self) -> None:
         """Create namespaces, veth and macsec devices with their SAs."""
         cfg = self.config
@@ -175,13 +179,14 @@ class KernelMacsecLink:
         keys = keys or {s: os.urandom(self.config.cipher_suite.key_len).hex() for s in "ab"}
         for s in "ab":
             me, peer = self.config.side(s), self.config.peer(s)
-            run(["ip", "macsec", "add", peer.tap, "rx", "sci", me.sci, "sa", str(new_an), "pn",
-                 "1", "on", *self._xpn_args(me.ssci), "key", f"{new_an:02x}", keys[s]],
+            run(["ip", "macsec", "add", peer.tap, "rx", "sci", me.sci, "sa", str(new_an),
+                 *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
                 netns=peer.netns)
         for s in "ab":
             me = self.config.side(s)
-            run(["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an), "pn", "1", "on",
-                 *self._xpn_args(me.ssci), "key", f"{new_an:02x}", keys[s]], netns=me.netns)
+            run(["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an),
+                 *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
+                netns=me.netns)
             run(["ip", "link", "set", me.tap, "type", "macsec", "encodingsa", str(new_an)],
                 netns=me.netns)
         self.tx_an = new_an
