@@ -17,7 +17,7 @@ from types import TracebackType
 from .config import LinkConfig
 from .errors import BackendError, ConfigError
 from .link import UserspaceLink, Wire, direct_wire
-from .netns import add_netns, del_netns, link_stats, no_ipv6, run
+from .netns import add_netns, close_uncontrolled_port, del_netns, link_stats, no_ipv6, run
 from .secy import SecYCounters
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,7 @@ class KernelMacsecLink:
             for side in (cfg.a, cfg.b):
                 add_netns(side.netns)
                 no_ipv6(side.netns)  # as the userspace link: IPv4 only, no autoconf frames
+                close_uncontrolled_port(side.netns)
             self.wire(cfg)
             for s in "ab":
                 for argv in secy_commands(cfg, s):

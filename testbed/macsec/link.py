@@ -31,7 +31,16 @@ from types import TracebackType
 from .config import OVERHEAD, LinkConfig
 from .errors import BackendError
 from .forwarder import control_path, stats_path
-from .netns import add_netns, del_netns, link_stats, no_ipv6, run, spawn, stop_group
+from .netns import (
+    add_netns,
+    close_uncontrolled_port,
+    del_netns,
+    link_stats,
+    no_ipv6,
+    run,
+    spawn,
+    stop_group,
+)
 
 #: Builds the wire between the two namespaces: creates ``a.veth`` in ``a.netns`` and
 #: ``b.veth`` in ``b.netns`` (a veth pair by default, see :func:`direct_wire`).
@@ -111,6 +120,7 @@ class UserspaceLink:
         for side in (a, b):
             add_netns(side.netns)
             no_ipv6(side.netns)
+            close_uncontrolled_port(side.netns)
         self.wire(cfg)
         for side in (cfg.side(s) for s in self.userspace_sides):
             ns = side.netns
