@@ -17,7 +17,7 @@ from types import TracebackType
 from .config import LinkConfig
 from .errors import BackendError, ConfigError
 from .link import UserspaceLink, Wire, direct_wire
-from .netns import add_netns, del_netns, link_stats, no_ipv6, run
+from .netns import add_netns, close_uncontrolled_port, del_netns, link_stats, no_ipv6, run
 from .secy import SecYCounters
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,12 @@ def parse_ip_macsec_stats(text: str) -> dict[str, int]:
     return counters
 
 
-def _xpn_args(cfg: LinkConfig, ssci: int) -> list[str]:
-    return ["ssci", f"{ssci:08x}", "salt", cfg.salt] if cfg.cipher_suite.xpn else []
+def _sa_args(cfg: LinkConfig, ssci: int) -> list[str]:
+    """First PN, state, and for XPN the SSCI and salt: XPN takes its 64-bit first PN as
+    ``xpn`` (the kernel refuses a 32-bit ``pn`` for an XPN SecY with EINVAL)."""
+    if cfg.cipher_suite.xpn:
+        return ["xpn", "1", "on", "ssci", f"{ssci:08x}", "salt", cfg.salt]
+    return ["pn", "1", "on"]
 
 
 def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
@@ -87,6 +91,9 @@ def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
     >>> cfg = LinkConfig.generate("d1")
     >>> [" ".join(argv[1:4]) for argv in secy_commands(cfg, "a")][:3]
     ['link set tbd1va', 'link add link', 'macsec add tbd1ta']
+    >>> xpn = LinkConfig.generate("d2", suite="gcm-aes-xpn-128")
+    >>> secy_commands(xpn, "b")[2][5:12]
+    ['sa', '0', 'xpn', '1', 'on', 'ssci', '00000002']
     """
     me, peer = cfg.side(side), cfg.peer(side)
     out = [["ip", "link", "set", me.veth, "address", me.mac, "mtu", str(cfg.mtu + 32), "up"],
@@ -95,15 +102,22 @@ def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
             "validate", cfg.validate, "replay", "on" if cfg.replay_protect else "off",
             "window", str(cfg.replay_window), "encodingsa", str(cfg.initial_an)]]
     for an, key in me.keys.items():
-        out.append(["ip", "macsec", "add", me.tap, "tx", "sa", str(an), "pn", "1", "on",
-                    *_xpn_args(cfg, me.ssci), "key", f"{an:02x}", key])
+        out.append(["ip", "macsec", "add", me.tap, "tx", "sa", str(an),
+                    *_sa_args(cfg, me.ssci), "key", f"{an:02x}", key])
     out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "on"])
     for an, key in peer.keys.items():
-        out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "sa", str(an), "pn",
-                    "1", "on", *_xpn_args(cfg, peer.ssci), "key", f"{an:02x}", key])
+        out.append(["ip", "macsec", "add", me.tap, "rx", "sci", peer.sci, "sa", str(an),
+                    *_sa_args(cfg, peer.ssci), "key", f"{an:02x}", key])
     out += [["ip", "link", "set", me.tap, "mtu", str(cfg.mtu), "up"],
             ["ip", "addr", "add", me.ip, "dev", me.tap]]
     return out
+
+
+def kernel_counters(cfg: LinkConfig, side: str) -> dict[str, int]:
+    """The counters of side ``side``'s macsec device, with the userspace SecY's names."""
+    s = cfg.side(side)
+    return parse_ip_macsec_stats(run(["ip", "-s", "macsec", "show", s.tap],
+                                     netns=s.netns).stdout)
 
 
 class KernelMacsecLink:
@@ -130,9 +144,6 @@ class KernelMacsecLink:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def _xpn_args(self, ssci: int) -> list[str]:
-        return _xpn_args(self.config, ssci)
-
     def start(self) -> None:
         """Create namespaces, veth and macsec devices with their SAs."""
         cfg = self.config
@@ -140,6 +151,7 @@ class KernelMacsecLink:
             for side in (cfg.a, cfg.b):
                 add_netns(side.netns)
                 no_ipv6(side.netns)  # as the userspace link: IPv4 only, no autoconf frames
+                close_uncontrolled_port(side.netns)
             self.wire(cfg)
             for s in "ab":
                 for argv in secy_commands(cfg, s):
@@ -155,9 +167,7 @@ class KernelMacsecLink:
 
     def counters(self, side: str) -> dict[str, int]:
         """SecY counters of one side, with the userspace backend's names."""
-        s = self.config.side(side)
-        return parse_ip_macsec_stats(run(["ip", "-s", "macsec", "show", s.tap],
-                                         netns=s.netns).stdout)
+        return kernel_counters(self.config, side)
 
     def tap_stats(self, side: str) -> dict[str, int]:
         """Kernel counters of the macsec device of a side."""
@@ -170,17 +180,51 @@ class KernelMacsecLink:
         keys = keys or {s: os.urandom(self.config.cipher_suite.key_len).hex() for s in "ab"}
         for s in "ab":
             me, peer = self.config.side(s), self.config.peer(s)
-            run(["ip", "macsec", "add", peer.tap, "rx", "sci", me.sci, "sa", str(new_an), "pn",
-                 "1", "on", *self._xpn_args(me.ssci), "key", f"{new_an:02x}", keys[s]],
+            run(["ip", "macsec", "add", peer.tap, "rx", "sci", me.sci, "sa", str(new_an),
+                 *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
                 netns=peer.netns)
         for s in "ab":
             me = self.config.side(s)
-            run(["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an), "pn", "1", "on",
-                 *self._xpn_args(me.ssci), "key", f"{new_an:02x}", keys[s]], netns=me.netns)
+            run(["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an),
+                 *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
+                netns=me.netns)
             run(["ip", "link", "set", me.tap, "type", "macsec", "encodingsa", str(new_an)],
                 netns=me.netns)
         self.tx_an = new_an
         return new_an
+
+
+class MixedLink(UserspaceLink):
+    """One link, two implementations: Linux's macsec device at ``kernel_side``, our
+    userspace SecY (forwarder behind a TAP) at the other end, from one config.
+
+    Both ends follow 802.1AE, so they must interoperate: frames one protects, the
+    other validates, and each end's transmit counters match the other's receive
+    counters. Key rotation is not offered (the two ends rotate differently).
+    """
+
+    backend = "mixed"
+
+    def __init__(self, config: LinkConfig, workdir: Path | str, kernel_side: str = "a",
+                 wire: Wire | None = None) -> None:
+        super().__init__(config, workdir, wire=wire)
+        self.kernel_side = config.side(kernel_side).name
+        self.userspace_sides = config.peer(kernel_side).name
+
+    def _build_namespaces(self) -> None:
+        super()._build_namespaces()  # both namespaces, the wire, the userspace end's TAP
+        for argv in secy_commands(self.config, self.kernel_side):
+            run(argv, netns=self.config.side(self.kernel_side).netns)
+
+    def counters(self, side: str) -> dict[str, int]:
+        """SecY counters of either end, under the same names."""
+        if self.config.side(side).name == self.kernel_side:
+            return kernel_counters(self.config, side)
+        return super().counters(side)
+
+    def rotate(self, keys: dict[str, str] | None = None) -> int:
+        """Not offered on a mixed link."""
+        raise ConfigError("a mixed link does not rotate keys")
 
 
 def create_link(config: LinkConfig, workdir: Path | str, backend: str = "auto",

@@ -31,7 +31,16 @@ from types import TracebackType
 from .config import OVERHEAD, LinkConfig
 from .errors import BackendError
 from .forwarder import control_path, stats_path
-from .netns import add_netns, del_netns, link_stats, no_ipv6, run, spawn, stop_group
+from .netns import (
+    add_netns,
+    close_uncontrolled_port,
+    del_netns,
+    link_stats,
+    no_ipv6,
+    run,
+    spawn,
+    stop_group,
+)
 
 #: Builds the wire between the two namespaces: creates ``a.veth`` in ``a.netns`` and
 #: ``b.veth`` in ``b.netns`` (a veth pair by default, see :func:`direct_wire`).
@@ -74,6 +83,8 @@ class UserspaceLink:
     """
 
     backend = "userspace"
+    #: the sides whose SecY runs here as a forwarder behind a TAP (see ``MixedLink``)
+    userspace_sides = "ab"
 
     def __init__(self, config: LinkConfig, workdir: Path | str,
                  python: str | None = None, wire: Wire | None = None) -> None:
@@ -109,8 +120,9 @@ class UserspaceLink:
         for side in (a, b):
             add_netns(side.netns)
             no_ipv6(side.netns)
+            close_uncontrolled_port(side.netns)
         self.wire(cfg)
-        for side in (a, b):
+        for side in (cfg.side(s) for s in self.userspace_sides):
             ns = side.netns
             run(["ip", "link", "set", side.veth, "mtu", str(cfg.mtu + OVERHEAD), "up"], netns=ns)
             run(["ip", "tuntap", "add", "dev", side.tap, "mode", "tap"], netns=ns)
@@ -125,13 +137,13 @@ class UserspaceLink:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-        for s in "ab":
+        for s in self.userspace_sides:
             self.procs[s] = spawn(
                 [self.python, "-m", "testbed.macsec.forwarder", "--config", str(cfg_path),
                  "--side", s, "--workdir", str(self.workdir)],
                 self.config.side(s).netns, self.workdir / f"forwarder-{s}.log", env=env)
         deadline = time.monotonic() + 15
-        for s in "ab":
+        for s in self.userspace_sides:
             while True:
                 proc = self.procs[s]
                 if proc.poll() is not None:  # type: ignore[attr-defined]

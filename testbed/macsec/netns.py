@@ -57,6 +57,21 @@ def no_ipv6(netns: str) -> None:
         run(["sysctl", "-qw", f"net.ipv6.conf.{knob}.disable_ipv6=1"], netns=netns)
 
 
+def close_uncontrolled_port(netns: str) -> None:
+    """IPv4 in ``netns`` only through the protected interface, never the veth under it.
+
+    The veth is 802.1AE's uncontrolled port: the kernel's SecY passes it every frame,
+    untagged ones too, and with the veth holding the protected MAC (a macsec device's
+    lower device) an attacker's untagged IP frame reached the host's stack (a UDP probe
+    drew an ICMP reply). Strict reverse-path filtering drops what arrives there from
+    addresses routed through the protected interface (or not routed at all), and ARP
+    answers only for addresses of the interface asked.
+    """
+    for knob in ("all", "default"):
+        run(["sysctl", "-qw", f"net.ipv4.conf.{knob}.rp_filter=1",
+             f"net.ipv4.conf.{knob}.arp_ignore=1"], netns=netns)
+
+
 def del_netns(name: str) -> None:
     """Delete a namespace if it exists (interfaces inside go with it)."""
     if name in list_netns():

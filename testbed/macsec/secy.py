@@ -446,6 +446,17 @@ class SecY:
                 valid = True
             except InvalidTag:
                 valid = False
+        c, sc_c = self.counters, rx_sc.counters  # the hot path: no getattr/setattr
+        if mode is not ValidateFrames.DISABLED:
+            # the secure data's octets, counted before the ICV verdict as Linux does
+            # (macsec_post_decrypt): a frame that then fails validation counts too
+            octets = n - hdr_len - ICV_LEN
+            if tci & TCI_E:
+                c.InOctetsDecrypted += octets
+                sc_c.InOctetsDecrypted += octets
+            else:
+                c.InOctetsValidated += octets
+                sc_c.InOctetsValidated += octets
         if not valid:
             if strict_or_c:
                 self._count(rx_sc, "InPktsNotValid")
@@ -461,13 +472,6 @@ class SecY:
             return header[:12] + (frame[hdr_len : n - ICV_LEN] if plain is None else plain)
         if plain is None:
             plain = frame[hdr_len : n - ICV_LEN]
-        c, sc_c = self.counters, rx_sc.counters  # the hot path: no getattr/setattr
-        if tci & TCI_E:
-            c.InOctetsDecrypted += len(plain)
-            sc_c.InOctetsDecrypted += len(plain)
-        else:
-            c.InOctetsValidated += len(plain)
-            sc_c.InOctetsValidated += len(plain)
         if pn < lowest:
             self._count(rx_sc, "InPktsDelayed")
         else:

@@ -107,6 +107,31 @@ def test_check_mode_drops_invalid_encrypted_frames() -> None:
     assert b.counters.InPktsNotValid == 1
 
 
+@pytest.mark.parametrize(("encrypt", "mode", "verdict"),
+                         [(True, "strict", "InPktsNotValid"), (False, "strict", "InPktsNotValid"),
+                          (False, "check", "InPktsInvalid")])
+def test_octets_count_before_the_icv_verdict(encrypt: bool, mode: str, verdict: str) -> None:
+    """As Linux (macsec_post_decrypt): a frame past the replay check counts its secure
+    data's octets whether or not its ICV then verifies."""
+    a, b = pair(encrypt=encrypt, mode=mode)
+    b.validate(tamper(a.protect(PLAIN)))
+    octets = "InOctetsDecrypted" if encrypt else "InOctetsValidated"
+    assert getattr(b.counters, verdict) == 1
+    assert getattr(b.counters, octets) == len(PLAIN) - 12
+    assert getattr(b.rx_scs[SCI_A].counters, octets) == len(PLAIN) - 12
+
+
+def test_late_frames_and_disabled_mode_count_no_octets() -> None:
+    a, b = pair()
+    wire = a.protect(PLAIN)
+    b.validate(wire)
+    b.validate(wire)  # late: dropped before validation
+    assert (b.counters.InPktsLate, b.counters.InOctetsDecrypted) == (1, len(PLAIN) - 12)
+    a, b = pair(mode="disabled")
+    assert b.validate(a.protect(PLAIN)) == PLAIN
+    assert (b.counters.InPktsOK, b.counters.InOctetsDecrypted) == (1, 0)
+
+
 def test_disabled_mode_does_not_check_integrity_only() -> None:
     a, b = pair(encrypt=False, mode="disabled")
     assert b.validate(tamper(a.protect(PLAIN))) is not None
