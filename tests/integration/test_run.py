@@ -34,6 +34,7 @@ def no_testbed_leftovers() -> list[str]:
             if "mininet:tb" in x or is_owned(x.rsplit(":", 1)[-1].split("/")[-1])]
 
 
+@pytest.mark.vm  # and in the lab VM: the default scenario on the kernel datapath
 def test_short_default_scenario_writes_valid_results(tmp_path):
     out = tmp_path / "out"
     proc = cli("run", "agents-vs-training", "--duration", "6", "--out", str(out))
@@ -59,7 +60,14 @@ def test_short_default_scenario_writes_valid_results(tmp_path):
         assert run["training"]["iterations"] > 0 and run["training"]["bytes"] > 0
     for name in ("report.md", "chain_latency.png", "manifest.json"):
         assert (out / name).stat().st_size > 0
-    assert "training-4to1" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "training-4to1" in report
+    # the report says which backend each feature used, as the capability probe chose
+    backends = summary["capabilities"]["backends"]
+    if summary["capabilities"]["ovs_kernel_datapath"]:  # the lab VM
+        assert backends["switch datapath"] == "Open vSwitch kernel datapath"
+    for feature, backend in backends.items():
+        assert f"- {feature}: {backend}" in report, feature
     assert "p99 ms" in stdout and str(out) in stdout
     assert no_testbed_leftovers() == []
 
