@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,17 +175,20 @@ class Chain:
                  "--iface", self.sender, "--pcap", str(pcap), "--loop", str(loops), *rate)
         return json.loads(out)
 
-    def offer(self, pcap: Path, frames: int, pps: float, seconds: float) -> dict:
+    def offer(self, pcap: Path, frames: int, pps: float, seconds: float,
+              cpu_s: Callable[[], float] = vswitchd_cpu_s) -> dict:
+        """``pps`` frames a second for ``seconds``: what was delivered, and what it cost in
+        ``cpu_s``'s CPU-seconds (ovs-vswitchd's by default)."""
         rx0, _ = rx_counters(self.ns_b, self.receiver)
-        cpu0, t0 = vswitchd_cpu_s(), time.monotonic()
+        cpu0, t0 = cpu_s(), time.monotonic()
         sent = self.replay(pcap, max(1, round(pps * seconds / frames)), pps=pps)
         time.sleep(0.3)  # what is still in the switches' queues
         rx1, _ = rx_counters(self.ns_b, self.receiver)
-        cpu, wall = vswitchd_cpu_s() - cpu0, time.monotonic() - t0
+        cpu, wall = cpu_s() - cpu0, time.monotonic() - t0
         delivered = rx1 - rx0
         return {"offered_pps": round(sent["pps"]), "delivered": delivered / sent["packets"],
                 "delivered_pps": round(delivered / sent["seconds"]),
-                "vswitchd_cores": round(cpu / wall, 2),
+                "cpu_cores": round(cpu / wall, 2),
                 "forwardings_per_cpu_s": round(delivered * SWITCHES / cpu) if cpu else 0}
 
     def shaped(self, pcap: Path, frames: int, seconds: float) -> float:
@@ -234,7 +238,7 @@ def measure(port_type: str, pcap: Path, frames: int, rates: list[float],
             result.rows.append(row)
             print(f"  {port_type:<13} offered {row['offered_pps']:>8,} pps  delivered "
                   f"{row['delivered'] * 100:5.1f} % ({row['delivered_pps']:>8,} pps)  "
-                  f"ovs-vswitchd {row['vswitchd_cores']:.2f} cores, "
+                  f"ovs-vswitchd {row['cpu_cores']:.2f} cores, "
                   f"{row['forwardings_per_cpu_s']:>9,} forwardings/CPU-s", flush=True)
         result.shaped_mbps = chain.shaped(pcap, frames, seconds)
         print(f"  {port_type:<13} {OFFERED_MBPS} Mb/s into a {SHAPED_MBPS} Mb/s HTB class: "

@@ -41,8 +41,7 @@ from bench.afxdp_bench import (
     SWITCHES,
     Chain,
     make_frames,
-    rx_counters,
-    sh,
+        sh,
 )
 from testbed.capabilities import probe
 from testbed.naming import new_run_id, run_prefix
@@ -97,19 +96,6 @@ def tcp_mbps(chain: Chain, seconds: float) -> float:
         server.wait(timeout=10)
 
 
-def offer(chain: Chain, pcap: Path, frames: int, pps: float, seconds: float) -> dict:
-    rx0, _ = rx_counters(chain.ns_b, chain.receiver)
-    cpu0 = busy_cpu_s()
-    sent = chain.replay(pcap, max(1, round(pps * seconds / frames)), pps=pps)
-    time.sleep(0.3)  # what is still in the switches' queues
-    rx1, _ = rx_counters(chain.ns_b, chain.receiver)
-    cpu = busy_cpu_s() - cpu0
-    delivered = rx1 - rx0
-    return {"offered_pps": round(sent["pps"]), "delivered": delivered / sent["packets"],
-            "delivered_pps": round(delivered / sent["seconds"]),
-            "forwardings_per_cpu_s": round(delivered * SWITCHES / cpu) if cpu else 0}
-
-
 def build(stack: ExitStack, name: str) -> Chain:
     rid = new_run_id()
     chain = Chain(run_prefix(rid), rid, "system", stack, datapath=DATAPATHS[name])
@@ -148,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name:<9} TCP {tcp[name][-1]:8.1f} Mb/s", flush=True)
         for name, chain in chains.items():
             for pps in RATES:
-                row = offer(chain, pcap, len(frames), pps, 2.0)
+                row = chain.offer(pcap, len(frames), pps, 2.0, cpu_s=busy_cpu_s)
                 print(f"  {name:<9} offered {row['offered_pps']:>8,} pps  delivered "
                       f"{row['delivered'] * 100:5.1f} % ({row['delivered_pps']:>8,} pps)  "
                       f"{row['forwardings_per_cpu_s']:>9,} forwardings per busy CPU-s",
