@@ -18,6 +18,7 @@ from bench import (
     macsec_bench,
     replay_bench,
     scale_bench,
+    switch_cost,
 )
 
 BENCHES = {
@@ -33,6 +34,9 @@ BENCHES = {
                  "(needs the kernel module: the lab VM)", datapath_bench.main),
     "dctcp": ("DCTCP vs Reno and CUBIC: switch queue in packets, Mininet-HiFi's "
               "reproduction (needs RED and tcp_dctcp: the lab VM)", dctcp.main),
+    "switch": ("userspace switch CPU per forwarding: the host's ovs-vswitchd vs the lab's "
+               "own switch processes (target: 10x lower on the fat-tree at light load)",
+               switch_cost.main),
     "adaptive": ("adaptive vs ECMP goodput (stride), ECN on vs off (chain p99)",
                  adaptive_bench.main),
 }

@@ -61,7 +61,8 @@ SIZES = {
 SAMPLE_S = 0.2
 
 
-def scenario(size: dict, duration_s: float) -> dict:
+def scenario(size: dict, duration_s: float, switches: str = "host",
+             shards: int | str = "auto") -> dict:
     """The default scenario's agents-only variant on a fabric of ``size``.
 
     >>> s = scenario(SIZES[128], 5)
@@ -75,7 +76,8 @@ def scenario(size: dict, duration_s: float) -> dict:
                             f"-{size['spines_per_plane']}",
             "duration_s": duration_s,
             "topology": {**base["topology"], **size},
-            "variants": [{"name": "agents-only"}]}
+            "variants": [{"name": "agents-only"}],
+            "switches": {"daemon": switches, "shards": shards}}
 
 
 def tree_rss(pid: int) -> int:
@@ -170,11 +172,13 @@ def phases(lines: list[tuple[float, str]], end: float) -> dict[str, float]:
     return out
 
 
-def lab_run(size: dict, duration_s: float, work: Path) -> dict:
+def lab_run(size: dict, duration_s: float, work: Path, switches: str = "host",
+            shards: int | str = "auto") -> dict:
     """One whole ``testbed run`` of the scale scenario, measured from outside."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / "scenario.yaml"
-    path.write_text(yaml.safe_dump(scenario(size, duration_s), sort_keys=False))
+    path.write_text(yaml.safe_dump(scenario(size, duration_s, switches, shards),
+                                   sort_keys=False))
     out = work / "results"
     m = measure([sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out)],
                 cwd=ROOT)
@@ -245,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=DURATION_S,
                     help="seconds of traffic (default 5)")
     ap.add_argument("--no-plain", action="store_true", help="skip plain Mininet")
+    ap.add_argument("--switches", choices=("host", "lab"), default="host",
+                    help="the lab's switch processes (switches.daemon; default host)")
+    ap.add_argument("--shards", default="auto",
+                    help="with --switches lab: switches.shards (switch, pod, N, auto)")
     ap.add_argument("--plain-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.plain_child:
@@ -270,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {size['planes']} planes x ({size['leaves_per_plane']} leaves + "
                   f"{size['spines_per_plane']} spines): {counts['switches']} switches, "
                   f"{host_ports} host ports, {counts['links']} links", flush=True)
-            lab = lab_run(size, args.duration, Path(tmp) / f"lab{key}")
+            shards = int(args.shards) if args.shards.isdigit() else args.shards
+            lab = lab_run(size, args.duration, Path(tmp) / f"lab{key}", args.switches, shards)
             plain = None if args.no_plain else plain_run(key, args.duration)
             for label, r in (("lab", lab), ("plain", plain)):
                 if r is None:

@@ -106,7 +106,8 @@ class ControllerConfig:
     #: port samples a second at most: the interval grows beyond telemetry_ms on fabrics
     #: with more ports than that (0: no limit)
     telemetry_budget: int = 2000
-    prometheus_port: int = 0
+    #: 0 (off), "auto" (any free port) or a fixed port, on 127.0.0.1
+    prometheus_port: int | str = 0
     link_mbps: float = 0.0
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     ecn: EcnConfig = field(default_factory=EcnConfig)
@@ -147,7 +148,7 @@ class ControllerConfig:
             mode=data.get("mode", "ecmp"),
             telemetry_ms=telemetry_ms,
             telemetry_budget=int(data.get("telemetry_budget", 2000)),
-            prometheus_port=int(data.get("prometheus_port", 0)),
+            prometheus_port=_port(data.get("prometheus_port", 0)),
             link_mbps=float(data.get("link_mbps", 0.0)),
             adaptive=AdaptiveConfig(
                 interval_ms=ad.get("interval_ms", telemetry_ms),
@@ -172,6 +173,15 @@ class ControllerConfig:
 
 
 _ACTIVE: ControllerConfig | None = None
+
+
+def _port(value: object) -> int | str:
+    """The Prometheus port as configured: ``"auto"`` or a number.
+
+    >>> _port("auto"), _port("9100"), _port(0)
+    ('auto', 9100, 0)
+    """
+    return "auto" if value == "auto" else int(value)  # type: ignore[arg-type]
 
 
 def load(path: str | Path) -> ControllerConfig:

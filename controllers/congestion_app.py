@@ -107,8 +107,16 @@ class CongestionControl(app_manager.OSKenApp):
             self.attached.setdefault(self.spec.switch(intf.switch).dpid, set()).add(intf.ip)
         self.elephants: dict[adaptive.FlowKey, tuple[str, str]] = {}
         self.scheduler = gff.Scheduler()
-        self.exporter = (PrometheusExporter(self.cfg.prometheus_port)
-                         if self.cfg.prometheus_port else None)
+        self.exporter = None
+        if self.cfg.prometheus_port:
+            try:
+                self.exporter = PrometheusExporter(self.cfg.prometheus_port)
+            except OSError as exc:  # a fixed port another program holds: said, not fatal
+                self.status.emit("prometheus_failed", port=self.cfg.prometheus_port,
+                                 error=exc.strerror or str(exc))
+            else:
+                self.status.emit("prometheus", port=self.exporter.port,
+                                 url=f"http://127.0.0.1:{self.exporter.port}/metrics")
         self.active = bool(self.telemetry_path or self.exporter or self.mode in PLACING
                            or self.cfg.controller_marks)
         #: the sampling interval: telemetry_ms, longer when the ports exceed the budget

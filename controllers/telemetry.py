@@ -350,9 +350,10 @@ def prometheus_text(samples: list[Sample]) -> str:
 
 
 class PrometheusExporter:
-    """Serve the latest samples on 127.0.0.1:``port`` (``/metrics``) from a daemon thread."""
+    """Serve the latest samples on 127.0.0.1:``port`` (``/metrics``) from a daemon thread;
+    ``"auto"``: on a free port the kernel picks (:attr:`port` says which)."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int | str):
         self.latest: dict[str, Sample] = {}
         exporter = self
 
@@ -368,7 +369,9 @@ class PrometheusExporter:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0 if port == "auto" else int(port)),
+                                          Handler)
+        self.port: int = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def update(self, samples: list[Sample]) -> None:

@@ -23,6 +23,7 @@ from testbed.naming import claim
 from testbed.procs import Helper, wait_for
 from testbed.qos import Qos, classes_of
 from testbed.results import read_jsonl, write_json
+from testbed.switchd import SwitchSettings
 from topologies.spec import FabricSpec
 
 
@@ -48,6 +49,8 @@ class LiveFabric:
     times: FabricTimes
     #: nftables table of the phantom-queue marker (ECN backend ``phantom``), else None
     phantom_table: str | None = None
+    #: where the controller serves Prometheus metrics (``controller.prometheus_port``)
+    metrics_url: str | None = None
 
     @property
     def spec(self) -> FabricSpec:
@@ -78,11 +81,13 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
-             seed: int = 1, qos: dict | None = None) -> LiveFabric:
+             seed: int = 1, qos: dict | None = None,
+             switches: dict | None = None) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
-    older form); ``seed`` seeds the controller's random draws. Returns once the
+    older form); ``seed`` seeds the controller's random draws; ``switches`` the
+    variant's ``switches`` section (:class:`testbed.switchd.SwitchSettings`). Returns once the
     controller has installed the paths on every switch and the first and last host
     reach each other on every plane.
     """
@@ -90,6 +95,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     spec.to_json(out / "spec.json")
     config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps, out=out,
                                seed=seed, telemetry=telemetry)
+    settings = SwitchSettings.model_validate(switches or {})
     config_file = out / "controller.json"
     write_json(config_file, config)
     pids = claim(run_id)
@@ -97,7 +103,8 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
 
     if config.get("remote"):
         return _bring_up_remote(spec, caps, run_id=run_id, remote=config["remote"],
-                                status=Path(config["status"]), pids=pids, stack=stack)
+                                status=Path(config["status"]), pids=pids, stack=stack,
+                                switches=settings, out=out)
     port = free_port()
     status = Path(config["status"])
     controller_proc = Helper(
@@ -116,7 +123,8 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         red = asdict(min(classes, key=lambda c: c.min_kb))
     qos_section = Qos.model_validate(qos or {})
     classes = classes_of(qos_section)
-    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red, classes=classes)
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red, classes=classes,
+                    switches=settings, log_dir=out)
     stack.callback(fabric.stop)
     n = len(spec.switches)
 
@@ -127,6 +135,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
                 f"controller installed paths on {len(installed())} of {n} switches in 30 s")
 
     times = fabric.start(await_paths)
+    metrics_url = _metrics_url(status, config.get("prometheus_port"))
     if classes and caps.htb:  # per-class counters, and PFC if asked for
         start_pfc_agent(fabric, qos_section, out=out, pid_dir=pids, stack=stack)
     table = None
@@ -134,7 +143,23 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         ecn = ControllerConfig.from_dict(config).ecn
         table = phantom.install(spec, ecn.classes, ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
-                      times=times, phantom_table=table)
+                      times=times, phantom_table=table, metrics_url=metrics_url)
+
+
+def _metrics_url(status: Path, port: int | str | None) -> str | None:
+    """The controller's Prometheus URL, once its exporter has said where it listens;
+    a fixed port another program holds ends the bring-up in one line."""
+    if not port:
+        return None
+    wait_for(lambda: _events(status, "prometheus") or _events(status, "prometheus_failed"), 10)
+    for failed in _events(status, "prometheus_failed"):
+        raise BringUpError(f"controller.prometheus_port: 127.0.0.1:{failed['port']}: "
+                           f"{failed['error']} (another lab's?); give another port, or auto")
+    found = _events(status, "prometheus")
+    if not found:
+        raise BringUpError("controller.prometheus_port: the controller did not start its "
+                           "metrics server in 10 s")
+    return found[-1]["url"]
 
 
 def start_pfc_agent(fabric: Fabric, section: Qos, *, out: Path, pid_dir: Path,
@@ -179,28 +204,21 @@ def start_pfc_agent(fabric: Fabric, section: Qos, *, out: Path, pid_dir: Path,
 
 
 def _bring_up_remote(spec: FabricSpec, caps: Capabilities, *, run_id: str, remote: str,
-                     status: Path, pids: Path, stack: ExitStack) -> LiveFabric:
+                     status: Path, pids: Path, stack: ExitStack,
+                     switches: SwitchSettings, out: Path) -> LiveFabric:
     """The fabric with its switches connected to the user's controller (``127.0.0.1:P``):
     nothing of ours is installed; up once every switch is connected."""
     port = int(remote.rsplit(":", 1)[1])
-    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port)
+    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, switches=switches,
+                    log_dir=out)
     stack.callback(fabric.stop)
     names = {sw.name for sw in spec.switches}
 
     def connected() -> int:
-        done = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,controller",
-                               "list", "Bridge"] + sorted(names), capture_output=True,
-                              text=True)
-        rows = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,is_connected",
-                               "list", "Controller"], capture_output=True, text=True)
-        if done.returncode or rows.returncode:
-            return 0
-        up = {r[0][1] for r in json.loads(rows.stdout)["data"] if r[1] is True}
-        count = 0
-        for _, ctl in json.loads(done.stdout)["data"]:
-            uuids = [ctl[1]] if ctl[0] == "uuid" else [u[1] for u in ctl[1]]
-            count += any(u in up for u in uuids)
-        return count
+        if fabric.daemons is None:
+            return _connected(["ovs-vsctl"], sorted(names))
+        return sum(_connected(["ovs-vsctl", f"--db={inst.remote}"], inst.bridges)
+                   for inst in fabric.daemons.instances)
 
     def await_connected() -> None:
         if not wait_for(lambda: connected() >= len(names), 30, interval=0.25):
@@ -210,6 +228,23 @@ def _bring_up_remote(spec: FabricSpec, caps: Capabilities, *, run_id: str, remot
     times = fabric.start(await_connected, check=False)
     return LiveFabric(fabric=fabric, controller=None, status=status, pid_dir=pids,
                       times=times)
+
+
+def _connected(vsctl: list[str], bridges: list[str]) -> int:
+    """How many of ``bridges`` (in the database ``vsctl`` talks to) have a connected
+    controller."""
+    done = subprocess.run(vsctl + ["--format=json", "--columns=_uuid,controller", "list",
+                                   "Bridge", *bridges], capture_output=True, text=True)
+    rows = subprocess.run(vsctl + ["--format=json", "--columns=_uuid,is_connected", "list",
+                                   "Controller"], capture_output=True, text=True)
+    if done.returncode or rows.returncode:
+        return 0
+    up = {r[0][1] for r in json.loads(rows.stdout)["data"] if r[1] is True}
+    count = 0
+    for _, ctl in json.loads(done.stdout)["data"]:
+        uuids = [ctl[1]] if ctl[0] == "uuid" else [u[1] for u in ctl[1]]
+        count += any(u in up for u in uuids)
+    return count
 
 
 def queue_summary(stats: dict[str, dict[str, int]], roles: dict[str, str]) -> dict:

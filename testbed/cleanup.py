@@ -72,6 +72,32 @@ def _mininet_shells(nodes: set[str]) -> list[int]:
     return pids
 
 
+def _netns_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the network namespace behind ``path`` (a /run/netns entry or a
+    process's ns/net), or None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def netns_processes(namespaces: set[tuple[int, int]],
+                    proc: Path = Path("/proc")) -> list[int]:
+    """Pids of every process in one of ``namespaces`` (what a run started in its hosts
+    and detached keeps them alive: ``iperf3 -s -D``, a forwarder without a pid file).
+    The host's own namespace is never one of them."""
+    host = _netns_id(str(proc / "1" / "ns" / "net"))
+    namespaces = namespaces - {host, _netns_id(f"/proc/{os.getpid()}/ns/net")}
+    if not namespaces:
+        return []
+    pids = []
+    for entry in proc.glob("[0-9]*"):
+        if int(entry.name) != os.getpid() and _netns_id(str(entry / "ns" / "net")) in namespaces:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
 def bridge_tags(ovs_json: str) -> dict[str, str | None]:
     """Each bridge's ``testbed_run`` external id (None without one), from ovs-vsctl JSON.
 
@@ -137,7 +163,18 @@ def clean(dry_run: bool = False, force: bool = False,
         removed.append(f"process {pid}")
         if not dry_run:
             _stop(pid)
-    for pid in _mininet_shells(names.get("mininet", set())):
+    shells = _mininet_shells(names.get("mininet", set()))
+    # every process in a namespace of the run: the Mininet hosts' (their shells') and
+    # the named ones it registered, found by the namespace, not by a pid file
+    spaces = {_netns_id(f"/proc/{pid}/ns/net") for pid in shells} | {
+        _netns_id(f"/run/netns/{ns}") for ns in names.get("netns", set())}
+    for pid in netns_processes({s for s in spaces if s is not None}):
+        if pid in shells:
+            continue
+        removed.append(f"process {pid} ({_comm(pid)}) in a namespace of the run")
+        if not dry_run:
+            _stop(pid)
+    for pid in shells:
         removed.append(f"Mininet host shell {pid}")
         if not dry_run:
             _stop(pid)
@@ -178,6 +215,13 @@ def clean(dry_run: bool = False, force: bool = False,
         if not dry_run:
             shutil.rmtree(folder, ignore_errors=True)
     return removed, live
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def _stop(pid: int) -> None:

@@ -10,6 +10,7 @@ the teardown.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -36,8 +37,8 @@ def scenario_path(name: str) -> Path:
 def cmd_validate(args) -> int:
     from testbed import scenario
 
-    sc = scenario.load(scenario_path(args.file))
-    print(f"{sc.name}: valid, {sc.experiment.describe()}")
+    name, found = scenario.validate(scenario_path(args.file))
+    print(f"{name}: {found}")
     return 0
 
 
@@ -54,6 +55,9 @@ def cmd_schema(args) -> int:
 
 def cmd_run(args) -> int:
     from testbed import report, runner, scenario
+    from topologies import plugins
+
+    plugins.allow()  # a run runs the code its scenario names (validate does not)
 
     duration = None
     if args.duration not in (None, ""):
@@ -204,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except TestbedError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"testbed: no space left writing {exc.filename or 'a result file'}: what it "
+              "was writing is incomplete (a run tore down what it created)", file=sys.stderr)
         return 1
 
 

@@ -64,7 +64,7 @@ def training_table(summary: dict) -> list[str]:
     has_ref = any(r.get("reference") for r in runs)
     head = ["variant", "pattern", "goodput Mb/s (median)", "per seed", "x baseline"]
     head += ["x reference"] if has_ref else []
-    head += ["iteration p50 ms", "lost pkts", "reordered pkts", "CNPs"]
+    head += ["iteration p50 ms", "lost pkts (late)", "reordered pkts", "CNPs"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs:
         t = run["training"]
@@ -75,7 +75,8 @@ def training_table(summary: dict) -> list[str]:
         if has_ref:
             ref = reference_of(run, summary["runs"])
             row.append(_ratio(_goodput(run), _goodput(ref) if ref else None))
-        row += [_fmt(t["iteration_ms"]["p50"]), str(t.get("packets_lost", "-")),
+        late = f" ({t['packets_late']})" if t.get("packets_late") else ""
+        row += [_fmt(t["iteration_ms"]["p50"]), f"{t.get('packets_lost', '-')}{late}",
                 str(t.get("reordered_packets", "-")), str(t.get("cnps_received", "-"))]
         lines.append("| " + " | ".join(row) + " |")
     return lines
@@ -217,7 +218,9 @@ def section(summary: dict, out: Path) -> list[str]:
                                     if any(r.get("reference") for r in summary["runs"])
                                     else "") + ".", ""]
     if train:
-        lines += ["### Training (aggregate goodput, iteration times)", "", *train, ""]
+        lines += ["### Training (aggregate goodput, iteration times)", "", *train, "",
+                  "Lost: packets a step was still missing at its time-out; (late): how many "
+                  "of them arrived after it, delayed rather than dropped.", ""]
     if agents:
         lines += ["### Agent chains", "", *agents, ""]
     if elephants:

@@ -1,5 +1,7 @@
 """Typed errors. The CLI turns each into one line and an exit status."""
 
+from topologies.params import clip
+
 
 class TestbedError(Exception):
     """Base of every error the testbed raises on purpose."""
@@ -9,6 +11,8 @@ class ConfigError(TestbedError):
     """Bad input: a scenario or parameter is malformed or impossible (exit status 2)."""
 
     def __init__(self, field: str, reason: str):
+        # one line, a value quoted in it clipped
+        field, reason = clip(str(field), 160), clip(str(reason), 400)
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason

@@ -31,13 +31,14 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
 from controllers.telemetry import QueueReader
-from testbed import host_settings, ovs_socket, qos
+from testbed import drops, host_settings, ovs_socket, qos, switchd
 from testbed.capabilities import Capabilities
 from testbed.errors import BringUpError, HostError
 from testbed.hosts import MininetHost
-from testbed.naming import OVS_EXTERNAL_ID, register
+from testbed.naming import OVS_EXTERNAL_ID, register, run_dir
 from testbed.procs import Helper, stop_strays
 from testbed.qos import TrafficClass
+from testbed.switchd import SwitchDaemons, SwitchSettings
 from topologies.spec import FabricSpec, HostInterface
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,67 @@ def _mininet():
             "Mininet is not importable: install the 'mininet' package and use the venv made "
             "with --system-site-packages (make setup)"
         ) from exc
-    return Mininet, OVSSwitch, RemoteController, (Link, Intf), setLogLevel
+
+    class QuietRemote(RemoteController):
+        """Mininet's remote controller without its listening check: that check telnets
+        to the controller's port and decodes what comes back as UTF-8, and an OpenFlow
+        HELLO arriving first (its xid is random bytes) raised UnicodeDecodeError after
+        the node's shell had started, leaving the shell behind. The lab waits for its
+        controller's own events instead."""
+
+        def checkListening(self) -> None:  # noqa: N802 (Mininet's)
+            return None
+
+    return Mininet, OVSSwitch, QuietRemote, (Link, Intf), setLogLevel
 
 
-def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int, group: int):
+def lab_switch_class(ovs_switch, daemons: SwitchDaemons):
+    """Mininet's OVSSwitch for bridges of the lab's own switch processes: every ovs-vsctl
+    command goes to the database of the bridge's process, the bridge is of the lab's
+    datapath type (:data:`testbed.switchd.DATAPATH_TYPE`) with the veths as its
+    AF_PACKET ports, ovs-ofctl reaches a bridge through its management socket, and the
+    host's Open vSwitch is never asked (Mininet's ``setup`` checks it)."""
+
+    class LabSwitch(ovs_switch):
+        isSetup = True  # noqa: N815 (Mininet's)
+        OVSVersion = "3.1"  # noqa: N815 (Mininet's)
+
+        def vsctl(self, *args, **kwargs):
+            return super().vsctl(f"--db={daemons.remote(self.name)}", *args, **kwargs) \
+                if not self.batch else super().vsctl(*args, **kwargs)
+
+        def dpctl(self, *args):
+            return self.cmd("ovs-ofctl", args[0], daemons.mgmt(self.name), *args[1:])
+
+        def bridgeOpts(self) -> str:  # noqa: N802 (Mininet's)
+            return (super().bridgeOpts().replace(" datapath_type=netdev", "")
+                    + f" datapath_type={switchd.DATAPATH_TYPE}")
+
+        @classmethod
+        def batchStartup(cls, switches, run=None):  # noqa: N802 (Mininet's)
+            """Each process's bridges in one ovs-vsctl transaction on its database."""
+            for inst in daemons.instances:
+                mine = [sw for sw in switches if sw.name in set(inst.bridges)]
+                words = " ".join(cmd.strip() for sw in mine for cmd in sw.commands)
+                for sw in mine:
+                    sw.commands, sw.batch = [], False
+                if not words:
+                    continue
+                done = subprocess.run(f"ovs-vsctl --db={inst.remote} {words}", shell=True,
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    raise BringUpError(f"switch process {inst.index}: ovs-vsctl: "
+                                       f"{done.stderr.strip()[:300]}")
+            return switches
+
+        def stop(self, deleteIntfs=True):  # noqa: N803 (Mininet's)
+            """Nothing per bridge: the process goes, with every bridge it has."""
+
+    return LabSwitch
+
+
+def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int, group: int,
+                  seal: bool = True):
     """Mininet's Link, with its veth pair made over netlink instead of shell commands.
 
     Mininet makes each pair with an ``ip link add`` and then sets each end up (and a
@@ -91,12 +149,13 @@ def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int, group: int):
         def makeIntfPair(self, intf1, intf2, addr1=None, addr2=None,  # noqa: N802 (Mininet's)
                          node1=None, node2=None, deleteIntfs=True):  # noqa: N803
             make_veth(ipr, (intf1, addr1, node1), (intf2, addr2, node2), mtu=mtu,
-                      group=group)
+                      group=group, seal=seal)
 
     return NetlinkLink
 
 
-def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int, group: int) -> None:
+def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int, group: int,
+              seal: bool = True) -> None:
     """A veth pair between two Mininet nodes' ends ``(name, MAC or None, node)``: made in
     the root namespace (where switches live), a host's end moved into its namespace; the
     end made first is in interface ``group`` (deleting it deletes its peer)."""
@@ -111,12 +170,35 @@ def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int, group: int) -
         peer["net_ns_pid"] = peer_node.pid
     args = {"address": mac} if mac else {}
     try:
-        ipr.link("add", ifname=name, kind="veth", state="up", mtu=mtu, group=group,
-                 peer=peer, **args)
-        if not peer_node.inNamespace:
-            ipr.link("set", index=ipr.link_lookup(ifname=peer_name)[0], state="up")
+        ipr.link("add", ifname=name, kind="veth", mtu=mtu, group=group, peer=peer, **args)
+        roots = [name] if peer_node.inNamespace else [name, peer_name]
+        for root_end in roots if seal else ():  # quiet before they come up
+            seal_from_host(root_end)
+        for root_end in roots:
+            ipr.link("set", index=ipr.link_lookup(ifname=root_end)[0], state="up")
     except NetlinkError as exc:
         raise BringUpError(f"link {name}-{peer_name}: {exc}") from None
+
+
+#: per-interface sysctls of a switch port in the host's namespace: the host's own stack
+#: takes no part in the lab (the userspace datapath reads the port with a packet socket,
+#: and the kernel still sees every frame): no IPv6 at all, no ARP reply for any of the
+#: host's addresses, and IPv4 from the lab to a host address dropped by the strict
+#: reverse-path check (no route to the lab's hosts goes through the port)
+ROOT_PORT_SYSCTLS = (("ipv6", "disable_ipv6", "1"), ("ipv4", "arp_ignore", "8"),
+                     ("ipv4", "rp_filter", "1"), ("ipv4", "accept_local", "0"))
+
+
+def seal_from_host(ifname: str, proc_sys: Path = Path("/proc/sys/net")) -> None:
+    """Set :data:`ROOT_PORT_SYSCTLS` on ``ifname`` (a family the kernel lacks is
+    skipped); they go with the interface."""
+    for family, key, value in ROOT_PORT_SYSCTLS:
+        path = proc_sys / family / "conf" / ifname / key
+        try:
+            path.write_text(value)
+        except FileNotFoundError:
+            if (proc_sys / family / "conf" / "all" / key).exists():
+                raise BringUpError(f"{ifname}: no {path}") from None
 
 
 def burst_bytes(mbps: float, mtu: int) -> int:
@@ -191,10 +273,15 @@ class Fabric:
         controller_port: int,
         red: dict | None = None,
         classes: tuple[TrafficClass, ...] = (),
+        switches: SwitchSettings | None = None,
+        log_dir: Path | None = None,
     ):
         """``red``: ECN-marking RED thresholds for every switch port's queue (``min_kb``,
         ``max_kb``, ``probability``) instead of the byte FIFO; needs ``caps.red``.
-        ``classes``: traffic classes on every port (:mod:`testbed.qos`); none: one FIFO."""
+        ``classes``: traffic classes on every port (:mod:`testbed.qos`); none: one FIFO.
+        ``switches``: which Open vSwitch processes forward (:mod:`testbed.switchd`: the
+        host's unless they name the lab's own); the lab processes' logs go to
+        ``log_dir`` (else the run folder)."""
         self.spec = spec
         self.red = red
         self.classes = classes
@@ -203,6 +290,10 @@ class Fabric:
         self.controller_port = controller_port
         self.times = FabricTimes()
         self.net = None
+        self.switch_settings = switches or SwitchSettings()
+        self.log_dir = log_dir
+        #: the lab's own switch processes, or None on the host's Open vSwitch
+        self.daemons: SwitchDaemons | None = None
         #: why ovs-vswitchd's send socket could not be made OVS_SOCKET_BUFFER large, or None
         self.send_socket_problem: str | None = None
 
@@ -233,19 +324,31 @@ class Fabric:
         controller = f"{self.spec.prefix}c"
         register(self.run_id, "mininet", controller)
         net.addController(remote(controller, ip="127.0.0.1", port=self.controller_port))
+        switch_cls = ovs_switch
+        if self.switch_settings.lab_daemons(self.caps.ovs_kernel_datapath):
+            self.daemons = SwitchDaemons(
+                switchd.plan(self.spec, self.switch_settings.shards),
+                folder=run_dir(self.run_id) / switchd.FOLDER, log_dir=self.log_dir,
+                malloc=self.switch_settings.malloc)
+            self.daemons.start()
+            switch_cls = lab_switch_class(ovs_switch, self.daemons)
         for sw in self.spec.switches:
             register(self.run_id, "mininet", sw.name)
             register(self.run_id, "bridge", sw.name)
             net.addSwitch(
-                sw.name, cls=ovs_switch, dpid=f"{sw.dpid:016x}", datapath=self.caps.ovs_datapath,
+                sw.name, cls=switch_cls, dpid=f"{sw.dpid:016x}", datapath=self.caps.ovs_datapath,
                 protocols="OpenFlow13", failMode="secure", batch=True,
             )
         for host in self.spec.hosts:
             register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         with IPRoute() as ipr:
+            # the userspace datapath reads a port with a packet socket, so the host's stack
+            # sees every frame too: its ports are sealed; on the kernel datapath OVS takes
+            # a port's frames before the stack (left as it was)
             link_cls = _netlink_link(link_base, intf_base, ipr, self.spec.mtu,
-                                     link_group(self.run_id))
+                                     link_group(self.run_id),
+                                     seal=self.caps.ovs_datapath == "user")
             for lk in self.spec.links:
                 register(self.run_id, "link", lk.a_intf)
                 register(self.run_id, "link", lk.b_intf)
@@ -276,9 +379,36 @@ class Fabric:
                 if check:
                     self.check_reachability()
         if self.caps.ovs_datapath == "user" and await_paths is not None:
-            # created small before this run (another bridge sent first): raise it in place
-            self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER)
+            # created small (another bridge sent first, or none of a process's bridges sent
+            # while the defaults were raised): raise it in place
+            if self.daemons is not None:
+                self._first_sends()
+            self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER, self.switch_pids())
         return self.times
+
+    def switch_pids(self) -> list[int]:
+        """The ovs-vswitchd processes that forward this fabric: the lab's own, or the
+        host's (none when it cannot be found)."""
+        if self.daemons is not None:
+            return self.daemons.pids()
+        host = ovs_socket.host_pid()
+        return [host] if host is not None else []
+
+    def _first_sends(self) -> None:
+        """One frame out of a port of each lab process that has not sent yet, so that it
+        has its send socket now (its size is then raised in place): a frame of the IEEE
+        local experimental EtherType to an address nobody has, which the next switch
+        drops (table miss) and a host's stack ignores."""
+        have = ovs_socket.send_sockets()
+        for inst in self.daemons.instances:
+            if inst.vswitchd is None or inst.vswitchd.pid in have:
+                continue
+            bridge = inst.bridges[0]
+            port = next(p.port for p in self.spec.switch_ports() if p.switch == bridge)
+            frame = "02bad0000001" + "02bad0000002" + "88b5" + "00" * 46
+            subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "packet-out",
+                            self.daemons.mgmt(bridge), "CONTROLLER", f"output:{port}", frame],
+                           capture_output=True)
 
     def check_reachability(self, within_s: float = REACH_S) -> None:
         """First and last host reach each other on every plane, or BringUpError.
@@ -296,6 +426,14 @@ class Fabric:
                     raise BringUpError(f"{a.name} cannot reach {b.name} on plane {plane}")
 
     def _tag_bridges(self) -> None:
+        if self.daemons is not None:
+            for inst in self.daemons.instances:
+                args = []
+                for name in inst.bridges:
+                    args += ["--", "set", "Bridge", name,
+                             f"external_ids:{OVS_EXTERNAL_ID}={self.run_id}"]
+                self.daemons.vsctl(inst, args)
+            return
         argv = ["ovs-vsctl"]
         for sw in self.spec.switches:
             argv += ["--", "set", "Bridge", sw.name,
@@ -492,6 +630,12 @@ class Fabric:
         return {ifname: {"bytes": q.sent_bytes, "packets": q.sent_packets, "drops": q.drops}
                 for ifname, q in queues.items()}
 
+    def unseen_drops(self) -> dict:
+        """One reading of the drop counters no switch queue has (:mod:`testbed.drops`)."""
+        return drops.read(self.spec.prefix, self.port_roles(),
+                          {h.name: self.host_pid(h.name) for h in self.spec.hosts},
+                          self.switch_pids())
+
     # -- teardown ----------------------------------------------------------------------
     def stop(self) -> float:
         """Remove the fabric; returns the seconds it took. Safe after a failed start.
@@ -505,21 +649,27 @@ class Fabric:
         """
         t0 = time.monotonic()
         net, self.net = self.net, None
-        if net is not None:
+        daemons, self.daemons = self.daemons, None
+        if net is not None or daemons is not None:
             try:
                 with fast_rcu():
-                    argv = ["ovs-vsctl", "-t", "30"]
-                    for sw in net.switches:
-                        argv += ["--", "--if-exists", "del-br", sw.name]
-                    subprocess.run(argv, capture_output=True)
-                    self._delete_links()
+                    if daemons is not None:  # every bridge goes with its process
+                        daemons.stop()
+                    elif net is not None:
+                        argv = ["ovs-vsctl", "-t", "30"]
+                        for sw in net.switches:
+                            argv += ["--", "--if-exists", "del-br", sw.name]
+                        subprocess.run(argv, capture_output=True)
+                    if net is not None:
+                        self._delete_links()
             finally:
-                # what was started by hand in a host and detached (testbed exec ...
-                # iperf3 -s -D) would outlive its shell and keep its namespace
-                stop_strays([h.pid for h in net.hosts if h.pid])
-                # Mininet's RemoteController.stop() does nothing: every shell is ended here
-                for node in net.hosts + net.switches + net.controllers:
-                    node.terminate()
+                if net is not None:
+                    # what was started by hand in a host and detached (testbed exec ...
+                    # iperf3 -s -D) would outlive its shell and keep its namespace
+                    stop_strays([h.pid for h in net.hosts if h.pid])
+                    # Mininet's RemoteController.stop() does nothing: every shell ends here
+                    for node in net.hosts + net.switches + net.controllers:
+                        node.terminate()
         self.times.stop_s = time.monotonic() - t0
         return self.times.stop_s
 

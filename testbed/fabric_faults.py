@@ -35,6 +35,7 @@ testbed.errors.ConfigError: faults[0].target: no rail 'n9p0r0' (a host interface
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -108,9 +109,11 @@ def _target(spec: FabricSpec, kind: str | None, value: Any, where: str) -> str:
     return text
 
 
-def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults") -> tuple[Fault, ...]:
+def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults",
+                 duration_s: float | None = None) -> tuple[Fault, ...]:
     """Validate a ``faults:`` list against ``spec`` (every kind from
-    :mod:`testbed.fault_kinds`); raises :class:`ConfigError`."""
+    :mod:`testbed.fault_kinds`), each at a time within ``duration_s`` when given; raises
+    :class:`ConfigError`."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -122,8 +125,12 @@ def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults") -> tuple[Fau
             raise ConfigError(at, "must be a mapping with at_s, action, target")
         cls = fault_kinds.kind(entry.get("action"), f"{at}.action")
         at_s = entry.get("at_s")
-        if isinstance(at_s, bool) or not isinstance(at_s, int | float) or at_s < 0:
+        if isinstance(at_s, bool) or not isinstance(at_s, int | float) or at_s < 0 \
+                or not math.isfinite(at_s):
             raise ConfigError(f"{at}.at_s", f"must be a number of seconds, 0 or more, "
+                                            f"got {at_s!r}")
+        if duration_s is not None and at_s >= duration_s:
+            raise ConfigError(f"{at}.at_s", f"must be within the run's {duration_s:g} s, "
                                             f"got {at_s!r}")
         target = _target(spec, cls.TARGET, entry.get("target"), f"{at}.target")
         params = fault_kinds.parameters(cls, entry, at)

@@ -22,16 +22,14 @@ one class:
 
 from __future__ import annotations
 
-import importlib
-import os
 import re
-import sys
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from testbed.errors import ConfigError
 from testbed.faults import Fault
+from topologies import plugins
 from topologies.params import ParamError, Section, parse
 
 
@@ -77,16 +75,14 @@ def kind(name: str, where: str = "action") -> type[FaultKind]:
     """The kind named ``name`` (registered, or ``package.module:Class``)."""
     if name in KINDS:
         return KINDS[name]
-    if not isinstance(name, str) or not DOTTED.match(name):
+    if not isinstance(name, str) or not DOTTED.fullmatch(name):
         raise ConfigError(where, f"unknown action {name!r} (known: {', '.join(KINDS)}, or "
                                  "package.module:Class)")
     module_name, _, attr = name.partition(":")
-    if os.getcwd() not in sys.path:  # plug-ins are importable from where testbed runs
-        sys.path.append(os.getcwd())
     try:
-        cls = getattr(importlib.import_module(module_name), attr, None)
-    except ImportError as exc:
-        raise ConfigError(where, f"cannot import {module_name!r}: {exc}") from None
+        cls = getattr(plugins.load(module_name, where), attr, None)
+    except ParamError as exc:
+        raise ConfigError(where, exc.reason) from None
     if not (isinstance(cls, type) and issubclass(cls, FaultKind)):
         raise ConfigError(where, f"{name} is not a testbed.fault_kinds.FaultKind")
     if KINDS.get(cls.NAME, cls) is not cls:

@@ -85,8 +85,9 @@ class Schedule:
     def run(self, t0: float | None = None) -> list[FaultRecord]:
         """Execute the schedule now (blocking); ``t0`` is the epoch time of ``at_s = 0``.
 
-        An action that raises a :class:`TestbedError` or ``OSError`` is recorded as
-        failed and the schedule goes on; :meth:`stop` ends it early.
+        An action that raises (a :class:`TestbedError`, ``OSError``, or any other error
+        of a plug-in kind's code) is recorded as failed with its error and the schedule
+        goes on to the next fault; :meth:`stop` ends it early.
         """
         t0 = time.time() if t0 is None else t0
         for fault in self.faults:
@@ -104,6 +105,8 @@ class Schedule:
                 rec.ok = True
             except (TestbedError, OSError) as exc:
                 rec.error = str(exc)
+            except Exception as exc:  # noqa: BLE001 (a plug-in's bug: recorded, not fatal)
+                rec.error = f"{type(exc).__name__}: {exc}"[:500]
             rec.done = time.time()
             self.records.append(rec)
             if self.after:

@@ -8,8 +8,10 @@ monitored every experiment (CPU, and packet timing on busy links) and flagged th
 that missed; this module does the same, once a second, for the duration of a variant:
 
 * the host's idle CPU (``/proc/stat``, all CPUs, iowait counts as idle);
-* ovs-vswitchd's CPU in cores (its process, and its busiest thread: in the userspace
-  datapath without PMD threads that is the one thread that forwards every frame);
+* the switch processes' CPU in cores: every ovs-vswitchd of the run (the lab's own,
+  :mod:`testbed.switchd`, found by their pid files, and the host's), summed, and the
+  busiest thread of any of them: in the userspace datapath without PMD threads that is
+  the thread that forwards every frame of its process's switches;
 * the lab's own processes: those whose pid files lie under the run folders
   (``/run/testbed/RUNID/``, any depth) that this process owns, their process groups, and
   every descendant of the runner (controller, generators, FRR daemons, forwarders,
@@ -95,11 +97,11 @@ from typing import Any
 
 from controllers.telemetry import QueueReader
 from testbed.naming import OWNER, RUN_ROOT
+from testbed.ovs_socket import HOST_PID_FILES, host_pid
 
 log = logging.getLogger(__name__)
 
-OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
-                 Path("/var/run/openvswitch/ovs-vswitchd.pid"))
+OVS_PID_FILES = HOST_PID_FILES
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
@@ -223,12 +225,22 @@ def _stat(path: Path) -> ProcStat | None:
 
 
 def ovs_pid() -> int | None:
-    """ovs-vswitchd's pid from its pid file, or None when it does not run."""
-    for path in OVS_PID_FILES:
-        text = _read(path)
-        if text and text.strip().isdigit() and (PROC / text.strip()).exists():
-            return int(text.strip())
-    return None
+    """The host's ovs-vswitchd's pid, or None when it does not run."""
+    return host_pid(OVS_PID_FILES, PROC)
+
+
+def switch_pids(folders: Iterable[Path]) -> list[int]:
+    """The lab's own ovs-vswitchd processes (:mod:`testbed.switchd`: pid files
+    ``switch/vswitchd*.pid`` of ``folders``) that run, and the host's ovs-vswitchd when
+    it runs."""
+    pids = set()
+    for folder in folders:
+        for path in (folder / "switch").glob("vswitchd*.pid"):
+            words = (_read(path) or "").split()
+            if words and words[0].isdigit() and (PROC / words[0]).exists():
+                pids.add(int(words[0]))
+    host = ovs_pid()
+    return sorted(pids | ({host} if host is not None else set()))
 
 
 def owned_run_dirs(owner: int, root: Path = RUN_ROOT) -> list[Path]:
@@ -237,7 +249,8 @@ def owned_run_dirs(owner: int, root: Path = RUN_ROOT) -> list[Path]:
         owners = list(root.glob(f"*/{OWNER}"))
     except OSError:
         return []
-    return [p.parent for p in owners if (_read(p) or "").strip() == str(owner)]
+    # an owner file is "PID START_TIME" (testbed.naming.pid_record)
+    return [p.parent for p in owners if (_read(p) or "").split()[:1] == [str(owner)]]
 
 
 def helper_pids(folders: Iterable[Path]) -> set[int]:
@@ -249,9 +262,9 @@ def helper_pids(folders: Iterable[Path]) -> set[int]:
         except OSError:
             continue
         for path in files:
-            text = (_read(path) or "").strip()
-            if text.isdigit():
-                pids.add(int(text))
+            words = (_read(path) or "").split()  # "PID START_TIME", or a bare pid
+            if words and words[0].isdigit():
+                pids.add(int(words[0]))
     return pids
 
 
@@ -510,9 +523,11 @@ class _Cpu:
                                      / (host.total - self.host.total), 3)
         self.host = host
         scale = HZ * interval_s
-        pid = ovs_pid()
+        # every switch process (the host's, and the lab's own, several of them), each of
+        # its threads judged on its own
+        switches = switch_pids(owned_run_dirs(self.owner, self.run_root))
         threads: dict[int, tuple[str, int]] = {}
-        if pid is not None:
+        for pid in switches:
             for task in _tasks(pid):
                 st = _stat(task / "stat")
                 if st is not None:
@@ -521,11 +536,12 @@ class _Cpu:
             deltas = {tid: ticks - self.ovs.get(tid, ticks) for tid, (_, ticks) in
                       threads.items()}
             busiest = max(deltas, key=deltas.get)
+            out["ovs_processes"] = len(switches)
             out["ovs_cores"] = round(sum(deltas.values()) / scale, 3)
             out["ovs_thread_cores"] = round(deltas[busiest] / scale, 3)
             out["ovs_thread"] = threads[busiest][0]
         self.ovs = {tid: ticks for tid, (_, ticks) in threads.items()}
-        exclude = {self.owner, pid}
+        exclude = {self.owner, *switches}
         helpers, members = self._helpers(exclude)
         if not baseline:
             used = sum(ticks - self.helpers.get(p, ticks if start <= self.boot_tick else 0)

@@ -164,7 +164,7 @@ def all_labs(root: Path = LABS) -> list[Lab]:
     """Every guide under ``root`` (``labNN_name`` folders with a check.py), by number."""
     labs = []
     for folder in sorted(root.iterdir()) if root.is_dir() else ():
-        m = _FOLDER.match(folder.name)
+        m = _FOLDER.fullmatch(folder.name)
         if m and (folder / "check.py").is_file():
             labs.append(Lab(int(m.group(1)), m.group(2), folder))
     return labs

@@ -10,7 +10,8 @@ Those are the whole host's, so:
   saver wins: a run that starts while another holds them raised (or after one was
   killed with them raised) shares the saved originals instead of saving raised values;
 - each run holding them raised is listed in :data:`SAVED` by pid and start time; the
-  last one to leave puts the originals back;
+  last one to leave puts the originals back, where the value is still the one a run
+  set (a value an administrator changed meanwhile is left as they set it);
 - a run killed while holding them (SIGKILL: no ``finally``) is a dead holder, and
   ``testbed clean`` (:func:`restore_saved`) puts the originals back once no live run
   holds them.
@@ -72,12 +73,26 @@ def _live(holders: list[str]) -> list[str]:
     return [h for h in holders if naming.recorded_pid(" ".join(h.split()[:2])) is not None]
 
 
-def _put_back(saved: Path, state: dict) -> list[tuple[str, str]]:
+def _put_back(saved: Path, state: dict, dry_run: bool = False) -> list[tuple[str, str]]:
+    """Put each original back where the value is still the one the lab set (state
+    ``set``); a value somebody changed since (an administrator) is theirs, and stays."""
     restored = []
     for name, value in state["original"].items():
-        sysctl_path(name).write_text(value)
+        lab = state.get("set", {}).get(name)
+        if lab is None:
+            continue  # never changed by a run: still the original
+        path = sysctl_path(name)
+        try:
+            now = path.read_text().strip()
+        except OSError:
+            continue
+        if now != lab:
+            continue
+        if not dry_run:
+            path.write_text(value)
         restored.append((name, value.strip()))
-    saved.unlink(missing_ok=True)
+    if not dry_run:
+        saved.unlink(missing_ok=True)
     return restored
 
 
@@ -91,10 +106,13 @@ def raised(minimum: Mapping[str, int]) -> Iterator[None]:
         for name in minimum:  # first saver wins: never save a value a run raised
             state["original"].setdefault(name, sysctl_path(name).read_text())
         state["holders"] = _live(state["holders"]) + [me]
+        state.setdefault("set", {})
         _store(saved, state)
         for name, value in minimum.items():
             path = sysctl_path(name)
             if int(path.read_text()) < value:
+                state["set"][name] = str(value)  # saved before the write: a kill between
+                _store(saved, state)
                 path.write_text(str(value))
     try:
         yield
@@ -121,6 +139,4 @@ def restore_saved(dry_run: bool = False, force: bool = False) -> list[tuple[str,
         state = _load(saved)
         if _live(state["holders"]) and not force:
             return []
-        if dry_run:
-            return [(name, value.strip()) for name, value in state["original"].items()]
-        return _put_back(saved, state)
+        return _put_back(saved, state, dry_run=dry_run)

@@ -12,6 +12,7 @@ either.
 from __future__ import annotations
 
 import fcntl
+import grp
 import os
 import re
 import secrets
@@ -113,13 +114,47 @@ def recorded_pid(text: str) -> int | None:
         pid, started = int(pid_text), int(start_text)
     except ValueError:
         return None
-    return pid if start_time(pid) == started else None
+    if start_time(pid) != started:
+        return None
+    try:  # a zombie has ended: only its exit status waits for a parent that may never ask
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return None if stat[stat.rindex(")") + 2:].startswith("Z") else pid
+
+
+#: the one group beside root that may pass through the run folders: FRR's daemons drop
+#: to it and open their configs and sockets under ``/run/testbed/RUNID/frr``
+DAEMON_GROUP = "frr"
+
+
+def _private(folder: Path) -> None:
+    """Make ``folder`` if missing; root alone may list it, and only :data:`DAEMON_GROUP`
+    (where it exists) may pass through it: mode 0710 root:frr, else 0700."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    try:
+        gid: int | None = grp.getgrnam(DAEMON_GROUP).gr_gid
+    except KeyError:
+        gid = None
+    st = folder.stat()
+    if gid is not None and st.st_gid != gid:
+        os.chown(folder, -1, gid)
+    mode = 0o700 if gid is None else 0o710
+    if st.st_mode & 0o777 != mode:
+        os.chmod(folder, mode)
+
+
+def private_run_dir(run_id: str) -> Path:
+    """The run's folder, made private (:func:`_private`) with ``/run/testbed`` above it."""
+    _private(RUN_ROOT)
+    folder = run_dir(run_id)
+    _private(folder)
+    return folder
 
 
 def claim(run_id: str) -> Path:
     """Create the run's folder and record this process as its owner (for ``clean``)."""
-    folder = run_dir(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_run_dir(run_id)
     (folder / OWNER).write_text(pid_record(os.getpid()))
     return folder
 
@@ -157,8 +192,7 @@ def live_runs() -> dict[str, int]:
 
 @contextmanager
 def _locked_names(run_id: str, mode: str) -> Iterator:
-    folder = run_dir(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_run_dir(run_id)
     with open(folder / NAMES, mode) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield f

@@ -21,6 +21,7 @@ import re
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 #: the unbound packet socket of ovs-vswitchd (the per-port receive sockets name a device)
 _SEND_SOCKET = re.compile(
@@ -29,28 +30,42 @@ SYS_PIDFD_GETFD = 438  # the same number on every architecture Linux has
 SO_SNDBUFFORCE = 32
 
 
-def parse_ss(text: str) -> int | None:
-    """The send buffer (bytes) of ovs-vswitchd's unbound packet socket in ``ss -0amp``.
+def parse_ss(text: str) -> dict[int, tuple[int, int]]:
+    """Each ovs-vswitchd's unbound packet socket in ``ss -0amp``: pid -> (fd, send buffer).
 
     >>> parse_ss('p_raw UNCONN 0 0 [0]:* * users:(("ovs-vswitchd",pid=7,fd=45)) '
     ...          'skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d0)\\n'
     ...          'p_raw UNCONN 0 0 *:tb1a2bp0l0e1 * users:(("ovs-vswitchd",pid=7,fd=40)) '
     ...          'skmem:(r0,rb8388608,t0,tb212992,f0,w0,o176,bl0,d0)')
-    212992
-    >>> parse_ss("") is None
-    True
+    {7: (45, 212992)}
+    >>> parse_ss("")
+    {}
     """
-    found = _find(text)
-    return found[2] if found else None
+    return {int(m.group(1)): (int(m.group(2)), int(m.group(3)))
+            for m in _SEND_SOCKET.finditer(text)}
 
 
-def _find(text: str) -> tuple[int, int, int] | None:
-    """(pid, fd, send buffer) of ovs-vswitchd's unbound packet socket in ``ss -0amp``."""
-    match = _SEND_SOCKET.search(text)
-    return (int(match.group(1)), int(match.group(2)), int(match.group(3))) if match else None
+#: where the host's Open vSwitch keeps ovs-vswitchd's pid
+HOST_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
+                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
 
 
-def _ss() -> str | None:
+def host_pid(files: tuple[Path, ...] = HOST_PID_FILES,
+             proc: Path = Path("/proc")) -> int | None:
+    """The host's ovs-vswitchd (from its pid file, running in ``proc``), or None."""
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (proc / text).exists():
+            return int(text)
+    return None
+
+
+def packet_sockets() -> str | None:
+    """``ss -0 -a -m -p`` now: every packet socket with its owner and buffers (None
+    without ``ss``)."""
     if shutil.which("ss") is None:
         return None
     done = subprocess.run(["ss", "-0", "-a", "-m", "-p"], capture_output=True, text=True,
@@ -58,40 +73,40 @@ def _ss() -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _socket() -> tuple[int, int, int] | None:
-    """(pid, fd, send buffer) of ovs-vswitchd's shared send socket now, or None (no
-    ``ss``, or ovs-vswitchd has not sent yet)."""
-    text = _ss()
-    return _find(text) if text is not None else None
+def send_sockets() -> dict[int, tuple[int, int]]:
+    """Every ovs-vswitchd's shared send socket now: pid -> (fd, send buffer); empty
+    without ``ss`` (a process that has not sent yet has none)."""
+    text = packet_sockets()
+    return parse_ss(text) if text is not None else {}
 
 
-def send_buffer_bytes() -> int | None:
-    """The shared send socket's buffer now, or None if it cannot be read."""
-    found = _socket()
-    return found[2] if found else None
+def send_buffer_bytes(pids: list[int] | None = None) -> int | None:
+    """The smallest send buffer of the processes ``pids`` (None: any ovs-vswitchd) now,
+    or None if none can be read."""
+    found = send_sockets()
+    sizes = [size for pid, (_, size) in found.items() if pids is None or pid in pids]
+    return min(sizes, default=None)
 
 
-def locate() -> tuple[int, int] | None:
-    """(pid, fd) of ovs-vswitchd's shared send socket, or None."""
-    found = _socket()
-    return found[:2] if found else None
-
-
-def enlarge(size: int) -> str | None:
-    """Raise the shared send socket's buffer to ``size`` bytes if it is smaller; None when
-    it is that large now, else why not (the caller warns and records the size)."""
-    found = _socket()
-    if found is None:
+def enlarge(size: int, pids: list[int] | None = None) -> str | None:
+    """Raise the send socket buffer of each of ``pids`` (None: every ovs-vswitchd) to
+    ``size`` bytes where it is smaller; None when all are that large now, else why not
+    (the caller warns and records the size)."""
+    found = send_sockets()
+    targets = {p: v for p, v in found.items() if pids is None or p in pids}
+    if not targets:
         return "ovs-vswitchd's send socket not found (no ss, or it has not sent yet)"
-    pid, fd, now = found
-    if now >= size:
-        return None
-    problem = set_size(pid, fd, size)
-    after = send_buffer_bytes()
-    return problem or (None if after is not None and after >= size
-                       else f"still {after} bytes after SO_SNDBUFFORCE")
-
-
+    problems = []
+    for pid, (fd, now) in sorted(targets.items()):
+        if now < size:
+            problem = set_size(pid, fd, size)
+            if problem:
+                problems.append(problem)
+    after = send_buffer_bytes(list(targets))
+    if problems:
+        return problems[0]
+    return None if after is not None and after >= size else \
+        f"still {after} bytes after SO_SNDBUFFORCE"
 def set_size(pid: int, fd: int, size: int) -> str | None:
     """Set the send buffer of socket ``fd`` of process ``pid`` to ``size`` bytes (through a
     duplicate of the descriptor); None, or why it failed."""

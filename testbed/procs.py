@@ -19,6 +19,10 @@ from pathlib import Path
 from testbed.errors import Interrupted
 from testbed.naming import pid_record
 
+#: the start gate of a helper (see :class:`Helper`): one line on stdin, then the program
+#: with stdin from /dev/null
+GATE = 'read -r _ || exit 97; exec "$@" </dev/null'
+
 
 class Helper:
     """A long-running process (controller, generator) in its own process group."""
@@ -43,16 +47,28 @@ class Helper:
             stdout = subprocess.PIPE
         else:
             stdout = self._out or self._log
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=self._log,
-            env=env,
-            start_new_session=True,
-        )
-        pid_dir.mkdir(parents=True, exist_ok=True)
-        self.pid_file.write_text(pid_record(self.proc.pid))
+        # the helper waits at a gate until its pid file exists (a starter killed before
+        # writing it leaves no process that clean cannot find: the gate's read sees EOF
+        # and the helper never starts); the gate is a shell that then execs the program,
+        # so the pid, its start time and the process group stay the program's
+        gate_r, gate_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", GATE, self.argv[0], *self.argv],
+                stdin=gate_r,
+                stdout=stdout,
+                stderr=self._log,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            os.close(gate_r)
+        try:
+            pid_dir.mkdir(parents=True, exist_ok=True)
+            self.pid_file.write_text(pid_record(self.proc.pid))
+            os.write(gate_w, b"go\n")
+        finally:
+            os.close(gate_w)
 
     @property
     def pid(self) -> int:

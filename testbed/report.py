@@ -7,7 +7,7 @@ from pathlib import Path
 from testbed import experiments, layout, resilience_report
 from testbed.layout import run_dir
 from testbed.plots import plt, save
-from testbed.results import read_jsonl
+from testbed.results import read_jsonl, write_text
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -242,5 +242,5 @@ def write(summary: dict, out: Path) -> Path:
                   f"`{layout.VARIANTS}/NAME/` (`{layout.VARIANTS}/NAME/seedN/` with several "
                   "seeds)."]
     path = out / layout.REPORT
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     return path

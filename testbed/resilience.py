@@ -30,7 +30,9 @@ Per fault, precisely:
     probes sent in the window that never arrived (all streams).
 ``chains_failed`` / ``chains_delayed``
     chains in flight during the window (started before its end, ended after its start)
-    that failed (error or time-out) / completed slower than the pre-fault p99.
+    and hurt in it (their first failed hop, else their slowest hop, began in the window:
+    a restore's damage is the restore's) that failed (error or time-out) / completed
+    slower than the pre-fault p99.
 ``added_p99_ms``
     p99 of those chains' latency minus the pre-fault p99 (of ``baseline_chains`` chains
     that completed before the first fault; at least ``MIN_BASELINE``); over
@@ -45,10 +47,11 @@ Every p99 here is the one of :func:`traffic.stats.percentiles` (linear interpola
 between closest ranks), like every latency summary of the testbed.
 ``training_recovery_ms``
     from the fault to the end of the last *hurt* iteration (one with a lost packet or a
-    step time-out) in flight during the window, over all ranks, provided each rank had a
-    clean iteration after its last hurt one; 0 only when no iteration in the window was
-    hurt; None when some rank's last iteration in the window was still hurt (training
-    not back within the window). A clean iteration between hurt ones does not end the
+    step time-out in a step that began in the window: a step hurt by the next fault,
+    a restore, is that fault's) in flight during the window, over all ranks, provided
+    each rank had a clean iteration after its last hurt one; 0 only when no iteration in
+    the window was hurt; None when some rank's last iteration in the window was still
+    hurt (training not back within the window). A clean iteration between hurt ones does not end the
     recovery: the training is back when it stops being hurt.
 """
 
@@ -189,8 +192,33 @@ def baseline(chains: list[dict], before: float) -> dict | None:
     return {**summary(lat), "chains": len(lat)} if len(lat) >= MIN_BASELINE else None
 
 
-def chain_outcome(chains: list[dict], start: float, end: float, base: dict | None) -> dict:
+def hurt_times(hops: Iterable[dict]) -> dict[tuple, float]:
+    """(chain, template) -> when the chain was hurt: the start of its first failed hop
+    (its time-out began then), else of its slowest hop.
+
+    >>> hurt_times([{"chain": 1, "template": "t", "start": 5.0, "latency_ms": 3, "ok": True},
+    ...             {"chain": 1, "template": "t", "start": 5.1, "latency_ms": 90, "ok": True},
+    ...             {"chain": 2, "template": "t", "start": 6.0, "latency_ms": 1, "ok": True},
+    ...             {"chain": 2, "template": "t", "start": 6.2, "latency_ms": 500, "ok": False}])
+    {(1, 't'): 5.1, (2, 't'): 6.2}
+    """
+    worst: dict[tuple, dict] = {}
+    for hop in hops:
+        key = (hop.get("chain"), hop.get("template"))
+        now = worst.get(key)
+        rank = (not hop.get("ok", True), hop["latency_ms"] if hop.get("ok", True)
+                else -hop["start"])
+        if now is None or rank > now["rank"]:
+            worst[key] = {"rank": rank, "start": hop["start"]}
+    return {key: w["start"] for key, w in worst.items()}
+
+
+def chain_outcome(chains: list[dict], start: float, end: float, base: dict | None,
+                  hurt: dict[tuple, float] | None = None) -> dict:
     """Chains in flight during ``[start, end)``: failed, delayed, added p99, recovery.
+    With ``hurt`` (:func:`hurt_times`), a chain in flight here counts (failed, delayed,
+    in the added p99) only when it was hurt in this window: a chain that began in one
+    fault's window and was slowed by the next fault's is the next one's.
 
     >>> base = {"p50": 10.0, "p95": 12.0, "p99": 20.0, "max": 25.0}
     >>> ch = [{"start": 5.0 + i / 10, "end": 5.05 + i / 10, "ok": True, "latency_ms": 10.0}
@@ -199,10 +227,16 @@ def chain_outcome(chains: list[dict], start: float, end: float, base: dict | Non
     >>> r = chain_outcome(ch, 5.0, 9.0, base)
     >>> r["chains_failed"], r["chains_delayed"], r["p99_recovery_ms"]
     (1, 1, 1000.0)
+    >>> ch[0]["chain"], ch[0]["template"] = 0, "t"  # its slow hop began at 9.2: not here
+    >>> chain_outcome(ch, 5.0, 9.0, base, {(0, "t"): 9.2})["chains_delayed"]
+    0
     """
     inflight = [c for c in chains if c["start"] < end and c["end"] > start]
-    failed = [c for c in inflight if not c["ok"]]
-    done = [c for c in inflight if c["ok"]]
+    hurt = hurt or {}
+    mine = [c for c in inflight
+            if (t := hurt.get((c.get("chain"), c.get("template")))) is None or start <= t < end]
+    failed = [c for c in mine if not c["ok"]]
+    done = [c for c in mine if c["ok"]]
     out = {"chains_inflight": len(inflight), "chains_failed": len(failed),
            "chains_delayed": None, "added_p99_ms": None, "window_chains": len(done),
            "p99_recovery_ms": None, "p99_recovery_bin_chains": None,
@@ -234,15 +268,39 @@ def p99(values: list[float]) -> float:
     return round(percentiles(values, [99])[0], 6)
 
 
+def _hurt_in(record: dict, start: float, end: float) -> tuple[int, int]:
+    """(packets lost, step time-outs) of an iteration that happened in ``[start, end)``:
+    those of its steps that began there (``hurt_steps``); a record without them (older
+    results) counts whole."""
+    steps = record.get("hurt_steps")
+    if steps is None:
+        return record["packets_lost"], record["timeouts"]
+    mine = [s for s in steps if start <= s[0] < end]
+    return sum(s[1] for s in mine), sum(s[2] for s in mine)
+
+
 def training_outcome(iterations: list[dict], start: float, end: float) -> dict | None:
-    """Training across the window: lost packets, time-outs, recovery time."""
+    """Training across the window: lost packets, time-outs, recovery time. A loss or a
+    time-out belongs to the window in which its step began (so the damage of the next
+    fault, a restore, never counts against this one).
+
+    >>> it = lambda s, hurt=(): {"rank": 0, "start": s, "end": s + 0.5, "packets_lost":
+    ...     sum(h[1] for h in hurt), "timeouts": sum(h[2] for h in hurt),
+    ...     "hurt_steps": [list(h) for h in hurt]}
+    >>> ranks = [it(10.0, [(10.1, 3, 1)]), it(10.5), it(11.0, [(11.2, 5, 1)])]
+    >>> training_outcome(ranks, 10.05, 11.1)  # the 11.2 step is the next fault's
+    {'training_lost_packets': 3, 'training_timeouts': 1, 'training_recovery_ms': 450.0}
+    >>> training_outcome(ranks, 11.1, 12.0)["training_recovery_ms"] is None
+    True
+    """
     if not iterations:
         return None
     hit = [r for r in iterations if r["start"] < end and r["end"] > start]
+    counts = {id(r): _hurt_in(r, start, end) for r in hit}
     recovery: float | None = 0.0
     for rank in sorted({r.get("rank", 0) for r in hit}):
         mine = [r for r in hit if r.get("rank", 0) == rank]
-        hurt = [r["end"] for r in mine if r["packets_lost"] or r["timeouts"]]
+        hurt = [r["end"] for r in mine if any(counts[id(r)])]
         if not hurt:
             continue
         if not any(r["end"] > max(hurt) for r in mine):  # still hurt at the window's end
@@ -250,8 +308,8 @@ def training_outcome(iterations: list[dict], start: float, end: float) -> dict |
             break
         recovery = max(recovery, round((max(hurt) - start) * 1000, 1))
     return {
-        "training_lost_packets": sum(r["packets_lost"] for r in hit),
-        "training_timeouts": sum(r["timeouts"] for r in hit),
+        "training_lost_packets": sum(c[0] for c in counts.values()),
+        "training_timeouts": sum(c[1] for c in counts.values()),
         "training_recovery_ms": recovery,
     }
 
@@ -280,6 +338,7 @@ def fault_entries(records: list[dict], *, end: float, chains: list[dict], hops: 
     end -= LATE_S  # the newest probes may not have been received when the probes stopped
     done = sorted((r for r in records if r.get("started")), key=lambda r: r["started"])
     base = baseline(chains, done[0]["started"]) if done else None
+    hurt = hurt_times(hops)
     out = []
     for i, rec in enumerate(done):
         start = rec["started"]
@@ -292,7 +351,7 @@ def fault_entries(records: list[dict], *, end: float, chains: list[dict], hops: 
                  "detect_ms": detect_ms, "detected_by": detected_by}
         entry.update(probe_outcome(streams, start, stop))
         entry["baseline_chains"] = base["chains"] if base else 0
-        entry.update(chain_outcome(chains, start, stop, base))
+        entry.update(chain_outcome(chains, start, stop, base, hurt))
         entry.update(training_outcome(iterations, start, stop) or {})
         out.append(entry)
     return out

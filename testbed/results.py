@@ -7,6 +7,7 @@ JSON lines), never from wall-clock guesses in the runner.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +62,8 @@ def training_entry(rank_files: list[Path]) -> dict:
     records = [r for recs in per_iter.values() for r in recs]
     if not records:
         return {"bytes": 0, "goodput_mbps": 0.0, "iterations": 0,
-                "iteration_ms": {"p50": None, "p99": None}, "packets_lost": 0, "timeouts": 0,
+                "iteration_ms": {"p50": None, "p99": None}, "packets_lost": 0,
+                "packets_late": 0, "timeouts": 0,
                 **dict.fromkeys(CONGESTION_KEYS, 0)}
     total_bytes = sum(r["bytes_received"] for r in records)
     span = max(r["end"] for r in records) - min(r["start"] for r in records)
@@ -77,12 +79,26 @@ def training_entry(rank_files: list[Path]) -> dict:
         "iteration_ms": {"p50": stats["p50"], "p99": stats["p99"]} if stats
         else {"p50": None, "p99": None},
         "packets_lost": sum(r.get("packets_lost", 0) for r in records),
+        # arrived after their step's time-out had counted them lost (or twice)
+        "packets_late": sum(r.get("stale_packets", 0) for r in records),
         "timeouts": sum(r.get("timeouts", 0) for r in records),
         **{key: sum(r.get(key, 0) for r in records) for key in CONGESTION_KEYS},
     }
 
 
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+def write_text(path: Path, text: str, *, secret: bool = False) -> None:
+    """Write ``path`` whole or not at all (a temporary file beside it, renamed over it);
+    ``secret``: readable by its owner alone (mode 0600: key files)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict, *, secret: bool = False) -> None:
+    write_text(path, json.dumps(data, indent=2) + "\n", secret=secret)

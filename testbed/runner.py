@@ -9,6 +9,7 @@ so success, an error, Ctrl-C and SIGTERM all unwind the same way, in reverse ord
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import ExitStack
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from testbed import fidelity, layout, report
 from testbed.capabilities import probe
+from testbed.errors import ConfigError
 from testbed.experiments.base import Progress, RunContext
 from testbed.layout import Layout
 from testbed.naming import new_run_id
@@ -133,13 +135,26 @@ def run_section(kind: str, section: dict, out: Path, *, duration_s: float, seed:
     return run(parse(data), out, progress, run_id=run_id)
 
 
-def default_out(results_root: Path, name: str) -> Path:
-    """``results/NAME/TIMESTAMP``; ``results/latest`` will point there."""
-    return results_root / name / time.strftime("%Y%m%d-%H%M%S")
+def default_out(results_root: Path, name: str, label: str = "") -> Path:
+    """``results/NAME/LABELTIMESTAMP``, created now and this run's alone (a run started in
+    the same second gets ``TIMESTAMP-2``, ...); ``results/latest`` will point there."""
+    stamp = label + time.strftime("%Y%m%d-%H%M%S")
+    (results_root / name).mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        out = results_root / name / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            out.mkdir()
+        except FileExistsError:
+            continue
+        return out
+    raise ConfigError("OUT", f"{results_root / name} has 999 runs of {stamp}")
 
 
 def link_latest(results_root: Path, out: Path) -> None:
     latest = results_root / "latest"
-    if latest.is_symlink() or latest.exists():
-        latest.unlink()
-    latest.symlink_to(out.resolve())
+    if latest.exists() and not latest.is_symlink():
+        return  # somebody's own folder of that name: left alone
+    tmp = results_root / f".latest.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(out.resolve())
+    tmp.replace(latest)  # atomically: latest never missing

@@ -22,7 +22,8 @@ from testbed import experiments
 from testbed.errors import ConfigError
 from testbed.experiments.base import Experiment
 from testbed.experiments.fabric_schema import Name
-from topologies.params import ParamError, Section
+from topologies import plugins
+from topologies.params import ParamError, Section, clip
 from topologies.params import parse as parse_section
 
 MAX_SEEDS = 10
@@ -113,19 +114,161 @@ def parse(data: Any, duration_override: float | None = None,
                     experiment=experiment, seeds=seeds)
 
 
-def load(path: Path | str, duration_override: float | None = None,
-         seeds_override: list[int] | None = None) -> Scenario:
-    """Read and validate a scenario file."""
+#: bounds of a scenario document: the file, and the document with every alias expanded
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 100_000  # mappings, sequences and scalars, each alias counted as what it names
+MAX_TEXT = 4 << 20  # characters of every scalar, aliases expanded
+MAX_DEPTH = 40
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the constructor says so
+                break
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {clip(repr(key), 60)} (first on line "
+                    f"{first.start_mark.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _bounded(root: yaml.Node, where: str) -> None:
+    """ConfigError when the document, aliases expanded, is over the bounds (a billion
+    laughs), nests deeper than MAX_DEPTH or refers to itself; computed on the node graph,
+    each node once, so that checking cannot be made slow."""
+    sizes: dict[int, tuple[int, int, int]] = {}  # id -> (nodes, characters, depth)
+    active: set[int] = set()
+
+    def walk(node: yaml.Node) -> tuple[int, int, int]:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(f"{where}:{node.start_mark.line + 1}", "an alias refers to "
+                                                                     "the node it is in")
+        if len(active) >= MAX_DEPTH:
+            raise ConfigError(f"{where}:{node.start_mark.line + 1}",
+                              f"nested deeper than {MAX_DEPTH} levels")
+        active.add(key)
+        if isinstance(node, yaml.ScalarNode):
+            found = (1, len(node.value), 0)
+        else:
+            children = [c for pair in node.value for c in pair] \
+                if isinstance(node, yaml.MappingNode) else list(node.value)
+            nodes, text, depth = 1, 0, 0
+            for child in children:
+                n, t, d = walk(child)
+                nodes, text, depth = nodes + n, text + t, max(depth, d)
+            found = (nodes, text, depth + 1)
+        active.discard(key)
+        if found[0] > MAX_NODES or found[1] > MAX_TEXT:
+            raise ConfigError(where, f"over {MAX_NODES} values or {MAX_TEXT >> 20} M "
+                                     "characters with its aliases expanded")
+        sizes[key] = found
+        return found
+
+    walk(root)
+
+
+def read(path: Path | str) -> Any:
+    """A scenario file's YAML document, not yet validated: UTF-8, at most MAX_FILE_BYTES,
+    no key twice in a mapping, bounded when its aliases are expanded (:func:`_bounded`);
+    every problem a one-line ConfigError."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(str(path), exc.strerror or "cannot be read") from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(path.name, f"over {MAX_FILE_BYTES >> 20} MB: not a scenario file")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path.name}:{line}", f"not UTF-8 text (byte {exc.start} is "
+                                                 f"0x{raw[exc.start]:02x})") from None
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _bounded(node, path.name)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path.name}:{mark.line + 1}" if mark else path.name
         problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise ConfigError(where, f"YAML syntax: {problem}") from exc
-    return parse(data, duration_override, seeds_override)
+        raise ConfigError(where, f"YAML syntax: {clip(problem, 200)}") from None
+    except RecursionError:
+        raise ConfigError(path.name, f"nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
+def load(path: Path | str, duration_override: float | None = None,
+         seeds_override: list[int] | None = None) -> Scenario:
+    """Read and validate a scenario file."""
+    return parse(read(path), duration_override, seeds_override)
+
+
+def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
+    """(field, reference) of every plug-in a scenario document names: a dotted ``kind``,
+    a ``package.module:function`` builder, controller ``apps``, a ``package.module:Class``
+    fault action, wherever they are (variants included)."""
+    from testbed import fault_kinds
+
+    found: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            field = f"{where}.{key}" if where else str(key)
+            if key == "kind" and not where and isinstance(value, str) \
+                    and value not in experiments.KINDS:
+                found.append((field, value))
+            elif key == "builder" and isinstance(value, str) and ":" in value:
+                found.append((field, value))
+            elif key == "action" and isinstance(value, str) and ":" in value \
+                    and value not in fault_kinds.KINDS:
+                found.append((field, value))
+            elif key == "apps" and isinstance(value, list):
+                found += [(f"{field}[{i}]", app) for i, app in enumerate(value)
+                          if isinstance(app, str)]
+            else:
+                found += plugin_references(value, field)
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            found += plugin_references(item, f"{where}[{i}]")
+    return found
+
+
+def validate(path: Path | str) -> tuple[str, str]:
+    """``testbed validate``: (scenario name, what was found), without running any code the
+    scenario names: every plug-in it names is checked statically
+    (:func:`topologies.plugins.check`, ConfigError when one is bad); what depends on a
+    plug-in (its sections, the topology a builder returns) is checked when ``testbed run``
+    or ``testbed up`` loads it, before anything is created."""
+    data = read(path)
+    found = []
+    for field, reference in plugin_references(data):
+        default = "EXPERIMENT" if field == "kind" else None
+        try:
+            source = plugins.check(reference, field, default)
+        except ParamError as exc:
+            raise ConfigError(exc.field, exc.reason) from None
+        found.append(f"{reference} ({plugins.relative(source)})")
+    try:
+        sc = parse(data)
+    except plugins.NotLoaded:
+        name = data.get("name", "?") if isinstance(data, dict) else "?"
+        return str(name), (f"checked as far as it can be without running code; it names "
+                           f"plug-ins (found, not loaded): {', '.join(found)}; testbed run "
+                           "and testbed up load them first and check the rest")
+    extra = f"; plug-ins (found, not loaded): {', '.join(found)}" if found else ""
+    return sc.name, f"valid, {sc.experiment.describe()}{extra}"

@@ -15,7 +15,9 @@ def cmd_graph(args) -> int:
     from testbed import graph, scenario
     from testbed.cli import scenario_path
     from testbed.lab.commands import _variant
+    from topologies import plugins
 
+    plugins.allow()  # the drawing is of what a plug-in builder returns
     sc = scenario.load(scenario_path(args.scenario))
     out = Path(args.out) if args.out else None
     fmt = args.format

@@ -71,3 +71,23 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"skipped where the full kernel is required "
                            f"(TESTBED_REQUIRE_FULL_KERNEL=1): {reason}")
+
+
+@pytest.fixture
+def plugins_load():
+    """Plug-ins named by a scenario may be imported in the test, as in ``testbed run``
+    (a validation refuses to: :mod:`topologies.plugins`)."""
+    from topologies import plugins
+
+    with plugins.allowed():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _plugins_refused_again():
+    """A test that ran ``testbed run`` or ``up`` in this process (which allow plug-ins for
+    the rest of the process) leaves the next test refusing them again."""
+    yield
+    from topologies import plugins
+
+    plugins._allowed = False  # noqa: SLF001

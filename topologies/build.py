@@ -26,16 +26,13 @@ topologies.spec.TopologyError: builder: unknown builder 'ring' (known: leaf-spin
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from topologies import explicit, fattree, leafspine
+from topologies import explicit, fattree, leafspine, plugins
 from topologies.graph import check_spec
-from topologies.params import Section, parse
+from topologies.params import ParamError, Section, parse
 from topologies.spec import FabricSpec, TopologyError
 
 #: name -> (parameters model, build(params, prefix) -> spec)
@@ -120,20 +117,13 @@ def build_topology(section: dict | None, prefix: str) -> FabricSpec:
 
 
 def _import(name: str) -> Callable[..., Any]:
-    """The function ``package.module:function``, importable as is or from the current
-    directory (as ``python -m`` would find it)."""
+    """The function ``package.module:function`` of a plug-in module (found on the import
+    path or in the current folder, :func:`topologies.plugins.load`)."""
     module_name, _, attr = name.partition(":")
     try:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            here = str(Path.cwd())
-            if exc.name != module_name.split(".")[0] or here in sys.path:
-                raise
-            sys.path.append(here)
-            module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TopologyError("builder", f"cannot import {module_name!r}: {exc}") from None
+        module = plugins.load(module_name, "builder")
+    except ParamError as exc:
+        raise TopologyError("builder", exc.reason) from None
     function = getattr(module, attr, None)
     if not callable(function):
         raise TopologyError("builder", f"{module_name!r} has no function {attr!r}")

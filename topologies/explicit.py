@@ -119,7 +119,7 @@ def build_explicit(params: Params, *, prefix: str) -> FabricSpec:
     switch_names = [n for n, v in nodes.items() if v.kind == "switch"]
     host_names = [n for n, v in nodes.items() if v.kind == "host"]
     for name, node in nodes.items():
-        if not re.match(NODE_NAME, name):
+        if not re.fullmatch(NODE_NAME, name):
             raise TopologyError(f"nodes.{name}", "a name is lowercase letters and digits, "
                                                  "starting with a letter")
         if node.kind == "host" and (node.tier is not None or node.role is not None):

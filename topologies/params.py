@@ -42,16 +42,27 @@ class ParamError(ValueError):
     """A section's value is malformed or impossible; ``field`` names it (dotted path)."""
 
     def __init__(self, field_name: str, reason: str):
+        field_name, reason = clip(str(field_name), 160), clip(str(reason), 400)
         super().__init__(f"{field_name}: {reason}")
         self.field = field_name
         self.reason = reason
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters (a quoted value is cut short).
+
+    >>> clip("a\\nb", 10), clip("x" * 20, 10)
+    ('a b', 'xxxxxxx...')
+    """
+    text = " ".join(text.split()) if "\n" in text else text
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Section(BaseModel):
     """Base of every scenario section: strict, closed, immutable once parsed."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True,
-                              validate_default=False)
+                              validate_default=False, allow_inf_nan=False)
 
 
 def join(where: str, loc: tuple[Any, ...] | list[Any]) -> str:

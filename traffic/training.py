@@ -52,6 +52,13 @@ log = logging.getLogger("traffic.training")
 EXIT_USAGE = 2
 SPORT_BASE = 49152
 RCVBUF_BYTES = 32 * 1024 * 1024
+#: a RoCE NIC's transmit buffer: the send buffer of a channel's data socket (the kernel
+#: doubles it). A send blocks once this much of the channel's frames wait in the host's
+#: NIC queue, as a QP stops when its NIC is paused; with the 8 MB of an ordinary sender,
+#: a paused NIC's class queue took up to its whole 320 KB, the rank "finished" sending
+#: its step while that still drained behind the pause, and the receiver's step time-out
+#: counted frames that were only late as lost
+NIC_TX_BYTES = 32 * 1024
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SEQ_MASK = 0xFFFFFF
 SEQ_HALF = 0x800000
@@ -193,6 +200,11 @@ def opcode_for(index: int, count: int) -> int:
     return roce.SEND_LAST if index == count - 1 else roce.SEND_MIDDLE
 
 
+def data_sender(iface: str) -> RawSender:
+    """A channel's data socket: a send blocks while ``NIC_TX_BYTES`` wait in the NIC."""
+    return RawSender(iface, sndbuf=NIC_TX_BYTES)
+
+
 @dataclass
 class IterStats:
     """Counters of one iteration (one JSON line)."""
@@ -250,6 +262,8 @@ class RingRank:
         self.sel = selectors.DefaultSelector()
         self.rx_socks: list[socket.socket] = []
         self.senders: list[RawSender] = []
+        #: CNPs leave by a socket of their own: a paused data class never holds them up
+        self.cnp_senders: list[RawSender] = []
         try:
             self._open()
         except BaseException:
@@ -285,7 +299,8 @@ class RingRank:
         self.cnps: list[bytes] = []
         self.templates: list[dict[int, roce.FrameTemplate]] = []
         for k, ch in enumerate(self.me):
-            self.senders.append(RawSender(ch.iface))
+            self.senders.append(data_sender(ch.iface))
+            self.cnp_senders.append(RawSender(ch.iface))
             back = self.pred[k]
             self.cnps.append(roce.cnp_frame(
                 src_mac=ch.mac, dst_mac=ch.gw_mac or back.mac, src_ip=ch.ip, dst_ip=back.ip,
@@ -333,7 +348,7 @@ class RingRank:
     def close(self) -> None:
         for sock in self.rx_socks:
             sock.close()
-        for sender in self.senders:
+        for sender in (*self.senders, *self.cnp_senders):
             sender.close()
         self.sel.close()
 
@@ -374,7 +389,7 @@ class RingRank:
         if tos & 0b11 == roce.ECN_CE:
             st.ce_received += 1
             if self.pacer.allow(k, time.perf_counter()):
-                self.senders[k].send(self.cnps[k])
+                self.cnp_senders[k].send(self.cnps[k])
                 st.cnps_sent += 1
         delta = (bth.dqpn - self.expect_seq) & SEQ_MASK
         if delta >= SEQ_HALF:
@@ -510,6 +525,7 @@ class RingRank:
         t1 = time.perf_counter()
         timeout = self.cfg.step_timeout_ms / 1000
         done_steps = 0
+        hurt_steps: list[list] = []  # [wall time the step began, packets lost, time-outs]
         for step in range(self.steps):
             if self.stop_requested:
                 break
@@ -517,6 +533,8 @@ class RingRank:
             self.expect_seq = seq
             if self.cfg.multipath:
                 self._choose_channels()
+            began = wall_start + (time.perf_counter() - t0)
+            lost_before, timeouts_before = self.stats.packets_lost, self.stats.timeouts
             self._send_step(seq)
             if not self._wait_until(time.perf_counter() + timeout, seq):
                 if self.stop_requested:
@@ -524,6 +542,10 @@ class RingRank:
                 self.stats.timeouts += 1
             self._account(seq)
             done_steps += 1
+            lost = self.stats.packets_lost - lost_before
+            timeouts = self.stats.timeouts - timeouts_before
+            if lost or timeouts:
+                hurt_steps.append([round(began, 6), lost, timeouts])
         self.expect_seq = (it + 1) * self.steps
         for old in [s for s in self.pending if s < self.expect_seq]:
             self.stats.stale_packets += sum(r.packets for r in self.pending.pop(old))
@@ -556,6 +578,9 @@ class RingRank:
             "complete": done_steps == self.steps,
             "channels": len(self.channels_used),
             "send_errors": self.send_errors,
+            # when each hurt step began (its packets sent, its time-out started): what a
+            # fault analysis attributes to the fault in force then
+            "hurt_steps": hurt_steps,
         }
         if self.rps:
             record["rate_mbps"] = [round(rp.rate_mbps, 3) for rp in self.rps]

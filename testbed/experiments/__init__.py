@@ -10,11 +10,11 @@ the tiny example kind that ``tests/integration/test_experiments.py`` runs).
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import sys
 
 from testbed.errors import ConfigError
+from topologies import plugins
+from topologies.params import ParamError
 
 #: kind name -> module whose ``EXPERIMENT`` is the kind's Experiment subclass
 KINDS: dict[str, str] = {
@@ -40,15 +40,16 @@ def get(kind: str):
     module that defines ``EXPERIMENT``); ConfigError otherwise."""
     from testbed.experiments.base import Experiment
 
-    if kind not in KINDS and not DOTTED.match(kind):
+    if kind not in KINDS and not DOTTED.fullmatch(kind):
         raise ConfigError("kind", f"unknown experiment kind {kind!r} (known: "
                                   f"{', '.join(sorted(KINDS))}, or a module's dotted path)")
-    if os.getcwd() not in sys.path:  # plug-ins are importable from where testbed runs
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(KINDS.get(kind, kind))
-    except ImportError as exc:
-        raise ConfigError("kind", f"experiment kind {kind!r} cannot be loaded: {exc}") from None
+    if kind in KINDS:  # the testbed's own
+        module = importlib.import_module(KINDS[kind])
+    else:
+        try:
+            module = plugins.load(kind, "kind")
+        except ParamError as exc:
+            raise ConfigError("kind", exc.reason) from None
     cls = getattr(module, "EXPERIMENT", None)
     if not (isinstance(cls, type) and issubclass(cls, Experiment)):
         raise ConfigError("kind", f"{kind!r} defines no EXPERIMENT (a subclass of "

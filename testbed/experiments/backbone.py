@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -158,6 +159,40 @@ def _number(value: Any, field: str, low: float, high: float) -> float:
     return value
 
 
+#: a PoP, region, link or risk group name of an inline backbone: it becomes part of
+#: namespace and device names, so letters, digits and '-' only, starting with a letter
+NODE_NAME = re.compile(r"[a-z][a-z0-9-]{0,15}")
+MAX_NODES = 100  # PoPs and regions each (their loopbacks are 10.255.{0,1}.N)
+
+
+def _check_names(section: dict, where: str) -> None:
+    """Every name of an inline backbone matches :data:`NODE_NAME` (whole), PoPs and regions
+    are unique together (each is a namespace), links and risk groups each among theirs."""
+    nodes: dict[str, str] = {}
+    for key in ("pops", "regions", "links", "risk_groups"):
+        entries = section.get(key) or []
+        if not isinstance(entries, list):
+            raise ConfigError(f"{where}.{key}", "must be a list")
+        if key in ("pops", "regions") and len(entries) > MAX_NODES:
+            raise ConfigError(f"{where}.{key}", f"at most {MAX_NODES}, got {len(entries)}")
+        seen: set[str] = set()
+        for i, entry in enumerate(entries):
+            field = f"{where}.{key}[{i}]"
+            if not isinstance(entry, dict):
+                raise ConfigError(field, "must be a mapping with a name")
+            name = entry.get("name")
+            if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
+                raise ConfigError(f"{field}.name", "must be 1-16 of a-z, 0-9 or '-', starting "
+                                                   f"with a letter, got {str(name)[:40]!r}")
+            if key in ("pops", "regions"):
+                if name in nodes:
+                    raise ConfigError(f"{field}.name", f"{name!r} is also {nodes[name]}")
+                nodes[name] = f"{key}[{i}]"
+            elif name in seen:
+                raise ConfigError(f"{field}.name", f"repeats {name!r}")
+            seen.add(name)
+
+
 def _topology(section: dict, where: str) -> Backbone:
     topo = section.get("topology", "default")
     if topo == "inline":
@@ -165,10 +200,11 @@ def _topology(section: dict, where: str) -> Backbone:
             if not isinstance(section.get(key), list) or not section[key]:
                 raise ConfigError(f"{where}.{key}", "a non-empty list is required "
                                   "with topology: inline")
+        _check_names(section, where)
         try:
             bb = Backbone.from_dict(section)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}.links", f"malformed backbone: {exc}") from exc
+            raise ConfigError(f"{where}.links", f"malformed backbone: {exc}") from None
         pops = {p.name for p in bb.pops}
         for i, lk in enumerate(bb.links):
             for end in (lk.a, lk.b):

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from testbed import fault_run, layout, ovs_socket, phantom, qos, telemetry_report, workloads
+from testbed import drops, fault_run, layout, ovs_socket, phantom, qos, telemetry_report, workloads
 from testbed.bringup import bring_up, queue_summary
 from testbed.capabilities import Capabilities
 from testbed.errors import ConfigError
@@ -45,6 +45,8 @@ from testbed.lab import capture
 from testbed.naming import new_run_id, run_prefix
 from testbed.qos import Qos, qos_entry
 from testbed.results import agents_entry, training_entry
+from testbed.switchd import SwitchSettings
+from topologies import plugins
 from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
 from topologies.params import ParamError, Section
 from topologies.spec import FabricSpec
@@ -63,6 +65,7 @@ class VariantSection(Section):
     agents: dict[str, Any] | None = None
     training: dict[str, Any] | None = None
     qos: dict[str, Any] | None = None
+    switches: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None
     workloads: list[dict[str, Any]] | None = Field(
         None, description="replaces the scenario's workloads list")
@@ -79,6 +82,8 @@ class Variant:
     agents: dict[str, Any]
     training: dict[str, Any]
     qos: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: which Open vSwitch processes forward (:class:`testbed.switchd.SwitchSettings`)
+    switches: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: bool = False  # the non-blocking reference the report compares against
     faults: tuple[Fault, ...] = ()
     #: ``workloads`` entries other than agents and training, host references resolved
@@ -157,10 +162,16 @@ def _check_congestion_control(algorithm: str, caps: Capabilities, where: str) ->
         raise ConfigError(where, f"{algorithm!r} is not in this kernel; available: {available}")
 
 
+def _clip_repr(value: Any) -> str:
+    text = repr(value) if isinstance(value, str | int | float | bool) else type(value).__name__
+    return text[:40]
+
+
 class FabricExperiment(base.Experiment):
     KIND = "fabric"
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
-                "training": Training, "qos": Qos, "faults": {"type": "array", "items": FaultEntry},
+                "training": Training, "qos": Qos, "switches": SwitchSettings,
+                "faults": {"type": "array", "items": FaultEntry},
                 "workloads": list[Workload],
                 "variants": {"type": "array", "items": VariantSection},
                 "capture": {"type": "array", "items": {"type": "string"},
@@ -169,15 +180,18 @@ class FabricExperiment(base.Experiment):
 
     def __init__(self, data: dict, **kw: Any) -> None:
         super().__init__(data, **kw)
-        base_ = {s: data.get(s) or {} for s in ("topology", *SECTIONS)}
-        for s, v in base_.items():
+        base_ = {s: {} if data.get(s) is None else data[s] for s in ("topology", *SECTIONS)}
+        for s, v in base_.items():  # given empty or as a list, a string, false: not a default
             if not isinstance(v, dict):
-                raise ConfigError(s, "must be a mapping")
+                raise ConfigError(s, f"must be a mapping, got {type(v).__name__}")
         self._check_variant(self.name, base_, "", data.get("faults"),  # base errors by path
                             data.get("workloads"))
-        raw_variants = data.get("variants") or [{"name": self.name}]
-        if not isinstance(raw_variants, list):
-            raise ConfigError("variants", "must be a list")
+        raw_variants = data.get("variants")
+        if raw_variants is None:
+            raw_variants = [{"name": self.name}]
+        if not isinstance(raw_variants, list) or not raw_variants:
+            raise ConfigError("variants", "must be a list of one variant or more, got "
+                                          f"{_clip_repr(raw_variants)}")
         variants, seen = [], set()
         for i, raw in enumerate(raw_variants):
             where = f"variants[{i}]"
@@ -216,8 +230,12 @@ class FabricExperiment(base.Experiment):
         sections, extra = self._fold_workloads(sections, loads, prefix)
         resolved = {s: self.section(model, sections.get(s), f"{prefix}{s}").model_dump()
                     for s, model in SECTIONS.items()}
+        raw = sections.get("topology")
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"{prefix}topology", f"must be a mapping, got "
+                                                   f"{type(raw).__name__}")
         try:
-            topology = resolve(sections.get("topology") or {})
+            topology = resolve(raw or {})
             spec = build_topology(topology, "tb0000")
         except ParamError as exc:
             raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from None
@@ -230,7 +248,7 @@ class FabricExperiment(base.Experiment):
                 checked.append({k: v for k, v in fault.items()
                                 if getattr(entry, k, None) is not None or k == "target"})
             faults = checked
-        fault_list = parse_faults(faults, spec, f"{prefix}faults")
+        fault_list = parse_faults(faults, spec, f"{prefix}faults", self.duration_s)
         self._check_controller(resolved["controller"], fault_list, prefix)
         for cls, c in resolved["controller"]["ecn"]["classes"].items():
             if c["min_kb"] >= c["max_kb"]:
@@ -357,12 +375,17 @@ class FabricExperiment(base.Experiment):
                                                   "which the controller's marking groups "
                                                   "do not see; use switch or phantom")
         for i, app in enumerate(controller["apps"]):
-            from controllers.__main__ import app_module
-
+            # loaded where scenarios run (what it defines is checked); a validation
+            # reads its source only
             try:
-                app_module(app)
-            except ValueError as exc:
-                raise ConfigError(f"{where}.apps[{i}]", str(exc)) from None
+                plugins.check(app, f"{where}.apps[{i}]")
+                if plugins.may_load():
+                    from controllers.__main__ import app_module
+
+                    app_module(app)
+            except ValueError as exc:  # ParamError is one
+                raise ConfigError(f"{where}.apps[{i}]", getattr(exc, "reason", str(exc))) \
+                    from None
         if controller["remote"]:
             port = int(controller["remote"].rsplit(":", 1)[1])
             if not 1 <= port <= 65535:
@@ -457,12 +480,17 @@ class FabricExperiment(base.Experiment):
                      f"switches, {len(spec.hosts)} hosts, {len(spec.links)} links)")
             entry["controller_mode"] = variant.controller["mode"]
             live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
-                            stack=stack, seed=seed, qos=variant.qos)
+                            stack=stack, seed=seed, qos=variant.qos,
+                            switches=variant.switches)
             fabric, times = live.fabric, live.times
             stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")
-            send_buffer = ovs_socket.send_buffer_bytes() if caps.ovs_datapath == "user" else None
+            if live.metrics_url:
+                progress(f"{tag}: Prometheus metrics at {live.metrics_url}")
+                entry["metrics_url"] = live.metrics_url
+            send_buffer = (ovs_socket.send_buffer_bytes(fabric.switch_pids())
+                           if caps.ovs_datapath == "user" else None)
             if send_buffer is not None and send_buffer < OVS_SOCKET_BUFFER:
                 progress(f"{tag}: warning: ovs-vswitchd's shared send socket has a "
                          f"{send_buffer // 1024} KB buffer, not {OVS_SOCKET_BUFFER >> 20} MB "
@@ -470,6 +498,7 @@ class FabricExperiment(base.Experiment):
                          "at most that; more is dropped unseen by the queues")
             capture.start_all(fabric, variant.capture, out=out, pid_dir=live.pid_dir,
                               stack=stack)
+            drops_before = fabric.unseen_drops()
             work = workloads.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
             extra = None
@@ -501,6 +530,7 @@ class FabricExperiment(base.Experiment):
                 faults.stop(end=time.time())
             roles = fabric.port_roles()
             stats = fabric.queue_stats()
+            unseen = drops.delta(drops_before, fabric.unseen_drops())
             queues = queue_summary(stats, roles)
             if live.phantom_table:  # the marks per port and class, before the table goes
                 entry["ecn"] = phantom.summary(phantom.read_marks(live.phantom_table), roles,
@@ -513,7 +543,8 @@ class FabricExperiment(base.Experiment):
                                "paths_installed_s": round(times.paths_s, 3),
                                "delay_ms": spec.delay_ms, "delay_applied": fabric.delay_applied,
                                "queue_kb": spec.queue_kb, "mtu": spec.mtu,
-                               "queues": queues, "ovs_send_buffer_bytes": send_buffer}
+                               "queues": queues, "ovs_send_buffer_bytes": send_buffer,
+                               "unseen_drops": unseen}
         entry["telemetry"] = telemetry_report.summarize(out / layout.TELEMETRY,
                                                         out / layout.CONTROLLER_EVENTS)
         if faults:

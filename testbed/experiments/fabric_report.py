@@ -21,8 +21,34 @@ def queue_lines(summary: dict) -> list[str]:
                  for role, q in queues.items() if role != "most_drops"]
         worst = queues.get("most_drops")
         tail = f"; most at {worst['port']} ({worst['drops']:,})" if worst else ""
-        lines.append(f"- **{run['name']}**: dropped at {', '.join(parts)}{tail}.")
+        lines.append(f"- **{run['name']}**: dropped at {', '.join(parts)}{tail}"
+                     f"{unseen_text(run['fabric'].get('unseen_drops'))}.")
     return lines
+
+
+def unseen_text(unseen: dict | None) -> str:
+    """The drops no queue counted (:mod:`testbed.drops`), as a clause of a sentence.
+
+    (The second example's line is folded here; ``NORMALIZE_WHITESPACE`` joins it.)
+
+    >>> unseen_text({"total": 0, "backlog": 0})
+    '; nowhere else'
+    >>> counts = {"total": 3, "switch_sockets": 2, "host_udp": 1, "host_ip": 0,
+    ...           "interfaces": {}, "backlog": 4}
+    >>> print(unseen_text(counts))  # doctest: +NORMALIZE_WHITESPACE
+    ; elsewhere 3 (switch processes not reading a port 2, hosts' UDP receive buffers 1);
+    host-wide input backlog 4
+    """
+    if unseen is None:
+        return ""
+    where = [(unseen.get("switch_sockets", 0), "switch processes not reading a port"),
+             (sum(unseen.get("interfaces", {}).values()), "interfaces"),
+             (unseen.get("host_udp", 0), "hosts' UDP receive buffers"),
+             (unseen.get("host_ip", 0), "hosts' IP input")]
+    parts = ", ".join(f"{what} {n:,}" for n, what in where if n)
+    text = f"; elsewhere {unseen['total']:,} ({parts})" if unseen["total"] else "; nowhere else"
+    backlog = unseen.get("backlog", 0)
+    return text + (f"; host-wide input backlog {backlog:,}" if backlog else "")
 
 
 def ecn_lines(summary: dict) -> list[str]:
@@ -123,7 +149,8 @@ def report_lines(summary: dict, out: Path) -> list[str]:
     if queues:
         lines += ["## Where the switches dropped packets", "",
                   "Egress drops per port role (switch buffers are "
-                  f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port):", "",
+                  f"{summary['runs'][0]['fabric'].get('queue_kb', '?')} KB a port), and "
+                  "what the kernel dropped elsewhere in the lab in the same window:", "",
                   *queues, ""]
         send = [run["fabric"].get("ovs_send_buffer_bytes") for run in summary["runs"]]
         small = [b for b in send if b is not None and b < 4 * 1024 * 1024]

@@ -13,6 +13,7 @@ from pydantic import Field, WithJsonSchema, field_validator
 
 from testbed import fault_kinds
 from testbed.qos import Qos
+from testbed.switchd import SwitchSettings
 from topologies.params import Section
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
@@ -78,8 +79,10 @@ class Controller(Section):
         2000, ge=0, le=1_000_000,
         description="port samples a second at most (0: no limit): on a fabric with more "
                     "switch ports than budget x telemetry_ms / 1000 the interval grows")
-    prometheus_port: int = Field(0, ge=0, le=65535,
-                                 description="0 (off) or 1024..65535, on 127.0.0.1")
+    prometheus_port: Literal["auto"] | Annotated[int, Field(ge=0, le=65535)] = Field(
+        0, description="Prometheus metrics of every switch port on 127.0.0.1: 0 (off), "
+                       "auto (a free port, printed at start and recorded, so that labs "
+                       "running side by side never collide) or a fixed 1024..65535")
     adaptive: Adaptive = Adaptive()
     ecn: Ecn = Ecn()
     fast_failover: bool = False
@@ -94,8 +97,8 @@ class Controller(Section):
 
     @field_validator("prometheus_port")
     @classmethod
-    def _port(cls, value: int) -> int:
-        if value and value < 1024:
+    def _port(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value and value < 1024:
             raise ValueError("must be 0 (off) or 1024..65535")
         return value
 
@@ -263,4 +266,5 @@ class Workloads(Section):
 
 #: the sections every variant has (the scenario's base, deep-merged with its overrides)
 SECTIONS: dict[str, type[Section]] = {"controller": Controller, "agents": Agents,
-                                      "training": Training, "qos": Qos}
+                                      "training": Training, "qos": Qos,
+                                      "switches": SwitchSettings}

@@ -8,7 +8,8 @@ The kind runs two variants one after the other on the same namespaces and addres
 * ``protected``: the same namespaces joined by a MACsec link whose wire runs
   through a hub (:class:`~testbed.macsec.wire.TappedWire`) where an attacker
   namespace injects tampered, replayed and untagged frames toward b, and where
-  tcpdump captures the wire to ``wire.pcap``.
+  tcpdump captures the wire to ``wire.pcap`` in the variant's folder, beside the
+  ``macsec-keys.json`` that decrypts it (fresh SAKs for every seed's protected run).
 
 Both shape each veth's egress to ``link_mbps`` and carry agent chains (services
 in b, driver in a) for ``duration_s`` plus one bulk TCP flow a -> b (iperf3) for
@@ -54,7 +55,9 @@ Watch = Callable[[list[WatchedLink]], AbstractContextManager]
 IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
+SETTLE_MAX_S = 5.0
 KEYS_FILE = "macsec-keys.json"
+WIRE_PCAP = "wire.pcap"
 #: receive counters an attack can raise (the rest only count good frames)
 ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag",
                    "InPktsUntagged", "InPktsBadTag", "InPktsNoSCI", "InPktsUnknownSCI",
@@ -216,6 +219,8 @@ class Lab:
         self.pid_dir = run_dir(run_id)
         self.keys: dict[str, dict[int, str]] = {s: dict(self.cfg.side(s).keys) for s in "ab"}
         self.rotations: list[dict] = []
+        #: every protected run's keys and capture (a seed each), in run order
+        self.protected_runs: list[dict] = []
 
     def _shape(self, ifname_a: str, ifname_b: str, mtu: int) -> None:
         shape(ifname_a, self.cfg.a.netns, self.s["link_mbps"], mtu)
@@ -263,7 +268,14 @@ class Lab:
 
     def protected(self, out: Path, tag: str,
                   watch: Watch | None = None) -> tuple[dict, dict]:
-        """The MACsec link through the tapped hub, attacked and captured."""
+        """The MACsec link through the tapped hub, attacked and captured into the run's
+        folder ``out`` (``wire.pcap``, with the keys that decrypt it in ``macsec-keys.json``).
+        Every protected run (one per seed) draws its own SAKs: packet numbers start again
+        at 1 on a new link, so the same SAKs would repeat (SAK, SCI, PN) nonces."""
+        if self.protected_runs:
+            self.cfg = self.cfg.rekeyed()
+        self.keys = {side: dict(self.cfg.side(side).keys) for side in "ab"}
+        self.protected_runs.append({"seed": self.seed, "folder": out, "rotations": []})
         cfg, s = self.cfg, self.s
         wire = TappedWire(self.prefix)
         t0 = time.monotonic()
@@ -279,7 +291,7 @@ class Lab:
             vout = traffic.out
             capture = traffic.helper("tcpdump", wire.netns, [
                 "tcpdump", "-i", wire.port("b"), "-s", "0", "--immediate-mode", "-U", "-B",
-                "8192", "-Z", "root", "-w", str(self.out / "wire.pcap")])
+                "8192", "-Z", "root", "-w", str(vout / WIRE_PCAP)])
             if not wait_for(lambda: "listening on" in _read(vout / "tcpdump.log"), 10):
                 raise BringUpError(f"tcpdump did not start (see {vout / 'tcpdump.log'})")
             traffic.start_servers()
@@ -302,8 +314,7 @@ class Lab:
                           f"tampered, {attack['replayed']} replayed, {attack['untagged']} "
                           "untagged")
             traffic.wait(lambda t: self._maybe_rotate(link, t), self.progress, tag)
-            time.sleep(SETTLE_S)  # queues drain; counters settle
-            macsec_links = self._link_stats(link)
+            macsec_links = self._settled_stats(link)
             capture.stop()
             t1 = time.monotonic()
         entry = self._entry("protected", traffic, {"switches": 1, "hosts": 3, "links": 3},
@@ -313,14 +324,31 @@ class Lab:
 
     def _maybe_rotate(self, link: Link, elapsed: float) -> None:
         at = self.s["rotate_at_s"]
-        if at is None or self.rotations or elapsed < at:
+        this = self.protected_runs[-1]["rotations"]
+        if at is None or this or elapsed < at:
             return
         keys = {s: os.urandom(self.cfg.cipher_suite.key_len).hex() for s in "ab"}
         an = link.rotate(keys)
         for side in "ab":
             self.keys[side][an] = keys[side]
-        self.rotations.append({"at_s": round(elapsed, 3), "an": an})
+        this.append({"at_s": round(elapsed, 3), "an": an})
+        self.rotations.append({"seed": self.seed, "at_s": round(elapsed, 3), "an": an})
         self.progress(f"protected: rotated keys at {elapsed:.1f} s to AN {an}")
+
+    def _settled_stats(self, link: Link) -> dict:
+        """The link's counters once the queues have drained: read every SETTLE_S until
+        two readings agree (a forwarder a loaded host delays is still handing frames
+        over), at most SETTLE_MAX_S."""
+        deadline = time.monotonic() + SETTLE_MAX_S
+        time.sleep(SETTLE_S)
+        stats = self._link_stats(link)
+        while time.monotonic() < deadline:
+            time.sleep(SETTLE_S)
+            again = self._link_stats(link)
+            if again == stats:
+                break
+            stats = again
+        return stats
 
     def _link_stats(self, link: Link) -> dict:
         sides = {s: link.counters(s) for s in "ab"}
@@ -330,14 +358,28 @@ class Lab:
             result["io"] = {s: link.stats(s)["io"] for s in "ab"}
         return result
 
-    def keys_record(self) -> dict:
-        """The lab keys of the run, enough to decrypt ``wire.pcap`` (hex)."""
+    def link_keys(self) -> dict:
+        """The keys of the protected run now running (or last run): one link entry."""
         cfg = self.cfg
         sides = {s: {"sci": cfg.side(s).sci, "ssci": cfg.side(s).ssci, "mac": cfg.side(s).mac,
                      "keys": {str(an): k for an, k in sorted(self.keys[s].items())}}
                  for s in "ab"}
-        return {"links": [{"name": self.prefix, "suite": cfg.suite, "encrypt": cfg.encrypt,
-                           "salt": cfg.salt, "sides": sides}]}
+        name = self.prefix if len(self.protected_runs) <= 1 else \
+            f"{self.prefix}-seed{self.protected_runs[-1]['seed']}"
+        return {"name": name, "suite": cfg.suite, "encrypt": cfg.encrypt, "salt": cfg.salt,
+                "sides": sides}
+
+    def finish_protected(self) -> None:
+        """Keep the keys of the protected run that just ended, and write them beside its
+        capture."""
+        run = self.protected_runs[-1]
+        run["keys"] = self.link_keys()
+        write_json(run["folder"] / KEYS_FILE, {"links": [run["keys"]]}, secret=True)
+
+    def keys_record(self) -> dict:
+        """The lab keys of every protected run so far (a link entry each, every SAK it
+        used), enough to decrypt each run's ``wire.pcap`` (hex)."""
+        return {"links": [r["keys"] for r in self.protected_runs if "keys" in r]}
 
 
 def _no_watch(links: list[WatchedLink]) -> AbstractContextManager:
@@ -418,7 +460,7 @@ class MacsecExperiment(base.Experiment):
         claim(run_id)
         if made_pid_dir:
             ctx.stack.callback(shutil.rmtree, lab.pid_dir, True)
-        write_json(ctx.root / KEYS_FILE, lab.keys_record())
+        write_json(ctx.root / KEYS_FILE, lab.keys_record(), secret=True)
 
     def run_variant(self, variant: base.VariantRef, *, seed: int, out: Path, tag: str,
                     ctx: base.RunContext) -> dict:
@@ -427,7 +469,8 @@ class MacsecExperiment(base.Experiment):
         if variant.name == "unprotected":
             return self.lab.unprotected(out, tag, ctx.watch)
         entry, self.details = self.lab.protected(out, tag, ctx.watch)
-        write_json(ctx.root / KEYS_FILE, self.lab.keys_record())
+        self.lab.finish_protected()
+        write_json(ctx.root / KEYS_FILE, self.lab.keys_record(), secret=True)
         return entry
 
     def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
@@ -441,6 +484,15 @@ class MacsecExperiment(base.Experiment):
         throughput["ratio"] = _ratio(throughput["protected"], throughput["unprotected"])
         latency = {e["name"]: {q: e["agents"]["latency_ms"][q] for q in ("p50", "p99")}
                    for e in (protected, plain)}
+        # wire.pcap in the results folder: the last protected run's (what the lab guide
+        # opens), a relative link
+        last = (self.lab.protected_runs[-1]["folder"] / WIRE_PCAP).relative_to(out)
+        link_path = out / WIRE_PCAP
+        if link_path.is_symlink() or not link_path.exists():
+            tmp = out / f".{WIRE_PCAP}.tmp"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(last)
+            tmp.replace(link_path)
         macsec = {
             "backend": details["backend"], "suite": cfg["suite"], "encrypt": cfg["encrypt"],
             "validate": cfg["validate"], "replay_window": cfg["replay_window"],
@@ -450,7 +502,12 @@ class MacsecExperiment(base.Experiment):
             "throughput_mbps": throughput,
             "chain_latency_ms": latency,
             "rotations": self.lab.rotations,
-            "wire_pcap": "wire.pcap",
+            # the last protected run's capture; every seed's in captures
+            "wire_pcap": str(last),
+            "captures": [{"seed": r["seed"],
+                          "wire_pcap": str((r["folder"] / WIRE_PCAP).relative_to(out)),
+                          "keys_file": str((r["folder"] / KEYS_FILE).relative_to(out))}
+                         for r in self.lab.protected_runs],
             "keys_file": KEYS_FILE,
             # the same keys as Wireshark's MACsec "Pre-Shared Key List" file
             "wireshark_keys_file": write_uat(self.lab.keys_record(), out / UAT_FILE).name,
@@ -464,12 +521,17 @@ class MacsecExperiment(base.Experiment):
         """The report's MACsec section (Markdown lines)."""
         macsec = summary["macsec"]
         return ["## MACsec", "", closing_note(macsec), "",
-                "The protected wire is in `wire.pcap`; the lab keys that decrypt it are in "
-                f"`{macsec['keys_file']}` and in `summary.json`; `testbed decrypt wire.pcap "
-                f"--keys {macsec['keys_file']} -o plain.pcap` writes its plaintext"
+                f"The protected wire is in `{macsec['wire_pcap']}` (each seed's in its "
+                "protected folder, with fresh keys); the lab keys that decrypt them are in "
+                f"`{macsec['keys_file']}` and in `summary.json`; `testbed decrypt "
+                f"{macsec['wire_pcap']} --keys {macsec['keys_file']} -o plain.pcap` writes its "
+                "plaintext"
                 + (f", and `{macsec['wireshark_keys_file']}` is Wireshark's MACsec key list "
                    "(copy it into a Wireshark profile)" if macsec.get("wireshark_keys_file")
-                   else "") + ".", ""]
+                   else "") + ".", "",
+                "The key files are readable by their owner alone (mode 0600), and "
+                "`summary.json` holds the same keys: whoever has them decrypts every capture "
+                "of this run. They are lab keys, drawn for this run only.", ""]
 
 
 def closing_note(macsec: dict) -> str:

@@ -52,7 +52,7 @@ class BackboneLab:
             macsec_backend=backend, shape=self.cfg["shape"] and caps.htb, delay=caps.netem,
             progress=self.progress, name=self.name)
         if self.net.secure:  # so that a capture of a wire can be decrypted
-            write_json(self.out / KEYS_FILE, self.net.secure.keys())
+            write_json(self.out / KEYS_FILE, self.net.secure.keys(), secret=True)
             write_uat(self.net.secure.keys(), self.out / UAT_FILE)
 
     def hosts(self) -> dict[str, dict]:

@@ -67,6 +67,9 @@ def cmd_up(args) -> int:
     from testbed.cli import scenario_path
     from testbed.layout import Layout
     from testbed.runner import default_out
+    from topologies import plugins
+
+    plugins.allow()  # a lab runs the code its scenario names (validate does not)
 
     duration = None
     if args.duration is not None:
@@ -92,8 +95,8 @@ def cmd_up(args) -> int:
     _root("testbed up")
     run_id = new_run_id()
     name = args.name or run_id
-    stamp = default_out(Path(args.results).resolve(), sc.name)
-    out = Layout(stamp.with_name(f"lab-{name}-{stamp.name}")).variant(variant.name)
+    out = Layout(default_out(Path(args.results).resolve(), sc.name,
+                             label=f"lab-{name}-")).variant(variant.name)
     out.mkdir(parents=True, exist_ok=True)
     request = {"run_id": run_id, "name": name, "scenario_file": str(path),
                "variant": variant.name, "traffic": args.traffic, "duration_s": duration,

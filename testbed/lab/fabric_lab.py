@@ -48,9 +48,12 @@ class FabricLab:
         controller = self.variant.controller
         self.live = live = bring_up(
             spec, caps, run_id=self.run_id, controller=controller, out=self.out,
-            stack=self.stack, seed=self.scenario.seed, qos=self.variant.qos)
+            stack=self.stack, seed=self.scenario.seed, qos=self.variant.qos,
+            switches=self.variant.switches)
         self.progress(f"{self.name}: fabric up in {live.times.start_s:.2f} s, every plane "
                       "reachable")
+        if live.metrics_url:
+            self.progress(f"{self.name}: Prometheus metrics at {live.metrics_url}")
         net = live.fabric.net
         mncli.sync_addresses(net, spec)
         mncli.add_short_names(net, spec.prefix)
@@ -113,8 +116,14 @@ class FabricLab:
                 f"   # then link_up; rail_fail, switch_fail, plane_fail, degrade --loss, "
                 "controller_kill ...",
                 f"testbed capture {lab} {short(port.a_intf)} --seconds 5",
-                f"ovs-ofctl -O OpenFlow13 dump-flows {port.a}",
+                f"ovs-ofctl -O OpenFlow13 dump-flows {self._ofctl_target(port.a)}",
                 f"testbed down {lab}"]
+
+    def _ofctl_target(self, bridge: str) -> str:
+        """What ovs-ofctl is given for ``bridge``: its management socket when it lives in
+        one of the lab's own switch processes, else its name (the host's Open vSwitch)."""
+        daemons = self.live.fabric.daemons
+        return daemons.mgmt(bridge) if daemons is not None else bridge
 
     # -- faults by hand ----------------------------------------------------------------
     def fault(self, kind: str, target: str | None, **params: float) -> str:

@@ -32,7 +32,7 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}$")
 
 
 def check_name(name: str) -> str:
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise ConfigError("--name", f"{name!r} must be 1-24 of a-z, 0-9, '-' or '_'")
     return name
 

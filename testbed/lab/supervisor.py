@@ -31,7 +31,8 @@ from pathlib import Path
 from testbed import scenario as scenario_mod
 from testbed.errors import ConfigError, Interrupted
 from testbed.lab import state
-from testbed.naming import claim, run_dir
+from testbed.naming import claim, pid_record, run_dir
+from topologies import plugins
 
 ACCEPT_POLL_S = 0.5
 
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("request", help="the lab request (JSON) that testbed up wrote")
     parser.add_argument("--ready-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    plugins.allow()  # the lab runs the code its scenario names
     request = json.loads(Path(args.request).read_text())
     ready = os.fdopen(args.ready_fd, "w", buffering=1)
 
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             claim(run_id)
             stack.callback(shutil.rmtree, run_dir(run_id), True)
-            (run_dir(run_id) / state.SUPERVISOR_PID).write_text(str(os.getpid()))
+            (run_dir(run_id) / state.SUPERVISOR_PID).write_text(pid_record(os.getpid()))
             sc = scenario_mod.load(request["scenario_file"],
                                    duration_override=request.get("duration_s"))
             variant = next(v for v in sc.variants if v.name == request["variant"])
@@ -207,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 # did not see it alive): record the lab again, so that it stays reachable
                 progress(f"{name}: run folder files were removed; writing them again")
                 claim(run_id)
-                (run_dir(run_id) / state.SUPERVISOR_PID).write_text(str(os.getpid()))
+                (run_dir(run_id) / state.SUPERVISOR_PID).write_text(pid_record(os.getpid()))
                 state.write(record)
                 servers[-1].close()
                 servers.append(Server(state.socket_path(run_id), lab, record, stop))

@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -71,7 +72,7 @@ class LinkConfig:
     delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        if not _RUN_ID.match(self.run_id):
+        if not _RUN_ID.fullmatch(self.run_id):
             raise ConfigError(f"run id must be 1-10 of [a-z0-9], got {self.run_id!r}")
         suite = CipherSuite.parse(self.suite)
         ValidateFrames(self.validate)
@@ -127,6 +128,16 @@ class LinkConfig:
             data[s] = SideConfig(**side)
         return cls(**data)  # type: ignore[arg-type]
 
+    def rekeyed(self) -> LinkConfig:
+        """The same link with fresh random SAKs (one per side, at ``initial_an``) and a
+        fresh XPN salt: a link built from it never repeats a (SAK, SCI, PN) of this one,
+        although its packet numbers start again at 1."""
+        suite = CipherSuite.parse(self.suite)
+        sides = [dataclasses.replace(side, keys={
+            self.initial_an: os.urandom(suite.key_len).hex()}) for side in (self.a, self.b)]
+        return dataclasses.replace(self, a=sides[0], b=sides[1],
+                                   salt=os.urandom(12).hex() if suite.xpn else "")
+
     @classmethod
     def generate(
         cls,
@@ -141,7 +152,7 @@ class LinkConfig:
         The /24 subnet defaults to one in 10.128.0.0/9 derived from the run id.
         """
         suite = CipherSuite.parse(suite)
-        if not _RUN_ID.match(run_id):
+        if not _RUN_ID.fullmatch(run_id):
             raise ConfigError(f"run id must be 1-10 of [a-z0-9], got {run_id!r}")
         crc = zlib.crc32(run_id.encode())
         if subnet is None:

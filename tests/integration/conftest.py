@@ -31,7 +31,7 @@ def leftovers(prefix: str) -> list[str]:
 
 @contextmanager
 def small_fabric(tmp_path_factory, name: str, *, controller: dict | None = None,
-                 **topology: object) -> Iterator[tuple]:
+                 switches: dict | None = None, **topology: object) -> Iterator[tuple]:
     """A real fabric: 2 planes of 4 nodes, 2 leaves and 2 spines per plane, 50 Mb/s
     (``topology`` overrides), its controller running with ``controller`` (ECMP if None).
     Yields (live fabric, its ExitStack), ``live.out`` its folder; checks for leftovers
@@ -48,7 +48,8 @@ def small_fabric(tmp_path_factory, name: str, *, controller: dict | None = None,
     out = tmp_path_factory.mktemp(name)
     with ExitStack() as stack:
         live = bring_up(spec, probe(run_id), run_id=run_id,
-                        controller=controller or {"mode": "ecmp"}, out=out, stack=stack)
+                        controller=controller or {"mode": "ecmp"}, out=out, stack=stack,
+                        switches=switches)
         live.out = out
         yield live, stack
     assert leftovers(prefix) == []

@@ -51,9 +51,7 @@ def _fabric(tmp_path_factory, controller: dict, link_mbps: float = 20):
 
 @pytest.fixture(scope="module")
 def congestion_live(tmp_path_factory):
-    from testbed.bringup import free_port
-
-    yield from _fabric(tmp_path_factory, {**CONTROLLER, "prometheus_port": free_port()})
+    yield from _fabric(tmp_path_factory, {**CONTROLLER, "prometheus_port": "auto"})
 
 
 @pytest.fixture(scope="module")
@@ -150,14 +148,12 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     peak = max(s["backlog_bytes"] for s in port_samples(live.out / "telemetry.jsonl")
                if s["ifname"] == congested)
     assert peak > 10_000
-    url = f"http://127.0.0.1:{_prometheus_port(live)}/metrics"
+    # on a port the kernel chose, which the bring-up learned from the controller
+    assert live.metrics_url.startswith("http://127.0.0.1:")
+    url = live.metrics_url
     text = urllib.request.urlopen(url, timeout=5).read().decode()
     assert f'testbed_port_backlog_bytes{{switch="{dst.switch}",port="{dst.switch_port}"' in text
     assert text.count("testbed_port_utilisation{") == len(port_table(spec))
-
-
-def _prometheus_port(live) -> int:
-    return json.loads((live.out / "controller.json").read_text())["prometheus_port"]
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,9 @@ A 1-plane fabric of 5 Mb/s links whose switch ports mark CE with RED
 way a run sets them (each host route's ``congctl``). Two iperf3 flows into one host queue
 at that host's switch port. The sender's data socket must run dctcp with ECN negotiated,
 not DCTCP's fallback (what a sender gets when the receiver's listener does not run DCTCP),
-and must have had data acked with ECE: DCTCP saw the switch's marks. Needs tcp_dctcp and
-RED: the lab VM's kernel.
+and must have had data acked with ECE, and DCTCP's alpha must show that it counted them
+(:func:`reacted`): DCTCP saw the switch's marks. Needs tcp_dctcp and RED: the lab VM's
+kernel.
 """
 
 from __future__ import annotations
@@ -92,6 +93,24 @@ def ce_echoed(sock: dict) -> bool:
     return isinstance(sock["dctcp"], dict) and sock["dctcp"]["ab_ecn"] > 0
 
 
+def reacted(readings: list[dict]) -> bool:
+    """DCTCP counted marked bytes in some window: a reading has ``ab_ecn`` above 0, or its
+    ``alpha`` rose between two readings. Each window's counts are reset on the ACK that
+    ends it, which at a few packets in flight is nearly every ACK, so a reading rarely
+    catches them; but alpha only decays (by 1/16 a window) in windows without marks and
+    rises only with marked bytes in one.
+
+    >>> r = lambda alpha, ab_ecn=0: {"dctcp": {"alpha": alpha, "ab_ecn": ab_ecn}}
+    >>> reacted([r(900), r(504), r(589)]), reacted([r(1024), r(900), r(700)])
+    (True, False)
+    >>> reacted([r(1024), r(700, ab_ecn=8948)]), reacted([{"dctcp": "fallback_mode"}])
+    (True, False)
+    """
+    alphas = [r["dctcp"]["alpha"] for r in readings if isinstance(r["dctcp"], dict)]
+    return any(ce_echoed(r) for r in readings) or any(
+        b > a for a, b in zip(alphas, alphas[1:], strict=False))
+
+
 def test_hosts_run_dctcp_and_it_reacts_to_the_switch_marks(dctcp_live):
     live, stack = dctcp_live
     spec, fabric = live.spec, live.fabric
@@ -123,8 +142,8 @@ def test_hosts_run_dctcp_and_it_reacts_to_the_switch_marks(dctcp_live):
                                   pid_dir=live.pid_dir, stdout_file=output)
             procs.callback(client.stop)
             clients.append(client)
-        # DCTCP's ab_ecn counts the bytes acked with ECE in the current window only: read
-        # the sender's socket until one reading has some, while the flows run
+        # read the sender's socket while the flows run, until DCTCP has shown that it
+        # counted marked bytes (:func:`reacted`)
         readings: list[dict] = []
         receiver: list[dict] = []  # the server's end of that flow, read at the same time
 
@@ -135,7 +154,7 @@ def test_hosts_run_dctcp_and_it_reacts_to_the_switch_marks(dctcp_live):
             readings.append(sock)
             receiver[:] = tcp_sockets(fabric.run(h3.name, [
                 "ss", "-HtinO", "sport", "=", f":{PORTS[0]}"]).stdout)
-            return ce_echoed(sock)
+            return reacted(readings)
 
         wait_for(marked, SECONDS + 2, interval=0.2)
         for client in clients:
@@ -146,8 +165,8 @@ def test_hosts_run_dctcp_and_it_reacts_to_the_switch_marks(dctcp_live):
     # DCTCP falls back to Reno exactly when ECN was not negotiated (ss prints no "ecn"
     # flag for these sockets in the lab VM's iproute2)
     assert all(r["dctcp"] != "fallback_mode" for r in readings), readings
-    assert any(ce_echoed(r) for r in readings), readings
-    assert int(last.get("delivered_ce", 0)) > 0, last  # ...and counted since the start
+    assert int(last.get("delivered_ce", 0)) > 0, last  # ACKs with ECE came back...
+    assert reacted(readings), [(r["dctcp"], r.get("delivered_ce")) for r in readings]
     assert receiver and all(s["cc"] == "dctcp" for s in receiver), receiver  # listener's too
     for output in outputs:  # iperf3's own view of both ends
         end = json.loads(output.read_text())["end"]

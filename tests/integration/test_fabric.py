@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -150,13 +152,60 @@ def test_a_small_ovs_send_socket_is_enlarged_in_place(live):
     forwards in the kernel and has no such socket."""
     from testbed import ovs_socket
     from testbed.fabric import OVS_SOCKET_BUFFER
+    from testbed.fidelity import ovs_pid
 
-    assert ovs_socket.send_buffer_bytes() >= OVS_SOCKET_BUFFER  # bring-up made sure
-    pid, fd = ovs_socket.locate()
+    pid = ovs_pid()
+    assert ovs_socket.send_buffer_bytes([pid]) >= OVS_SOCKET_BUFFER  # bring-up made sure
+    fd, _ = ovs_socket.send_sockets()[pid]
     try:
         assert ovs_socket.set_size(pid, fd, 212992) is None
-        assert ovs_socket.send_buffer_bytes() == 212992
-        assert ovs_socket.enlarge(OVS_SOCKET_BUFFER) is None
-        assert ovs_socket.send_buffer_bytes() >= OVS_SOCKET_BUFFER
+        assert ovs_socket.send_buffer_bytes([pid]) == 212992
+        assert ovs_socket.enlarge(OVS_SOCKET_BUFFER, [pid]) is None
+        assert ovs_socket.send_buffer_bytes([pid]) >= OVS_SOCKET_BUFFER
     finally:
         ovs_socket.set_size(pid, fd, OVS_SOCKET_BUFFER)
+
+
+@contextmanager
+def _host_address(prefix: str):
+    """An IPv4 address of the host's own namespace, for the test's ARP question: on a
+    veth of the run's own (named with its prefix, removed after), so the test does not
+    depend on what the host has (the lab VM's namespace has no address)."""
+    a, b, address = f"{prefix}z0", f"{prefix}z1", "192.0.2.77"
+    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", a], check=True)
+        subprocess.run(["ip", "link", "set", a, "up"], check=True)
+        yield address
+    finally:
+        subprocess.run(["ip", "link", "del", a], capture_output=True)
+
+
+def test_the_hosts_own_stack_takes_no_part_in_the_lab(live):
+    """Every switch port in the host's namespace has no IPv6 address and the sysctls that
+    keep the host's stack out; a lab host asking by ARP for one of the host's own
+    addresses (whose request every root-side port's kernel sees) gets no reply (before
+    the ports were sealed, the host answered)."""
+    from testbed.fabric import ROOT_PORT_SYSCTLS
+
+    spec = live.spec
+    ports = [p.ifname for p in spec.switch_ports()]
+    if live.fabric.caps.ovs_datapath == "user":  # sealed; the kernel datapath's OVS takes
+        for ifname in ports:                     # a port's frames before the stack does
+            for family, key, value in ROOT_PORT_SYSCTLS:
+                path = Path(f"/proc/sys/net/{family}/conf/{ifname}/{key}")
+                assert path.read_text().strip() == value, (ifname, key)
+        inet6 = subprocess.run(["ip", "-6", "-o", "addr", "show"], capture_output=True,
+                               text=True).stdout
+        assert not [line for line in inet6.splitlines() if line.split()[1] in ports]
+    a = spec.hosts[0]
+    intf = a.interface(0, 0)
+    with _host_address(spec.prefix) as target:
+        asker = (
+            "from scapy.all import ARP, Ether, srp\n"
+            f"ans, _ = srp(Ether(dst='ff:ff:ff:ff:ff:ff') / ARP(pdst='{target}', "
+            f"psrc='{intf.ip}'), iface='{intf.name}', timeout=2, retry=1, verbose=0)\n"
+            "print(len(ans))\n")
+        done = live.fabric.run(a.name, [sys.executable, "-c", asker], timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", f"the host answered ARP for {target}"

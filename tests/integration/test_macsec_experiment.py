@@ -110,3 +110,4 @@ def test_nothing_left_behind(result: tuple[dict, Path, str]) -> None:
     assert not run_dir(run_id).exists()
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert not [line for line in ps.splitlines() if prefix in line]
+

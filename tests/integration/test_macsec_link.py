@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def link(tmp_path: Path) -> Iterator[UserspaceLink]:
 
 def ping(link: UserspaceLink, count: int = 5, interval: float = 0.1) -> str:
     cfg = link.config
-    out = run(["ping", "-c", str(count), "-i", str(interval), "-W", "2", cfg.b.address],
+    # -w: wait for every reply, not two round trips after the last request
+    out = run(["ping", "-c", str(count), "-i", str(interval), "-w", "30", cfg.b.address],
               netns=cfg.a.netns, check=False, timeout=60)
     return out.stdout
 
@@ -156,7 +158,7 @@ def test_attacks_are_dropped_and_counted(link: UserspaceLink, tmp_path: Path) ->
 
 def test_rotation_during_traffic_loses_nothing(link: UserspaceLink, tmp_path: Path) -> None:
     cfg = link.config
-    pinger = spawn(["ping", "-c", "400", "-i", "0.005", "-W", "2", cfg.b.address],
+    pinger = spawn(["ping", "-c", "400", "-i", "0.005", "-w", "30", cfg.b.address],
                    cfg.a.netns, tmp_path / "ping.log")
     _spawned.append(pinger)
     try:
@@ -168,7 +170,10 @@ def test_rotation_during_traffic_loses_nothing(link: UserspaceLink, tmp_path: Pa
     finally:
         stop_group(pinger)
     out = (tmp_path / "ping.log").read_text()
-    assert "400 received, 0% packet loss" in out, out
+    seen = {int(m) for m in re.findall(r"icmp_seq=(\d+)", out)}
+    assert "400 received, 0% packet loss" in out, (
+        out.splitlines()[-3:], sorted(set(range(1, 401)) - seen),
+        link.counters("a"), link.counters("b"))
     assert ans == [1, 2, 3]
     ca, cb = settle(link)
     for c in (ca, cb):

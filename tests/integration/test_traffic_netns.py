@@ -207,6 +207,10 @@ def test_training_sigterm_writes_whole_lines(lab: Lab, tmp_path: Path) -> None:
     assert summary["iterations"] == len(lines) >= 1
     complete = [x for x in lines if x["complete"]]
     assert complete and all(x["timeouts"] == 2 and x["packets_lost"] > 0 for x in complete)
+    for x in complete:  # each hurt step with when it began, inside its iteration
+        assert [h[2] for h in x["hurt_steps"]] == [1, 1]
+        assert sum(h[1] for h in x["hurt_steps"]) == x["packets_lost"]
+        assert all(x["start"] <= h[0] <= x["end"] for h in x["hurt_steps"])
 
 
 @pytest.mark.root

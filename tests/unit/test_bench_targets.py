@@ -70,7 +70,7 @@ def test_scale_bench_exit_status(monkeypatch, capsys, whole_s, code):
     """The largest fabric's whole run against the issue's 120 s; a failed run is a miss."""
     from bench import scale_bench
 
-    def lab(size, duration_s, work):
+    def lab(size, duration_s, work, switches="host", shards="auto"):
         if whole_s is None:
             return {"rc": 2, "whole_s": 3.0, "peak_bytes": 0, "phases": {}, "error": "boom"}
         return {"rc": 0, "whole_s": whole_s, "peak_bytes": 4e8, "max_process_bytes": 1e8,

@@ -165,20 +165,21 @@ def test_explicit_graph_errors_are_one_line_naming_the_field(change, field, word
 
 
 # -- dotted-path builders and the entry point ------------------------------------------------
-def test_dotted_path_builder_from_examples():
+def test_dotted_path_builder_from_examples(plugins_load):
     spec = build_topology({"builder": "examples.builders.ring:build", "switches": 5}, P)
     assert spec.counts() == {"switches": 5, "hosts": 10, "links": 15}
     assert {sw.tier for sw in spec.switches} == {0}
 
 
 @pytest.mark.parametrize("section, words", [
-    ({"builder": "examples.builders.nothere:build"}, "cannot import"),
+    ({"builder": "examples.builders.nothere:build"}, "no module 'examples.builders.nothere'"),
     ({"builder": "examples.builders.ring:missing"}, "no function 'missing'"),
     ({"builder": "examples.builders.ring:build", "colour": 1}, "does not take"),
-    ({"builder": "builtins:dict"}, "returned dict, not a FabricSpec"),
+    ({"builder": "builtins:dict"}, "not a Python source file"),
+    ({"builder": "types:SimpleNamespace"}, "returned SimpleNamespace, not a FabricSpec"),
     ({"builder": "examples.builders.ring:build", "switches": 2}, "must be an integer 3..32"),
 ])
-def test_dotted_path_builder_errors(section, words):
+def test_dotted_path_builder_errors(section, words, plugins_load):
     with pytest.raises(ParamError) as err:
         build_topology(section, P)
     assert words in str(err.value) and "\n" not in str(err.value)

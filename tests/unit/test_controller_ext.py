@@ -17,7 +17,7 @@ def scenario(controller: dict, **extra) -> dict:
             "controller": controller, **extra}
 
 
-def test_apps_and_remote_are_accepted(monkeypatch):
+def test_apps_and_remote_are_accepted(monkeypatch, plugins_load):
     monkeypatch.chdir(REPO)
     v, = parse(scenario({"apps": ["examples.apps.pin_flow:PinFlow"]})).variants
     assert v.controller["apps"] == ["examples.apps.pin_flow:PinFlow"]
@@ -26,9 +26,9 @@ def test_apps_and_remote_are_accepted(monkeypatch):
 
 
 @pytest.mark.parametrize("controller, field, words", [
-    ({"apps": ["no.such.module"]}, "controller.apps[0]", "cannot import"),
+    ({"apps": ["no.such.module"]}, "controller.apps[0]", "no module 'no'"),
     ({"apps": ["json"]}, "controller.apps[0]", "no os-ken app"),
-    ({"apps": ["examples.apps.pin_flow:Nope"]}, "controller.apps[0]", "no os-ken app 'Nope'"),
+    ({"apps": ["examples.apps.pin_flow:Nope"]}, "controller.apps[0]", "defines no 'Nope'"),
     ({"apps": ["not a module"]}, "controller.apps[0]", "must match"),
     ({"remote": "10.0.0.9:6653"}, "controller.remote", "must match"),
     ({"remote": "127.0.0.1:99999"}, "controller.remote", "1..65535"),
@@ -38,7 +38,8 @@ def test_apps_and_remote_are_accepted(monkeypatch):
     ({"remote": "127.0.0.1:6653", "apps": ["examples.apps.pin_flow"]}, "controller.apps",
      "no effect"),
 ])
-def test_bad_controller_extensions_name_the_field(controller, field, words, monkeypatch):
+def test_bad_controller_extensions_name_the_field(controller, field, words, monkeypatch,
+                                                  plugins_load):
     monkeypatch.chdir(REPO)
     with pytest.raises(ConfigError) as err:
         parse(scenario(controller))

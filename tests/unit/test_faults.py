@@ -35,6 +35,22 @@ def test_failed_action_is_recorded_and_schedule_goes_on():
     assert records[1].ok and records[1].result == "y"
 
 
+@pytest.mark.parametrize("error", [ValueError("embedded null byte"), NotImplementedError(),
+                                   OverflowError("cannot convert float infinity"),
+                                   KeyError("x")])
+def test_a_plugins_bug_is_recorded_and_the_later_faults_still_run(error):
+    def buggy(target: str) -> None:
+        raise error
+
+    sched = Schedule([Fault(0, "bug", "x"), Fault(0.01, "ok", "y")],
+                     {"bug": buggy, "ok": lambda t: t})
+    sched.start()  # in its thread, as in a run
+    sched.join(5)
+    first, second = sched.records
+    assert not first.ok and first.error.startswith(type(error).__name__)
+    assert second.ok and second.result == "y"
+
+
 def test_hooks_and_stop():
     calls = []
     sched = Schedule([Fault(0, "a", "1"), Fault(30, "a", "2")], {"a": lambda t: None},

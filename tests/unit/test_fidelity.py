@@ -4,6 +4,7 @@ from synthetic samples, seeds combined, the report's section (no root, no fabric
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -76,6 +77,30 @@ def test_run_folders_of_this_owner_and_their_pid_files_at_any_depth(tmp_path):
     assert fidelity.owned_run_dirs(77, tmp_path) == [mine]
     assert fidelity.helper_pids([mine]) == {101, 102}
     assert fidelity.owned_run_dirs(99, tmp_path / "missing") == []
+
+
+def test_run_folders_and_pid_files_as_runs_write_them(tmp_path):
+    """Owner and pid files hold "PID START_TIME" (naming.pid_record): found all the same."""
+    mine, other = tmp_path / "1a2b", tmp_path / "3c4d"
+    for folder, owner in ((mine, "77 12345\n"), (other, "771 5\n")):
+        (folder / "switch").mkdir(parents=True)
+        (folder / "owner").write_text(owner)
+    (mine / "controller.pid").write_text("101 4242\n")
+    assert fidelity.owned_run_dirs(77, tmp_path) == [mine]
+    assert fidelity.helper_pids([mine]) == {101}
+
+
+def test_switch_processes_are_the_runs_vswitchd_pid_files_that_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(fidelity, "ovs_pid", lambda: None)
+    folder = tmp_path / "1a2b"
+    (folder / "switch").mkdir(parents=True)
+    me = os.getpid()
+    (folder / "switch" / "vswitchd0.pid").write_text(f"{me} 1\n")
+    (folder / "switch" / "vswitchd1.pid").write_text("999999999 1\n")  # gone
+    (folder / "switch" / "ovsdb0.pid").write_text("1 1\n")  # a database, not a switch
+    assert fidelity.switch_pids([folder]) == [me]
+    monkeypatch.setattr(fidelity, "ovs_pid", lambda: 1)
+    assert fidelity.switch_pids([folder]) == [1, me]
 
 
 # -- CPU deltas on a fake /proc ----------------------------------------------------------

@@ -130,7 +130,7 @@ SPECS = {
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_every_pair_delivered_on_every_plane(name):
+def test_every_pair_delivered_on_every_plane(name, plugins_load):
     spec = SPECS[name]()
     plans = {sw.name: plan_switch(spec, sw.dpid) for sw in spec.switches}
     assert every_pair(spec, plans) > 0
@@ -151,7 +151,7 @@ def test_fat_tree_paths_are_the_equal_cost_ones():
     assert all(r.group is None for r in plans[P + "p0c0"].routes)
 
 
-def test_ring_uses_both_ways_to_the_opposite_switch():
+def test_ring_uses_both_ways_to_the_opposite_switch(plugins_load):
     spec = SPECS["ring"]()
     plans = {sw.name: plan_switch(spec, sw.dpid) for sw in spec.switches}
     paths = deliveries(spec, plans, spec.hosts[0].interface(0, 0),
@@ -160,7 +160,7 @@ def test_ring_uses_both_ways_to_the_opposite_switch():
 
 
 @pytest.mark.parametrize("name", ["fat-tree", "explicit", "ring"])
-def test_recompute_delivers_around_every_dead_link(name):
+def test_recompute_delivers_around_every_dead_link(name, plugins_load):
     spec = SPECS[name]()
     for link, plane in fabric_links(spec):
         if name == "explicit" and link == (P + "l3", P + "s2"):

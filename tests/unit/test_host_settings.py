@@ -112,3 +112,17 @@ def test_fast_rcu_is_held_and_put_back_like_a_sysctl(host, tmp_path, monkeypatch
     knob.unlink()
     with fabric.fast_rcu():  # a kernel without the knob: left alone
         assert not knob.exists()
+
+
+def test_a_value_an_administrator_changed_meanwhile_is_left_alone(host):
+    with host_settings.raised(BIG):
+        host_settings.sysctl_path(NAMES[0]).write_text("1048576\n")  # the admin's
+    assert values() == [1048576, 212992]
+
+
+def test_a_value_the_lab_did_not_raise_is_not_written(host):
+    host_settings.sysctl_path(NAMES[1]).write_text("16777216\n")  # already larger
+    with host_settings.raised(BIG):
+        assert values() == [8388608, 16777216]
+        host_settings.sysctl_path(NAMES[1]).write_text("4096\n")  # the admin's
+    assert values() == [212992, 4096]

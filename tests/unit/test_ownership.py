@@ -110,3 +110,26 @@ def test_an_unclaimed_registration_is_alive_with_its_process(run_root):
     assert "eeee" in naming.live_runs()  # a concurrent clean leaves it alone
     naming.forget("eeee", "netns", "tbeeeens")
     assert not (run_root / "eeee").exists()
+
+
+def test_run_folders_are_closed_to_everyone_but_root_and_frr(tmp_path, monkeypatch):
+    import grp
+    import stat
+
+    root = tmp_path / "run"
+    monkeypatch.setattr(naming, "RUN_ROOT", root)
+    folder = naming.claim("9f9f")
+    try:
+        gid = grp.getgrnam(naming.DAEMON_GROUP).gr_gid
+    except KeyError:
+        gid = None
+    for path in (root, folder):
+        st = path.stat()
+        assert st.st_mode & 0o007 == 0, oct(st.st_mode)  # others: nothing, not even search
+        if gid is None:
+            assert stat.S_IMODE(st.st_mode) == 0o700
+        else:  # FRR's daemons pass through to their configs; they cannot list
+            assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o710, gid)
+    root.chmod(0o755)  # a folder an older testbed left open is closed again
+    naming.register("9f9f", "netns", "tb9f9fx")
+    assert root.stat().st_mode & 0o077 in (0o000, 0o010)

@@ -62,6 +62,8 @@ def test_variant_overrides_deep_merge() -> None:
     ({"mode": "hash"}, "controller.mode"),
     ({"telemetry_ms": 5}, "controller.telemetry_ms"),
     ({"prometheus_port": 80}, "controller.prometheus_port"),
+    ({"prometheus_port": "any"}, "controller.prometheus_port"),
+    ({"prometheus_port": 70000}, "controller.prometheus_port"),
     ({"adaptive": {"imbalance": 0}}, "controller.adaptive.imbalance"),
     ({"adaptive": {"speed": 1}}, "controller.adaptive.speed"),
     ({"adaptive": 3}, "controller.adaptive"),

@@ -1,0 +1,81 @@
+"""``testbed clean`` finds a dead run's processes by its network namespaces.
+
+A run that died (its owner process gone) left a named namespace it registered with a
+detached process inside and no pid file, and a Mininet-style host (a shell named
+``mininet:NODE`` in a namespace of its own) with a daemon started in it, as ``testbed
+exec lab n0 iperf3 -s -D`` leaves one. Clean must stop every one of them and remove the
+namespace; a process in the host's namespace is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.cleanup import clean, netns_processes
+from testbed.naming import new_run_id, register, run_dir, run_prefix
+
+pytestmark = pytest.mark.root
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _sleepers(marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_clean_stops_what_lives_in_a_dead_runs_namespaces():
+    run_id = new_run_id()
+    prefix = run_prefix(run_id)
+    ns, node = f"{prefix}x", f"{prefix}n0"
+    # the owner claims the run and dies
+    subprocess.run([sys.executable, "-c", f"from testbed.naming import claim; "
+                                          f"claim({run_id!r})"], check=True)
+    marker = f"{run_id}{os.getpid()}"  # a sleep length unique to this test
+    secs = f"6{int(marker, 16) % 100000}"
+    bystander = subprocess.Popen(["sleep", secs])  # the host's namespace: left alone
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        register(run_id, "netns", ns)
+        subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", f"sleep {secs} >/dev/null &"],
+                       check=True)
+        register(run_id, "mininet", node)
+        subprocess.Popen(["unshare", "-n", "bash", "-c",
+                          f"sleep {secs} >/dev/null & exec -a mininet:{node} sleep {secs}"],
+                         start_new_session=True)
+        time.sleep(0.5)
+        pids = [p for p in _sleepers(f"sleep {secs}") if p != bystander.pid]
+        shells = _sleepers(f"mininet:{node}")
+        assert len(pids) == 2 and len(shells) == 1, (pids, shells)
+        pids += shells
+        removed, _ = clean(dry_run=True, only={run_id})
+        assert sum("in a namespace of the run" in r for r in removed) == 2, removed
+        removed, _ = clean(only={run_id})
+        assert not [p for p in pids if _alive(p)], removed
+        assert _alive(bystander.pid)
+        assert ns not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                        text=True).stdout
+        assert not run_dir(run_id).exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+        for pid in _sleepers(f"sleep {secs}") + _sleepers(f"mininet:{node}"):
+            os.kill(pid, signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_the_hosts_namespace_is_never_a_runs():
+    root = os.stat("/proc/self/ns/net")  # clean runs in the host's
+    assert netns_processes({(root.st_dev, root.st_ino)}) == []

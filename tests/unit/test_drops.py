@@ -1,0 +1,75 @@
+"""The drop counters no switch queue has, read from a /proc tree laid out as the kernel's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed import drops
+
+#: /proc/net/dev's layout (its two header lines shortened here)
+DEV = """Inter-|   Receive  |  Transmit
+ face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop ...
+    lo: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+tb9p0l0e1: 1000 10 0 {rx} 0 0 0 0 2000 20 0 {tx} 0 0 0 0
+  eth0: 5 5 0 99 0 0 0 0 5 5 0 99 0 0 0 0
+"""
+
+#: /proc/net/snmp's layout, with fewer columns
+SNMP = """Ip: Forwarding DefaultTTL InReceives InHdrErrors InDiscards
+Ip: 1 64 100 0 {ip}
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+Udp: 50 0 {inerr} 40 {rcvbuf} 0
+"""
+
+
+def _proc(root: Path, *, rx=0, tx=0, ip=0, inerr=0, rcvbuf=0, backlog=0) -> Path:
+    (root / "net").mkdir(parents=True, exist_ok=True)
+    (root / "net" / "dev").write_text(DEV.format(rx=rx, tx=tx))
+    (root / "net" / "softnet_stat").write_text(f"00000010 {backlog:08x} 00000000\n"
+                                               "00000010 00000001 00000000\n")
+    host = root / "42" / "net"
+    host.mkdir(parents=True, exist_ok=True)
+    host.joinpath("dev").write_text(DEV.replace("tb9p0l0e1", "tb9h0-eth0").format(rx=rx, tx=0))
+    host.joinpath("snmp").write_text(SNMP.format(ip=ip, inerr=inerr, rcvbuf=rcvbuf))
+    return root
+
+
+def test_a_reading_counts_only_the_labs_interfaces_and_its_hosts(tmp_path, monkeypatch):
+    monkeypatch.setattr(drops, "_ss", lambda: "")
+    proc = _proc(tmp_path, rx=2, tx=3, ip=1, inerr=4, rcvbuf=5, backlog=7)
+    got = drops.read("tb9", ["tb9p0l0e1"], {"h0": 42}, [1], proc=proc)
+    # eth0's 99 drops are the host's, not the lab's
+    assert got == {"switch_sockets": 0, "interfaces": {"tb9p0l0e1": 5, "tb9h0-eth0": 2},
+                   "host_udp": 9, "host_ip": 1, "backlog": 8}
+
+
+def test_the_difference_names_where_the_drops_happened(tmp_path, monkeypatch):
+    sockets = iter([
+        'p_raw UNCONN 0 0 *:tb9p0l0e1 * users:(("ovs-vswitchd",pid=1,fd=40)) '
+        "skmem:(r0,rb8388608,t0,tb212992,f0,w0,o0,bl0,d1)",
+        'p_raw UNCONN 0 0 *:tb9p0l0e1 * users:(("ovs-vswitchd",pid=1,fd=40)) '
+        "skmem:(r0,rb8388608,t0,tb212992,f0,w0,o0,bl0,d4)\n"
+        'p_raw UNCONN 0 0 *:tb8p0l0e1 * users:(("ovs-vswitchd",pid=1,fd=41)) '
+        "skmem:(r0,rb8388608,t0,tb212992,f0,w0,o0,bl0,d50)"])
+    monkeypatch.setattr(drops, "_ss", lambda: next(sockets))
+    before = drops.read("tb9", ["tb9p0l0e1"], {"h0": 42}, [1], proc=_proc(tmp_path))
+    after = drops.read("tb9", ["tb9p0l0e1"], {"h0": 42}, [1],
+                       proc=_proc(tmp_path, rx=1, rcvbuf=2, backlog=3))
+    d = drops.delta(before, after)
+    # another lab's port (tb8...) is not this run's
+    assert d == {"switch_sockets": 3, "host_udp": 2, "host_ip": 0, "backlog": 3,
+                 "interfaces": {"tb9h0-eth0": 1, "tb9p0l0e1": 1}, "total": 7}
+
+
+def test_a_host_that_is_gone_counts_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(drops, "_ss", lambda: "")
+    proc = _proc(tmp_path)
+    got = drops.read("tb9", [], {"h0": 42, "h1": 4242}, None, proc=proc)
+    assert got["host_udp"] == 0 and "tb9h0-eth0" in got["interfaces"]
+
+
+@pytest.mark.parametrize("text", ["", "garbage\n"])
+def test_unreadable_ss_output_counts_nothing(text):
+    assert drops.parse_ss(text, ["tb9p0l0e1"]) == 0

@@ -1,0 +1,66 @@
+"""A helper starts only once its pid file exists (``testbed.procs.Helper``'s gate)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from testbed import procs
+from testbed.naming import recorded_pid
+
+
+def test_the_pid_file_names_the_program_itself(tmp_path):
+    helper = procs.Helper("s", ["sleep", "30"], pid_dir=tmp_path)
+    try:
+        assert procs.wait_for(lambda: b"sleep" in open(f"/proc/{helper.pid}/cmdline",
+                                                       "rb").read(), 5)
+        assert recorded_pid((tmp_path / "s.pid").read_text()) == helper.pid
+        assert os.getpgid(helper.pid) == helper.pid  # its own group, as before
+    finally:
+        assert helper.stop() is not None
+    assert not (tmp_path / "s.pid").exists()
+
+
+def _children() -> set[int]:
+    out = set()
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open(f"/proc/{p}/stat").read().split()[3] == str(os.getpid()):
+                out.add(int(p))
+        except OSError:
+            continue
+    return out
+
+
+def test_a_starter_that_dies_before_the_pid_file_starts_nothing(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+
+    def die(*_args):
+        raise KeyboardInterrupt  # the starter ends between fork and the pid file
+
+    before = _children()  # (other tests' children are not this test's to wait for)
+    monkeypatch.setattr(procs.Path, "write_text", die)
+    with pytest.raises(KeyboardInterrupt):
+        procs.Helper("m", ["touch", str(marker)], pid_dir=tmp_path)
+    monkeypatch.undo()
+    # the gate saw its pipe closed: the shell exits without running the program
+    started = _children() - before
+    assert started, "the helper's shell was never started"
+    left = set(started)
+    deadline = time.monotonic() + 10
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                left.discard(pid)
+        time.sleep(0.02)
+    assert not left, f"the gate's shell did not exit: {left}"
+    assert not marker.exists()
+
+
+def test_a_helper_reads_nothing_from_the_gate(tmp_path):
+    out = tmp_path / "out"
+    helper = procs.Helper("c", ["cat"], pid_dir=tmp_path, stdout_file=out)
+    assert helper.wait(5) == 0 and out.read_bytes() == b""  # stdin is /dev/null
+    helper.stop()

@@ -1,0 +1,183 @@
+"""Code a scenario names: plug-in builders, experiment kinds, controller apps, fault kinds.
+
+A scenario can name code of its own by its module's dotted path (``kind:
+examples.kinds.pingmesh``, ``builder: examples.builders.ring:build``, ``apps:
+["examples.apps.pin_flow:PinFlow"]``, ``action: mypackage.faults:Blackhole``). Such a
+scenario is code that runs as root, like a Makefile. Validation runs none of it:
+:func:`check` finds the module on the import path (and in the current folder, where
+``testbed run`` finds it too) without executing anything, parses its source and checks
+that it defines the name it is asked for at its top level. Only a process that runs or
+brings up a lab calls :func:`allow`; until then :func:`load` refuses with
+:class:`NotLoaded`, so nothing a scenario names can be imported by a validation.
+
+>>> check("examples.builders.ring:build", "topology.builder").name
+'ring.py'
+>>> def reason(reference):
+...     try:
+...         check(reference, "topology.builder")
+...     except ParamError as exc:
+...         return exc.reason
+>>> reason("examples.builders.ring:nope")
+"examples/builders/ring.py defines no 'nope' at its top level"
+>>> reason("builtins:getattr")
+"'builtins' is not a Python source file (a plug-in is a .py module)"
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.machinery
+import os
+import re
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+from topologies.params import ParamError, clip
+
+#: ``package.module`` or ``package.module:name``: what a plug-in reference looks like
+REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?")
+MAX_SOURCE_BYTES = 4 << 20  # a plug-in module larger than this is not read
+
+_allowed = False
+
+
+class NotLoaded(Exception):  # noqa: N818 (not an error of the input: a stop)
+    """A plug-in was about to be imported in a process that runs no scenario code (a
+    validation): what depends on it cannot be checked there. Deliberately not a
+    ParamError, so that no handler of bad input turns it into one."""
+
+    def __init__(self, where: str, module: str, path: Path):
+        super().__init__(f"{where}: plug-in {module} ({relative(path)}) is not loaded: "
+                         "validation runs no code")
+        self.where, self.module, self.path = where, module, path
+
+
+def allow() -> None:
+    """This process runs scenarios (``testbed run``, ``testbed up``): plug-ins may load."""
+    global _allowed
+    _allowed = True
+
+
+@contextmanager
+def allowed():
+    """Plug-ins may load inside the block (tests, benches)."""
+    global _allowed
+    before, _allowed = _allowed, True
+    try:
+        yield
+    finally:
+        _allowed = before
+
+
+def may_load() -> bool:
+    return _allowed
+
+
+def _search_path() -> list[str]:
+    here = os.getcwd()
+    return [*sys.path, here] if here not in sys.path else list(sys.path)
+
+
+def locate(module: str, where: str) -> Path:
+    """The source file of ``module``, found as the import system would find it, but
+    without importing anything (a package's ``__init__`` is not run to find a module
+    inside it); ParamError when there is none or it is not Python source."""
+    if not REFERENCE.fullmatch(module) or ":" in module:
+        raise ParamError(where, f"{clip(str(module), 60)!r} is not a module's dotted path")
+    parts = module.split(".")
+    search: list[str] | None = _search_path()
+    spec = None
+    for i in range(len(parts)):
+        name = ".".join(parts[:i + 1])
+        if i == 0 and (importlib.machinery.BuiltinImporter.find_spec(name) is not None
+                       or importlib.machinery.FrozenImporter.find_spec(name) is not None):
+            raise ParamError(where, f"{name!r} is not a Python source file (a plug-in is a "
+                                    ".py module)")
+        spec = importlib.machinery.PathFinder.find_spec(name, search)
+        if spec is None:
+            raise ParamError(where, f"no module {name!r} on the import path or in "
+                                    f"{os.getcwd()}")
+        if i < len(parts) - 1:
+            search = list(spec.submodule_search_locations or [])
+            if not search:
+                raise ParamError(where, f"{name!r} is a module, not a package")
+    origin = spec.origin if spec is not None else None
+    if spec is not None and spec.submodule_search_locations and origin in (None, "namespace"):
+        raise ParamError(where, f"{module!r} is a folder without __init__.py, not a module")
+    if not origin or not origin.endswith(".py"):
+        raise ParamError(where, f"{module!r} is not a Python source file (a plug-in is a "
+                                ".py module)")
+    return Path(origin)
+
+
+def top_level_names(path: Path, where: str) -> set[str]:
+    """The names a module's source binds at its top level (definitions, assignments,
+    imports), read from its syntax tree; a syntax error is a ParamError."""
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            raise ParamError(where, f"{relative(path)} is over {MAX_SOURCE_BYTES >> 20} MB")
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise ParamError(where, f"{relative(path)}, line {exc.lineno}: {exc.msg}") from None
+    except (OSError, ValueError) as exc:
+        raise ParamError(where, f"{relative(path)} cannot be read: {exc}") from None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target,
+                                                                            ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def check(reference: str, where: str, default: str | None = None) -> Path:
+    """Statically check ``package.module[:name]`` (``name`` defaults to ``default``):
+    the module's source file, which binds the name at its top level. Runs no code."""
+    if not isinstance(reference, str) or not REFERENCE.fullmatch(reference):
+        raise ParamError(where, f"{clip(str(reference), 60)!r} is not package.module or "
+                                "package.module:name")
+    module, _, name = reference.partition(":")
+    path = locate(module, where)
+    names = top_level_names(path, where)
+    name = name or default or ""
+    if name and name not in names:
+        raise ParamError(where, f"{relative(path)} defines no {name!r} at its top level")
+    return path
+
+
+def load(module: str, where: str) -> ModuleType:
+    """Import a plug-in module (from the import path or the current folder); NotLoaded
+    in a process that has not called :func:`allow`; one-line ParamError when it cannot
+    be imported."""
+    path = locate(module, where)  # what validation checks, checked here too
+    if not _allowed:
+        raise NotLoaded(where, module, path)
+    if os.getcwd() not in sys.path:  # plug-ins are importable from where testbed runs
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(module)
+    except SyntaxError as exc:
+        raise ParamError(where, f"cannot import {module!r}: {exc.msg} "
+                                f"({exc.filename}, line {exc.lineno})") from None
+    except ImportError as exc:
+        raise ParamError(where, f"cannot import {module!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 (the plug-in's own code failed: one line)
+        raise ParamError(where, f"importing {module!r} failed: "
+                                f"{type(exc).__name__}: {clip(str(exc), 60)}") from None
+
+
+def relative(path: Path) -> str:
+    """``path`` relative to the current folder where it is inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
