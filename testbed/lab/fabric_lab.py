@@ -57,7 +57,7 @@ class FabricLab:
         net = live.fabric.net
         mncli.sync_addresses(net, spec)
         mncli.add_short_names(net, spec.prefix)
-        self.cli = mncli.Sessions(net, self.name)
+        self.cli = mncli.Sessions(net, self.name, spec.prefix)
         self.faults = FabricFaults(live, self.stack)
         self.pcaps = capture.start_all(live.fabric, self.variant.capture, out=self.out,
                                        pid_dir=live.pid_dir, stack=self.stack)

@@ -13,6 +13,7 @@ command is interrupted and the session ends.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -22,12 +23,24 @@ INTERRUPT = "\x03"
 
 
 class SocketIO:
-    """A socket as the file Mininet's CLI reads and writes (unbuffered, so that the
-    ``poll`` on its descriptor says the truth)."""
+    r"""A socket as the file Mininet's CLI reads and writes (unbuffered, so that the
+    ``poll`` on its descriptor says the truth).
 
-    def __init__(self, conn: socket.socket) -> None:
+    What it writes speaks of the nodes by their short names, as the user types them and
+    every other command shows them: the run prefix goes (``tb1a2bn0 -> tb1a2bn3`` reads
+    ``n0 -> n3``).
+
+    >>> a, b = socket.socketpair()
+    >>> SocketIO(a, "tb1a2b").write("tb1a2bn0 -> tb1a2bn3 X\n")
+    23
+    >>> b.recv(100)
+    b'n0 -> n3 X\n'
+    """
+
+    def __init__(self, conn: socket.socket, prefix: str = "") -> None:
         self.conn = conn
         self.closed = False
+        self.short = re.compile(rf"\b{re.escape(prefix)}(?=[a-z0-9])") if prefix else None
 
     def fileno(self) -> int:
         return self.conn.fileno()
@@ -64,8 +77,9 @@ class SocketIO:
         return text or "\n"
 
     def write(self, text: str) -> int:
+        shown = self.short.sub("", text) if self.short else text
         try:
-            self.conn.sendall(text.encode())
+            self.conn.sendall(shown.encode())
         except OSError:
             self.closed = True
         return len(text)
@@ -78,7 +92,7 @@ def add_short_names(net, prefix: str) -> None:
     """Let the CLI find every node by its short name too (``n0`` for ``tb1a2bn0``).
 
     Only the name lookup learns them: listing the nodes (``nodes``, ``pingall``) still
-    goes over each node once, by its full name.
+    goes over each node once, by its full name (which :class:`SocketIO` shows short).
     """
     for node in list(net.hosts) + list(net.switches):
         if node.name.startswith(prefix):
@@ -158,14 +172,15 @@ def iperf(net, hosts=None, l4Type: str = "TCP", udpBw: str = "10M", fmt=None,
 class Sessions:
     """Serves one CLI session at a time on a Mininet object."""
 
-    def __init__(self, net, name: str) -> None:
+    def __init__(self, net, name: str, prefix: str = "") -> None:
         self.net = net
         self.name = name
+        self.prefix = prefix
         self.lock = threading.Lock()
         net.iperf = lambda *args, **kwargs: iperf(net, *args, **kwargs)
 
     def serve(self, conn: socket.socket, banner: str) -> None:
-        io = SocketIO(conn)
+        io = SocketIO(conn, self.prefix)
         if not self.lock.acquire(blocking=False):
             io.write("testbed: another CLI session is open on this lab; one at a time\n")
             return

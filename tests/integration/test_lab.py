@@ -161,6 +161,7 @@ def test_lab_up_ls_exec_fault_capture_down(lab):
                                          (b"n0 ping -c1 -W1 p0\t\t", "p0l0"),
                                          (b"\x15\x04", None)])
     assert "*** Ping: testing ping reachability" in screen, screen  # "pinga" + Tab ran pingall
+    assert "n0 -> " in screen and f"tb{record['run_id']}n" not in screen, screen  # short names
 
     # bad input: one line, exit 2, nothing created
     for args in (("exec", "nolab", "n0", "--", "true"), ("exec", name, "n9", "--", "true"),
