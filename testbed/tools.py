@@ -1,4 +1,5 @@
-"""``testbed graph`` and ``testbed decrypt``: commands that read files and touch no host."""
+"""``testbed graph``, ``decrypt``, ``scenarios`` and ``spec``: commands that read files and
+touch no host."""
 
 from __future__ import annotations
 
@@ -51,6 +52,65 @@ def cmd_graph(args) -> int:
     return 0
 
 
+def scenario_rows(folder: Path) -> list[tuple[str, str, str, str]]:
+    """(name, kind, variants, description) of every scenario file in ``folder``; a file
+    that does not validate says why instead of its variants."""
+    from testbed import scenario
+
+    rows = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            sc = scenario.load(path)
+        except ConfigError as exc:
+            rows.append((path.stem, "?", f"(does not validate: {exc})", ""))
+            continue
+        variants = ", ".join(v.name for v in getattr(sc, "variants", None) or ())
+        rows.append((sc.name, sc.kind, variants, " ".join(sc.description.split())))
+    return rows
+
+
+def cmd_scenarios(args) -> int:
+    from testbed.cli import REPO
+
+    rows = scenario_rows(REPO / "scenarios")
+    if args.json:
+        print(json.dumps([dict(zip(("name", "kind", "variants", "description"), r,
+                                   strict=True)) for r in rows], indent=1))
+        return 0
+    for name, kind, variants, description in rows:
+        print(f"{name} ({kind})" + (f": {variants}" if variants else ""))
+        if description:
+            print(f"    {description}")
+    return 0
+
+
+def cmd_spec(args) -> int:
+    from testbed import scenario
+    from testbed.cli import scenario_path
+    from testbed.lab.commands import _variant
+    from topologies import plugins
+
+    plugins.allow()  # the spec is what a plug-in builder returns
+    sc = scenario.load(scenario_path(args.scenario))
+    if sc.kind != "fabric":
+        raise ConfigError("SCENARIO", f"a {sc.kind} scenario has no fabric spec (fabric "
+                                      "scenarios do; testbed graph draws a backbone)")
+    spec = _variant(sc, args.variant).fabric(SPEC_PREFIX)
+    text = json.dumps(spec.to_dict(), indent=1) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+        counts = spec.counts()
+        print(f"{args.out}: {', '.join(f'{v} {k}' for k, v in counts.items())}",
+              file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+#: the run prefix of a spec printed without a run (a lab's own: testbed inspect LAB --json)
+SPEC_PREFIX = "tb0000"
+
+
 def cmd_decrypt(args) -> int:
     from testbed.macsec.decrypt import decrypt_to_pcap, keys_from
     from testbed.macsec.wireshark import write_uat
@@ -86,6 +146,19 @@ def add_parsers(sub) -> None:
     p.add_argument("--format", choices=TEXT_FORMATS,
                    help="text format (default dot; with -o FILE.png also printed)")
     p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("scenarios", help="list the shipped scenarios with their kinds, "
+                                         "variants and descriptions")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_scenarios)
+
+    p = sub.add_parser("spec", help="a fabric scenario's topology spec as JSON (hosts, "
+                                    "switches with datapath ids, links with ports): for a "
+                                    "remote controller or a drawing")
+    p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or file")
+    p.add_argument("--variant", help="the variant (default: the first)")
+    p.add_argument("-o", "--out", help="write it to this file instead")
+    p.set_defaults(func=cmd_spec)
 
     p = sub.add_parser("decrypt", help="write the plaintext of a MACsec capture")
     p.add_argument("pcap")

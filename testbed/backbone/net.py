@@ -22,9 +22,13 @@ wire; the protected interface follows the wire's carrier.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import NamedTuple
 
 from testbed.errors import BringUpError, HostError
 from testbed.naming import register_owned
@@ -67,36 +71,74 @@ def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
     return done.stdout
 
 
-def _batch(lines: list[str], tool: str = "ip") -> None:
-    """Run ``ip`` commands; a line may start with ``-n NS`` (one ``ip -batch`` per NS).
+class Cmd(NamedTuple):
+    """One ``ip`` or ``tc`` command in a namespace (``None``: the root one), as an argv.
 
-    The batches run in parallel, so the ends of a link change state together.
+    A name is one argument whatever it holds: no command is ever text that a shell or
+    ``ip -batch`` would split. ``secret`` commands carry key material, which must not
+    show in ``/proc/PID/cmdline``: they go to ``ip -batch`` on standard input, each
+    argument checked to be the one word ``ip`` reads back (:func:`batch_word`).
     """
-    per_ns: dict[str | None, list[str]] = {}
-    for line in lines:
-        ns = None
-        if line.startswith("-n "):
-            _, ns, line = line.split(" ", 2)
-        per_ns.setdefault(ns, []).append(line)
-    procs = []
-    for ns, cmds in per_ns.items():
-        argv = [tool] + (["-n", ns] if ns else []) + ["-force", "-batch", "-"]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, text=True)
-        procs.append((proc, "\n".join(cmds) + "\n"))
-    errors = []
-    for proc, text in procs:
-        try:
-            _, err = proc.communicate(text, timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            errors.append(f"{' '.join(proc.args)}: no answer in 60 s")
-            continue
-        if proc.returncode:
-            errors.append(err.strip())
+
+    ns: str | None
+    argv: tuple[str, ...]
+    secret: bool = False
+
+
+def batch_word(arg: str) -> str:
+    """``arg`` as one word of an ``ip -batch`` line, or ValueError: ``ip`` splits lines at
+    blanks and reads quotes, backslashes and ``#`` specially, so only plain words pass.
+
+    >>> batch_word("tb1a2bl0a")
+    'tb1a2bl0a'
+    >>> batch_word("p1 link del dev eth0 #")
+    Traceback (most recent call last):
+    ...
+    ValueError: not one ip -batch word: 'p1 link del dev eth0 #'
+    """
+    if not _BATCH_WORD.fullmatch(arg):
+        raise ValueError(f"not one ip -batch word: {arg[:40]!r}")
+    return arg
+
+
+_BATCH_WORD = re.compile(r"[A-Za-z0-9_.:/+-]+")
+
+
+def _one(tool: str, cmd: Cmd) -> str | None:
+    """Run ``cmd``; its error text, or None when it succeeded."""
+    head = [tool] + (["-n", cmd.ns] if cmd.ns else [])
+    if cmd.secret:
+        done = _run([*head, "-batch", "-"],
+                    stdin=" ".join(batch_word(a) for a in cmd.argv) + "\n")
+        shown = " ".join([*head, *cmd.argv[:4], "..."])
+    else:
+        done = _run([*head, *cmd.argv])
+        shown = " ".join([*head, *cmd.argv])
+    return f"{shown}: {done.stderr.strip()}" if done.returncode else None
+
+
+def _commands(cmds: Iterable[Cmd], tool: str = "ip") -> None:
+    """Run every command, each namespace's in order and the namespaces side by side (so
+    the ends of a link change state together); all of them even when one fails, then
+    one :class:`HostError` naming the failures."""
+    per_ns: dict[str | None, list[Cmd]] = {}
+    for cmd in cmds:
+        per_ns.setdefault(cmd.ns, []).append(cmd)
+    if not per_ns:
+        return
+
+    def run_all(seq: list[Cmd]) -> list[str]:
+        return [err for cmd in seq if (err := _one(tool, cmd))]
+
+    with ThreadPoolExecutor(max_workers=min(16, len(per_ns))) as pool:
+        errors = [err for errs in pool.map(run_all, per_ns.values()) for err in errs]
     if errors:
-        raise HostError(f"{tool} -batch: {'; '.join(errors)}")
+        raise HostError(f"{tool}: {'; '.join(errors[:5])}"
+                        + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
+
+
+def _cmd(ns: str | None, *argv: str, secret: bool = False) -> Cmd:
+    return Cmd(ns, argv, secret)
 
 
 def _in_ns(netns: str, argv: list[str], check: bool = True,
@@ -181,31 +223,33 @@ class BackboneNet:
                                    "net.ipv4.conf.all.ignore_routes_with_linkdown=1",
                                    "net.ipv6.conf.all.disable_ipv6=1",
                                    "net.ipv6.conf.default.disable_ipv6=1"])
-        lines = []
+        cmds = []
         for node in self.bb.nodes:
             ns = self.ns(node)
-            lines += [f"-n {ns} link set lo up",
-                      f"-n {ns} addr add {self.loopback(node)}/32 dev lo"]
+            cmds += [_cmd(ns, "link", "set", "lo", "up"),
+                     _cmd(ns, "addr", "add", f"{self.loopback(node)}/32", "dev", "lo")]
         for r, region in enumerate(self.bb.regions):
             ns = self.ns(region.name)
             # the site LAN: a veth whose peer stays in the namespace (no dummy module here)
-            lines += [f"-n {ns} link add {SITE_IF} type veth peer name {SITE_PEER}",
-                      f"-n {ns} addr add 172.16.{r}.1/24 dev {SITE_IF}",
-                      f"-n {ns} link set {SITE_PEER} up", f"-n {ns} link set {SITE_IF} up"]
+            cmds += [_cmd(ns, "link", "add", SITE_IF, "type", "veth", "peer", "name", SITE_PEER),
+                     _cmd(ns, "addr", "add", f"172.16.{r}.1/24", "dev", SITE_IF),
+                     _cmd(ns, "link", "set", SITE_PEER, "up"),
+                     _cmd(ns, "link", "set", SITE_IF, "up")]
         veths = []
         for name, (_, lk) in self.links.items():
             pa, pb = self.phys(name, "a"), self.phys(name, "b")
             na, nb = self.ns(lk.a), self.ns(lk.b)
-            veths.append(f"link add {pa} netns {na} type veth peer name {pb} netns {nb}")
+            veths.append(_cmd(None, "link", "add", pa, "netns", na, "type", "veth",
+                              "peer", "name", pb, "netns", nb))
             for side, ns, ifn in (("a", na, self.ifname(name, "a")),
                                   ("b", nb, self.ifname(name, "b"))):
                 addr = self.link_addr(name, side)
                 self.addr_owner[addr] = (lk.a if side == "a" else lk.b, ifn)
                 if not self.secure:
-                    lines += [f"-n {ns} addr add {addr}/30 dev {ifn}",
-                              f"-n {ns} link set {ifn} up"]
-        _batch(veths)
-        _batch(lines + (self.secure.commands() if self.secure else []))
+                    cmds += [_cmd(ns, "addr", "add", f"{addr}/30", "dev", ifn),
+                             _cmd(ns, "link", "set", ifn, "up")]
+        _commands(veths)
+        _commands(cmds + (self.secure.commands() if self.secure else []))
         if shape or delay:
             self._qdiscs(shape, delay)
         if self.secure and not delay and self.secure.backend == "userspace":
@@ -215,16 +259,18 @@ class BackboneNet:
             self.secure.start(self.stack)
 
     def _qdiscs(self, shape: bool, delay: bool) -> None:
-        lines = []
+        cmds = []
         for name, (_, lk) in self.links.items():
             for side, node in (("a", lk.a), ("b", lk.b)):
-                dev = f"-n {self.ns(node)} qdisc add dev {self.phys(name, side)} root"
+                dev = ("qdisc", "add", "dev", self.phys(name, side), "root")
                 if delay:
-                    lines.append(f"{dev} netem delay {lk.delay_ms}ms rate {lk.capacity_mbps}mbit"
-                                 f" limit 100000")
+                    cmds.append(_cmd(self.ns(node), *dev, "netem", "delay", f"{lk.delay_ms}ms",
+                                     "rate", f"{lk.capacity_mbps}mbit", "limit", "100000"))
                 else:
-                    lines.append(f"{dev} tbf rate {lk.capacity_mbps}mbit burst 64kb latency 50ms")
-        _batch(lines, tool="tc")
+                    cmds.append(_cmd(self.ns(node), *dev, "tbf", "rate",
+                                     f"{lk.capacity_mbps}mbit", "burst", "64kb",
+                                     "latency", "50ms"))
+        _commands(cmds, tool="tc")
         self.shaped, self.netem = True, delay
         self.delay_by = "netem" if delay else None
 
@@ -420,8 +466,8 @@ class BackboneNet:
     # faults ----------------------------------------------------------------
     def _set_link(self, name: str, state: str) -> None:
         _, lk = self.links[name]
-        _batch([f"-n {self.ns(lk.a)} link set {self.phys(name, 'a')} {state}",
-                f"-n {self.ns(lk.b)} link set {self.phys(name, 'b')} {state}"])
+        _commands([_cmd(self.ns(lk.a), "link", "set", self.phys(name, "a"), state),
+                   _cmd(self.ns(lk.b), "link", "set", self.phys(name, "b"), state)])
 
     def cut_link(self, name: str) -> None:
         self._set_link(name, "down")
@@ -436,12 +482,12 @@ class BackboneNet:
         self._group(name, "up")
 
     def _group(self, name: str, state: str) -> None:
-        lines = []
+        cmds = []
         for link in self.bb.group(name).links:
             _, lk = self.links[link]
-            lines += [f"-n {self.ns(lk.a)} link set {self.phys(link, 'a')} {state}",
-                      f"-n {self.ns(lk.b)} link set {self.phys(link, 'b')} {state}"]
-        _batch(lines)
+            cmds += [_cmd(self.ns(lk.a), "link", "set", self.phys(link, "a"), state),
+                     _cmd(self.ns(lk.b), "link", "set", self.phys(link, "b"), state)]
+        _commands(cmds)
 
     def fail_pop(self, name: str) -> None:
         rules = (f"table inet {FAIL_TABLE} {{\n"
@@ -479,10 +525,11 @@ class BackboneNet:
     def _set_netem_loss(self, name: str, loss: float) -> None:
         """Both ends' netem root qdiscs: the link's delay and rate, and ``loss``."""
         _, lk = self.links[name]
-        tail = f" loss {loss * 100:g}%" if loss else ""
-        _batch([f"-n {ns} qdisc change dev {ifn} root netem delay {lk.delay_ms}ms "
-                f"rate {lk.capacity_mbps}mbit limit 100000{tail}"
-                for ns, ifn in self._ends(name)], tool="tc")
+        tail = ("loss", f"{loss * 100:g}%") if loss else ()
+        _commands([_cmd(ns, "qdisc", "change", "dev", ifn, "root", "netem", "delay",
+                        f"{lk.delay_ms}ms", "rate", f"{lk.capacity_mbps}mbit", "limit", "100000",
+                        *tail)
+                   for ns, ifn in self._ends(name)], tool="tc")
 
     def restore_degraded_link(self, name: str) -> None:
         if self.netem:

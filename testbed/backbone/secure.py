@@ -34,6 +34,8 @@ from testbed.macsec.kernel import parse_ip_macsec_stats, secy_commands
 from testbed.macsec.link import _ctl_request
 from testbed.procs import Helper, wait_for
 
+from .net import Cmd
+
 if TYPE_CHECKING:
     from .net import BackboneNet
 
@@ -161,22 +163,23 @@ class SecureLinks:
     def link_dir(self, name: str) -> Path:
         return self.workdir / name
 
-    def commands(self) -> list[str]:
-        """``ip -batch`` lines (``-n NS ...``) that make every protected interface."""
-        lines = []
+    def commands(self) -> list[Cmd]:
+        """The commands that make every protected interface (those carrying keys are
+        marked secret: they reach ``ip`` on standard input, never on a command line)."""
+        cmds = []
         for cfg in self.configs.values():
             for s in "ab":
                 me = cfg.side(s)
                 if self.backend == "kernel":
-                    lines += [f"-n {me.netns} " + " ".join(argv[1:])
-                              for argv in secy_commands(cfg, s)]
+                    cmds += [Cmd(me.netns, tuple(argv[1:]), "key" in argv)
+                             for argv in secy_commands(cfg, s)]
                     continue
-                lines += [f"-n {me.netns} link set {me.veth} mtu {self.wire_mtu} up",
-                          f"-n {me.netns} tuntap add dev {me.tap} mode tap",
-                          f"-n {me.netns} link set {me.tap} address {me.mac} "
-                          f"mtu {cfg.mtu} up",
-                          f"-n {me.netns} addr add {me.ip} dev {me.tap}"]
-        return lines
+                cmds += [Cmd(me.netns, ("link", "set", me.veth, "mtu", str(self.wire_mtu), "up")),
+                         Cmd(me.netns, ("tuntap", "add", "dev", me.tap, "mode", "tap")),
+                         Cmd(me.netns, ("link", "set", me.tap, "address", me.mac,
+                                        "mtu", str(cfg.mtu), "up")),
+                         Cmd(me.netns, ("addr", "add", me.ip, "dev", me.tap))]
+        return cmds
 
     def start(self, stack: ExitStack, timeout: float = 30.0) -> None:
         """Start one forwarder per router (userspace only); wait until each answers."""

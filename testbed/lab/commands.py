@@ -200,6 +200,60 @@ def cmd_ls(args) -> int:
     return 0
 
 
+# -- inspect ---------------------------------------------------------------------------
+def inspect_lines(record: dict) -> list[str]:
+    """What ``testbed inspect`` prints: the lab, its controller, every host or router with
+    its addresses, every switch with its datapath id and ports (or every backbone link)."""
+    lines = [f"lab {record['name']}: {record['kind']} {record['scenario']}/"
+             f"{record['variant']}, run {record['run_id']} (prefix "
+             f"{record.get('prefix', '?')}), up {state.age(record)}, {state.size(record)}, "
+             f"{'alive' if record['alive'] else 'dead'}",
+             f"results: {record['out']}"]
+    controller = record.get("controller") or {}
+    if controller.get("remote"):
+        lines.append(f"controller: remote, {controller['remote']}")
+    elif controller:
+        lines.append(f"controller: pid {controller.get('pid')}, OpenFlow "
+                     f"{controller.get('openflow', '?')}"
+                     + (f", metrics {controller['metrics']}" if controller.get("metrics") else "")
+                     + f", log {controller.get('log')}")
+    role = "routers" if record["kind"] == "backbone" else "hosts"
+    lines.append(f"{role}:")
+    for short, host in record["hosts"].items():
+        extra = f" [{host['role']}]" if host.get("role") else ""
+        lines.append(f"  {short:<10}{', '.join(host['addresses'])}{extra}")
+    if record["kind"] == "backbone":
+        lines.append("links:")
+        for name, link in record.get("links", {}).items():
+            lines.append(f"  {name:<14}{link['a']} - {link['b']}  (wires {link['wire_a']}, "
+                         f"{link['wire_b']})")
+        return lines
+    from topologies.spec import FabricSpec
+
+    spec = FabricSpec.from_json(Path(record["spec"]))
+    short = lambda n: n[len(spec.prefix):]  # noqa: E731
+    ports: dict[str, list[str]] = {}
+    for p in spec.switch_ports():
+        ports.setdefault(p.switch, []).append(f"{p.port}:{short(p.ifname)}>{short(p.peer)}")
+    lines.append("switches (datapath id; port:interface>peer):")
+    for sw in spec.switches:
+        lines.append(f"  {short(sw.name):<8}{sw.dpid:#018x}  {sw.role}, plane {sw.plane}  "
+                     + " ".join(ports.get(sw.name, [])))
+    return lines
+
+
+def cmd_inspect(args) -> int:
+    record = state.find(args.lab, live=False)
+    if args.json:
+        out = dict(record)
+        if record["kind"] == "fabric":
+            out["spec"] = json.loads(Path(record["spec"]).read_text())
+        print(json.dumps(out, indent=1))
+        return 0
+    print("\n".join(inspect_lines(record)))
+    return 0
+
+
 # -- exec ------------------------------------------------------------------------------
 def _command(words: list[str]) -> list[str]:
     return words[1:] if words[:1] == ["--"] else words
@@ -358,7 +412,44 @@ def _send(sock: socket.socket, data: bytes) -> None:
 
 
 # -- fault -----------------------------------------------------------------------------
+#: the options of ``testbed fault`` whose name is not their parameter's
+FLAGS = {"period_s": "--period"}
+
+
+def fault_kinds_lines() -> list[str]:
+    """What ``testbed fault --list`` prints: every fault kind of a fabric lab (target and
+    parameters) and every action of a backbone lab."""
+    from testbed.experiments.backbone import ACTIONS, LOSS_ACTIONS
+    from testbed.fault_kinds import KINDS
+
+    targets = {"link": "LINK (p0l0-p0s1, n0-p0l0)", "switch": "SWITCH (p0s1)",
+               "plane": "PLANE (p1)", "rail": "NIC (n2p0r0)", None: "(no target)"}
+    lines = ["fabric labs: testbed fault LAB KIND TARGET [--param value]"]
+    for name, cls in KINDS.items():
+        params = " ".join(f"{FLAGS.get(f, '--' + f.replace('_', '-'))} {f.upper()}"
+                          for f in (cls.PARAMS.model_fields if cls.PARAMS else {}))
+        needs = f"  (needs {cls.NEEDS})" if cls.NEEDS else ""
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        doc = doc.replace("``", "").replace(":mod:", "")
+        doc = doc.split(". ")[0].rstrip(".") + "." if doc else ""
+        lines.append(f"  {name:<20}{targets.get(cls.TARGET, cls.TARGET)} {params}{needs}"
+                     .rstrip() + (f"\n  {'':<20}{doc}" if doc else ""))
+    lines.append("backbone labs: testbed fault LAB ACTION TARGET")
+    for name, target in ACTIONS.items():
+        loss = " --loss FRACTION" if name in LOSS_ACTIONS else ""
+        lines.append(f"  {name:<24}{target.upper().replace(' ', '-')} (nyc-lon-1, ...){loss}"
+                     if target == "link" else f"  {name:<24}{target.upper().replace(' ', '-')}"
+                     f"{loss}")
+    return lines
+
+
 def cmd_fault(args) -> int:
+    if args.list:
+        print("\n".join(fault_kinds_lines()))
+        return 0
+    if not args.lab or not args.kind:
+        raise ConfigError("LAB", "name a lab and a fault kind (testbed fault LAB KIND "
+                                 "TARGET), or --list for the kinds")
     record = state.find(args.lab)
     reply = _request(record, {"op": "fault", "kind": args.kind, "target": args.target,
                               "loss": args.loss, "period_s": args.period, "count": args.count,
@@ -468,6 +559,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_ls)
 
+    p = sub.add_parser("inspect", help="show a lab: controller, hosts and addresses, "
+                                       "switches with datapath ids and ports")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
+    p.add_argument("--json", action="store_true", help="the lab's record and its topology "
+                                                       "spec as JSON")
+    p.set_defaults(func=cmd_inspect)
+
     p = sub.add_parser("exec", help="run a command in a host or router of a lab "
                                     "(no command: a shell)")
     p.add_argument("lab")
@@ -481,12 +579,14 @@ def add_parsers(sub) -> None:
     p.add_argument("-c", "--command", help="run one command and leave")
     p.set_defaults(func=cmd_cli)
 
-    p = sub.add_parser("fault", help="apply a fault to a lab now")
-    p.add_argument("lab")
-    p.add_argument("kind", help="link_down, link_up, link_flap, switch_fail, plane_fail, "
-                                "rail_fail, degrade, restore, delay, rate, controller_kill, "
-                                "... (testbed.fault_kinds); "
-                                "backbone: cut_link, restore_link, fail_pop, ...")
+    p = sub.add_parser("fault", help="apply a fault to a lab now (--list: the kinds)")
+    p.add_argument("--list", action="store_true", help="list the fault kinds, their "
+                                                       "targets and parameters, and leave")
+    p.add_argument("lab", nargs="?", help="the lab's name (testbed ls)")
+    p.add_argument("kind", nargs="?", help="link_down, link_up, link_flap, switch_fail, "
+                                           "plane_fail, rail_fail, degrade, restore, delay, "
+                                           "rate, controller_kill, ... (--list); backbone: "
+                                           "cut_link, restore_link, fail_pop, ...")
     p.add_argument("target", nargs="?", help="p0l0-p0s1, n0p0r0, p0s1, p1; nyc-lon-1, ...")
     p.add_argument("--loss", type=float, help="degrade, degrade_link: fraction lost")
     p.add_argument("--period", type=float, help="link_flap: seconds per down/up cycle")

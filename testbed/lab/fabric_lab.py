@@ -96,6 +96,8 @@ class FabricLab:
                 "spec": str(self.out / "spec.json"),
                 "switches": [s.name[len(spec.prefix):] for s in spec.switches],
                 "controller": ({"pid": live.controller.pid,
+                                "openflow": f"tcp:127.0.0.1:{live.fabric.controller_port}",
+                                "metrics": live.metrics_url,
                                 "log": str(self.out / "controller.log")}
                                if live.controller else
                                {"remote": self.variant.controller["remote"]}),

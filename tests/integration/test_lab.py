@@ -109,6 +109,16 @@ def test_lab_up_ls_exec_fault_capture_down(lab):
     assert Path(f"/proc/{record['owner']['pid']}").exists()  # outlived `testbed up`
     listed = run_testbed("ls")
     assert name in listed.stdout and "4 sw / 4 hosts / 8 links" in listed.stdout
+    # the lab shown again: controller, hosts, switches with datapath ids and ports
+    shown = run_testbed("inspect", name)
+    assert shown.returncode == 0, shown.stderr
+    assert "OpenFlow tcp:127.0.0.1:" in shown.stdout and "n0p0r0 10.0.0.1/24" in shown.stdout
+    spec = json.loads(Path(record["spec"]).read_text())
+    leaf = next(s for s in spec["switches"] if s["name"].endswith("p0l0"))
+    assert re.search(rf"p0l0 +{leaf['dpid']:#018x} +leaf", shown.stdout), shown.stdout
+    assert "1:p0l0e1>n0" in shown.stdout, shown.stdout  # port 1 of p0l0 faces n0
+    as_json = json.loads(run_testbed("inspect", name, "--json").stdout)
+    assert as_json["spec"]["switches"] == spec["switches"]
 
     done = run_testbed("exec", name, "n0", "--", "ip", "-o", "addr")
     assert done.returncode == 0 and "10.0.0.1/24" in done.stdout
@@ -165,6 +175,7 @@ def test_lab_up_ls_exec_fault_capture_down(lab):
 
     # bad input: one line, exit 2, nothing created
     for args in (("exec", "nolab", "n0", "--", "true"), ("exec", name, "n9", "--", "true"),
+                 ("inspect", "nolab"), ("fault", name),
                  ("fault", name, "melt", "p0s0"), ("fault", name, "link_down", "n9-p0l0"),
                  ("capture", name, "p9l9e9", "--seconds", "1"), ("down", "nolab"),
                  ("up", str(SCENARIO), "--name", name), ("up", str(SCENARIO), "--variant", "x")):
