@@ -12,7 +12,7 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup run-scenario test bench clean doctor validate lint up down check vm vm-test vm-bench
+.PHONY: setup run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench
 
 setup:
 	@./scripts/setup.sh
@@ -46,6 +46,10 @@ validate: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The docs site into site/ (strict: a warning or a broken link fails the build)
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; \

@@ -139,7 +139,15 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="testbed", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A network lab for AI datacenter fabrics: run scenarios, keep labs up "
+                    "and step into them, grade lab guides.",
+        epilog="examples:\n  testbed run                      # the default scenario\n"
+               "  testbed scenarios                # what else there is\n"
+               "  testbed COMMAND -h               # one command's options and examples\n"
+               "\nBad input: one line naming the field, exit status 2; a host that cannot "
+               "run the\nrequest: exit status 1; Ctrl-C: 130, after the teardown.")
     parser.add_argument("--version", action="version", version=f"testbed {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -156,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a scenario file without touching the host")
-    p.add_argument("file")
+    p.add_argument("file", help="scenario file (or the name of a shipped scenario)")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
@@ -164,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("doctor", help="kernel features, versions and chosen backends")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the probe's findings as JSON")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics")
@@ -174,12 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="planes the GPU's bandwidth is split over")
     p.add_argument("--lane-gbps", type=float, default=200.0,
                    help="SerDes lane speed, the smallest port (default 200)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="every figure as JSON")
     p.set_defaults(func=cmd_calc)
 
     p = sub.add_parser("clean", help="remove what testbed runs left behind (what runs "
                                      "registered or tagged)")
-    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say what would be removed, remove nothing")
     p.add_argument("--force", action="store_true",
                    help="also remove runs whose process is still alive")
     p.add_argument("--run", action="append", metavar="ID",
@@ -193,7 +202,45 @@ def build_parser() -> argparse.ArgumentParser:
     add_lab_parsers(sub)
     add_tool_parsers(sub)
     add_grading_parsers(sub)
+    for name, sub_parser in sub.choices.items():
+        sub_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        sub_parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
     return parser
+
+
+#: what ``testbed COMMAND -h`` shows under "examples" (every command has some)
+EXAMPLES = {
+    "run": ["testbed run                                  # agents-vs-training",
+            "testbed run fat-tree --duration 10 --seeds 4,5",
+            "testbed run my-scenario.yaml --out /tmp/r1"],
+    "validate": ["testbed validate scenarios/lossless.yaml", "testbed validate my.yaml"],
+    "schema": ["testbed schema -o scenario.schema.json    # for an editor's YAML support"],
+    "doctor": ["testbed doctor", "testbed doctor --json"],
+    "calc": ["testbed calc --switch-tbps 102.4 --gpu-gbps 1600 --planes 8"],
+    "clean": ["testbed clean --dry-run", "testbed clean", "testbed clean --run 1a2b"],
+    "up": ["testbed up link-faults --variant cut-recompute --name lf",
+           "testbed up agents-vs-training --traffic --duration 20",
+           "testbed up backbone-failover --variant fast --name wan"],
+    "ls": ["testbed ls", "testbed ls --json"],
+    "inspect": ["testbed inspect lf", "testbed inspect lf --json > lf.json"],
+    "exec": ["testbed exec lf n0 -- ping -c3 10.0.0.8", "testbed exec lf n0   # a shell",
+             "testbed exec wan us-east -- ip route"],
+    "cli": ["testbed cli lf                 # Mininet's CLI", "testbed cli lf -c pingall",
+            "testbed cli wan nyc -c 'show ip ospf neighbor'"],
+    "fault": ["testbed fault --list", "testbed fault lf link_down p0l0-p0s1",
+              "testbed fault lf degrade p0l0-p0s1 --loss 0.2",
+              "testbed fault wan cut_link nyc-lon-1"],
+    "capture": ["testbed capture lf p0l0e3 --seconds 5",
+                "testbed capture wan nyc-lon-1:b --count 100 -o wire.pcap"],
+    "down": ["testbed down lf"],
+    "graph": ["testbed graph fat-tree -o ft.png", "testbed graph lossless --format mermaid"],
+    "scenarios": ["testbed scenarios", "testbed scenarios --json"],
+    "spec": ["testbed spec fat-tree -o ft.json",
+             "testbed spec agents-vs-training --variant training-4to1"],
+    "decrypt": ["testbed decrypt results/latest/wire.pcap --keys "
+                "results/latest/macsec-keys.json -o plain.pcap"],
+    "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest"],
+}
 
 
 def main(argv: list[str] | None = None) -> int:

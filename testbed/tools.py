@@ -149,7 +149,7 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("scenarios", help="list the shipped scenarios with their kinds, "
                                          "variants and descriptions")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the list as JSON")
     p.set_defaults(func=cmd_scenarios)
 
     p = sub.add_parser("spec", help="a fabric scenario's topology spec as JSON (hosts, "
@@ -161,7 +161,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_spec)
 
     p = sub.add_parser("decrypt", help="write the plaintext of a MACsec capture")
-    p.add_argument("pcap")
+    p.add_argument("pcap", help="the capture (e.g. a macsec run's wire.pcap)")
     p.add_argument("--keys", required=True,
                    help="macsec-keys.json, or a macsec/backbone run's manifest.json")
     p.add_argument("-o", "--out", required=True, help="plaintext pcap to write")

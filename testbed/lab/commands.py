@@ -556,7 +556,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("ls", help="list the labs on this host")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="every lab's record as JSON")
     p.set_defaults(func=cmd_ls)
 
     p = sub.add_parser("inspect", help="show a lab: controller, hosts and addresses, "
@@ -568,13 +568,13 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("exec", help="run a command in a host or router of a lab "
                                     "(no command: a shell)")
-    p.add_argument("lab")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
     p.add_argument("host", help="short name: n0, nyc, us-east")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser("cli", help="Mininet's CLI on a fabric lab, vtysh on a router")
-    p.add_argument("lab")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
     p.add_argument("node", nargs="?", help="a backbone router (vtysh)")
     p.add_argument("-c", "--command", help="run one command and leave")
     p.set_defaults(func=cmd_cli)
@@ -597,7 +597,7 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_fault)
 
     p = sub.add_parser("capture", help="write a pcap of a port of a lab")
-    p.add_argument("lab")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
     p.add_argument("port", help="p0l0e3, n0p0r0 (fabric); a link, e.g. nyc-lon-1[:b] "
                                 "(backbone, its wire)")
     p.add_argument("-o", "--out", help="pcap file (default: the lab's results folder)")
@@ -607,6 +607,6 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("down", help="tear a lab down (nothing of it is left)")
-    p.add_argument("lab")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
     p.set_defaults(func=cmd_down)
 
