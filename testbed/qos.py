@@ -54,7 +54,7 @@ PAUSED_BPS = 1000
 class TrafficClass(Section):
     """One traffic class of every port."""
 
-    name: Name
+    name: Name = Field(description="the class's name (lowercase letters, digits, - or _)")
     dscp: list[Annotated[int, Field(ge=0, le=63)]] = Field(
         default_factory=list, description="DSCP values of the class; neither dscp nor "
                                           "hosts: the default class")
@@ -72,7 +72,8 @@ class TrafficClass(Section):
 class Pfc(Section):
     """Priority flow control (IEEE 802.1Qbb) of the lossless classes."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="pause the lossless classes' upstream ports "
+                                             "instead of dropping (PFC)")
     xoff_kb: float = Field(24, gt=0, description="a lossless queue over this pauses upstream")
     xon_kb: float = Field(8, ge=0, description="a queue below this no longer holds its "
                                                 "feeding ports paused")

@@ -33,7 +33,7 @@ def _objects(node: dict, defs: dict) -> list[dict]:
             items = _resolve(items, defs)
             if items.get("type") == "object" and items.get("properties"):
                 out.append(items)
-            out += [_resolve(m, defs) for m in items.get("anyOf", [])
+            out += [_resolve(m, defs) for m in items.get("anyOf", []) + items.get("oneOf", [])
                     if _resolve(m, defs).get("properties")]
     unique, seen = [], set()
     for obj in out:

@@ -33,7 +33,8 @@ class Head(Section):
     """The keys every scenario has, whatever its kind."""
 
     name: Name = Field(description="lowercase letters, digits, '-' or '_'")
-    description: str = ""
+    description: str = Field("", description="what the scenario measures, in a few "
+                                             "sentences (testbed scenarios shows it)")
     kind: str | None = Field(None, description="experiment kind; default: from the sections")
     seed: int = Field(1, ge=0, description="seed of the traffic's random choices")
     seeds: list[int] | None = Field(None, min_length=1, max_length=MAX_SEEDS,

@@ -100,24 +100,31 @@ class TimerSet(Section):
 
 
 class BackboneFault(Section):
-    at_s: float = Field(ge=0, le=86400)
-    action: Literal[tuple(ACTIONS)]  # type: ignore[valid-type]
-    target: str
-    loss: float | None = Field(None, gt=0, le=1)
+    at_s: float = Field(ge=0, le=86400, description="seconds after the probes start")
+    action: Literal[tuple(ACTIONS)] = Field(  # type: ignore[valid-type]
+        description="cut_link, cut_risk_group, fail_pop, degrade_link and their restores")
+    target: str = Field(description="a link (nyc-lon-1), a risk group or a PoP, by name")
+    loss: float | None = Field(None, gt=0, le=1, description="degrade_link: fraction of "
+                                                             "packets dropped")
 
 
 class ReplicationFlow(Section):
-    src: str
-    dst: str
-    rate_mbps: float = Field(20, ge=0.1, le=10000)
+    src: str = Field(description="the region that sends")
+    dst: str = Field(description="the region that receives")
+    rate_mbps: float = Field(20, ge=0.1, le=10000, description="the flow's rate, Mb/s "
+                                                               "(iperf3)")
 
 
 class BackboneMacsec(Section):
-    enabled: bool = True
-    cipher: Literal[tuple(c.value for c in CipherSuite)] = "gcm-aes-128"  # type: ignore
-    backend: Literal["auto", "kernel", "userspace"] = "auto"
-    replay_window: int = Field(32, ge=0, le=1 << 30)
-    mtu: int = Field(1500, ge=576, le=9000)
+    enabled: bool = Field(True, description="protect every link with MACsec")
+    cipher: Literal[tuple(c.value for c in CipherSuite)] = Field(  # type: ignore
+        "gcm-aes-128", description="the cipher suite")
+    backend: Literal["auto", "kernel", "userspace"] = Field(
+        "auto", description="kernel macsec devices, the userspace forwarders, or auto (the "
+                            "kernel's where it has MACsec)")
+    replay_window: int = Field(32, ge=0, le=1 << 30, description="packet numbers a frame "
+                                                                 "may arrive late")
+    mtu: int = Field(1500, ge=576, le=9000, description="MTU of the protected interfaces")
 
     @field_validator("cipher", mode="before")
     @classmethod
@@ -128,25 +135,36 @@ class BackboneMacsec(Section):
 class BackboneSection(Section):
     """The ``backbone:`` section of a scenario."""
 
-    topology: Literal["default", "small", "inline"] = "default"
+    topology: Literal["default", "small", "inline"] = Field(
+        "default", description="default (8 PoPs, 4 regions), small (a ring) or inline (the "
+                               "pops, regions and links below)")
     pops: list[dict] | None = Field(None, description="inline: {name, area}")
     regions: list[dict] | None = Field(None, description="inline: {name, pops, uplink_mbps}")
     links: list[dict] | None = Field(None, description="inline: {name, a, b, capacity_mbps, "
                                                        "length_km, kind}")
-    risk_groups: list[dict] | None = None
-    timers: dict[str, TimerSet] | None = None
-    faults: list[BackboneFault] = Field(default_factory=list)
-    replication: list[ReplicationFlow] = Field(default_factory=list)
-    shape: bool = True
+    risk_groups: list[dict] | None = Field(None, description="inline: {name, links}: links "
+                                                             "that fail together (a cable)")
+    timers: dict[str, TimerSet] | None = Field(None, description="one variant per entry: its "
+                                                                 "name and BFD/OSPF timers")
+    faults: list[BackboneFault] = Field(default_factory=list, description="the fault "
+                                                                          "schedule")
+    replication: list[ReplicationFlow] = Field(default_factory=list,
+                                               description="bulk flows between regions")
+    shape: bool = Field(True, description="shape every link to its capacity (TBF)")
     daemons: list[Literal[tuple(ALL_DAEMONS)]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: ["zebra", "bfdd", "ospfd"],
         description="FRR daemons in every router: zebra, optionally bfdd, and one routing "
                     "protocol: ospfd (OSPF) or bgpd (eBGP, an AS per PoP and region)")
-    macsec: BackboneMacsec | bool | None = None
-    probe_rate_pps: float = Field(200, ge=10, le=2000)
-    converge_timeout_s: float = Field(90, ge=5, le=300)
-    settle_s: float = Field(2, ge=0, le=60)
-    tail_s: float = Field(1.0, ge=0.1, le=10)
+    macsec: BackboneMacsec | bool | None = Field(None, description="MACsec on every link "
+                                                                   "(true: the defaults)")
+    probe_rate_pps: float = Field(200, ge=10, le=2000, description="probes a second between "
+                                                                   "every pair of regions")
+    converge_timeout_s: float = Field(90, ge=5, le=300, description="seconds routing may "
+                                                                    "take to converge")
+    settle_s: float = Field(2, ge=0, le=60, description="seconds the routes must stay quiet "
+                                                        "before the run starts")
+    tail_s: float = Field(1.0, ge=0.1, le=10, description="the last seconds of a fault's "
+                                                          "window that judge reachability")
     checkpoints: xregion.CheckpointSection | None = Field(
         None, description="cross-region checkpoint writes (one variant per mode)")
 

@@ -58,18 +58,25 @@ ETHERNET_HEADER = 14
 class VariantSection(Section):
     """One entry of ``variants``: a name and overrides of the scenario's sections."""
 
-    name: Name
+    name: Name = Field(description="the variant's name (lowercase letters, digits, - or _)")
     reference: bool = Field(False, description="the non-blocking reference to compare with")
-    topology: dict[str, Any] | None = None
-    controller: dict[str, Any] | None = None
-    agents: dict[str, Any] | None = None
-    training: dict[str, Any] | None = None
-    qos: dict[str, Any] | None = None
-    switches: dict[str, Any] | None = None
-    faults: list[dict[str, Any]] | None = None
+    topology: dict[str, Any] | None = Field(None, description="keys merged onto the "
+                                                              "scenario's topology section")
+    controller: dict[str, Any] | None = Field(None, description="keys merged onto the "
+                                                                "controller section")
+    agents: dict[str, Any] | None = Field(None, description="keys merged onto the agents "
+                                                            "section")
+    training: dict[str, Any] | None = Field(None, description="keys merged onto the training "
+                                                              "section")
+    qos: dict[str, Any] | None = Field(None, description="keys merged onto the qos section")
+    switches: dict[str, Any] | None = Field(None, description="keys merged onto the switches "
+                                                              "section")
+    faults: list[dict[str, Any]] | None = Field(None, description="replaces the scenario's "
+                                                                  "faults list")
     workloads: list[dict[str, Any]] | None = Field(
         None, description="replaces the scenario's workloads list")
-    capture: list[str] | None = None
+    capture: list[str] | None = Field(None, description="replaces the scenario's capture "
+                                                        "list")
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,9 @@ def topology_section() -> dict:
         default = name if name in (DEFAULT, "explicit") else ...
         options.append(create_model(f"{model.__module__.rsplit('.', 1)[-1]}_topology",
                                     __base__=model,
-                                    builder=(Literal[name], default)))  # type: ignore
+                                    builder=(Literal[name], Field(  # type: ignore
+                                        default, description=f"{name}: the builder whose "
+                                                             "parameters follow"))))
     options.append({"type": "object", "required": ["builder"],
                     "properties": {"builder": {"type": "string",
                                                "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"}},

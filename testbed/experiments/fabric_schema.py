@@ -22,14 +22,17 @@ Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
 class EcnClass(Section):
     """RED-style thresholds of one traffic class (KB of egress queue)."""
 
-    min_kb: float = Field(20, gt=0)
-    max_kb: float = Field(60, gt=0)
-    probability: float = Field(0.1, ge=0, le=1)
+    min_kb: float = Field(20, gt=0, description="queue (KB) from which packets are marked CE")
+    max_kb: float = Field(60, gt=0, description="queue (KB) at which the marking probability "
+                                                "reaches probability (above: every packet)")
+    probability: float = Field(0.1, ge=0, le=1, description="marking probability at max_kb "
+                                                            "(0..1; RED's max_p)")
 
 
 class EcnClasses(Section):
-    collective: EcnClass = EcnClass()
-    agents: EcnClass = EcnClass()
+    collective: EcnClass = Field(EcnClass(), description="thresholds of the RoCE collective "
+                                                         "(training) traffic")
+    agents: EcnClass = Field(EcnClass(), description="thresholds of the agent chains' TCP")
 
 
 ECN_MODES = ("off", "controller", "switch", "phantom", "auto")
@@ -40,10 +43,14 @@ class Ecn(Section):
     ``controller``, ``auto`` (RED where present, else the controller) or ``off``."""
 
     # YAML reads a bare `off` as false: accepted and kept as "off"
-    mode: Literal["off", "controller", "switch", "phantom", "auto"] | Literal[False] = "off"
+    mode: Literal["off", "controller", "switch", "phantom", "auto"] | Literal[False] = Field(
+        "off", description="who marks CE: switch (RED in the switch queues), phantom "
+                           "(nftables phantom queues), controller, auto (RED where the "
+                           "kernel has it, else the controller) or off")
     drain: float = Field(0.95, ge=0.5, le=1.0,
                          description="phantom queues drain at this fraction of the link rate")
-    classes: EcnClasses = EcnClasses()
+    classes: EcnClasses = Field(EcnClasses(), description="marking thresholds per traffic "
+                                                          "class")
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -52,21 +59,31 @@ class Ecn(Section):
 
 
 class Adaptive(Section):
-    interval_ms: float = Field(100, ge=10, le=60000)
-    imbalance: float = Field(0.2, ge=0.01, le=10)
-    elephant_mbps: float = Field(1.0, gt=0)
+    interval_ms: float = Field(100, ge=10, le=60000,
+                               description="ms between per-flow counter reads (default: "
+                                           "telemetry_ms)")
+    imbalance: float = Field(0.2, ge=0.01, le=10,
+                             description="utilisation gap (fraction of the link rate) between "
+                                         "two uplinks above which an elephant is moved")
+    elephant_mbps: float = Field(1.0, gt=0, description="Mb/s above which a flow is an "
+                                                        "elephant (placed and moved)")
     place_tcp: bool = Field(True, description="place TCP connections too (learnt from SYN)")
 
 
 class Health(Section):
     """The link-probe health monitor that drains lossy links."""
 
-    enabled: bool = False
-    loss_threshold: float = Field(0.05, gt=0, lt=1)
-    interval_ms: float = Field(250, ge=50, le=60000)
-    samples: int = Field(2, ge=1, le=100)
-    probes: int = Field(10, ge=1, le=100)
-    min_packets: int = Field(20, gt=0)
+    enabled: bool = Field(False, description="probe every switch-to-switch link and drain "
+                                             "the lossy ones")
+    loss_threshold: float = Field(0.05, gt=0, lt=1, description="loss (fraction of probes) "
+                                                                "above which a link is drained")
+    interval_ms: float = Field(250, ge=50, le=60000, description="ms between probe rounds")
+    samples: int = Field(2, ge=1, le=100, description="probe rounds a link direction's loss "
+                                                      "is judged over")
+    probes: int = Field(10, ge=1, le=100, description="probe frames per link direction and "
+                                                      "round")
+    min_packets: int = Field(20, gt=0, description="probes the window must hold before a "
+                                                   "link is judged")
 
 
 class Controller(Section):
@@ -74,7 +91,8 @@ class Controller(Section):
         "ecmp", description="ecmp: static hash; adaptive: per-switch placement and elephant "
                             "moves; gff: Hedera's global first fit for elephants; spray: "
                             "per-packet spreading of RoCE")
-    telemetry_ms: int = Field(100, ge=10, le=5000)
+    telemetry_ms: int = Field(100, ge=10, le=5000, description="ms between port-counter "
+                                                               "samples of every switch")
     telemetry_budget: int = Field(
         2000, ge=0, le=1_000_000,
         description="port samples a second at most (0: no limit): on a fabric with more "
@@ -83,11 +101,14 @@ class Controller(Section):
         0, description="Prometheus metrics of every switch port on 127.0.0.1: 0 (off), "
                        "auto (a free port, printed at start and recorded, so that labs "
                        "running side by side never collide) or a fixed 1024..65535")
-    adaptive: Adaptive = Adaptive()
-    ecn: Ecn = Ecn()
-    fast_failover: bool = False
-    recompute: bool = False
-    health: Health = Health()
+    adaptive: Adaptive = Field(Adaptive(), description="adaptive routing (mode adaptive): "
+                                                       "when elephants move")
+    ecn: Ecn = Field(Ecn(), description="ECN marking in the fabric")
+    fast_failover: bool = Field(False, description="OpenFlow fast-failover groups: a switch "
+                                                   "moves traffic off a dead port by itself")
+    recompute: bool = Field(False, description="the controller recomputes and reinstalls "
+                                               "paths when a port goes down or up")
+    health: Health = Field(Health(), description="the link-probe health monitor")
     apps: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")]] = Field(
         default_factory=list,
         description="extra os-ken apps beside the base ones: package.module[:AppClass]")
@@ -107,51 +128,72 @@ SERVICES = ("retriever", "tool", "model", "agent")
 
 
 class Agents(Section):
-    enabled: bool = True
+    enabled: bool = Field(True, description="run agent chains (retriever, tool, model, "
+                                            "agent hops over TCP)")
     driver: int = Field(0, ge=0, description="node index that runs the chains")
     services: dict[Literal["retriever", "tool", "model", "agent"], int] = Field(
         default_factory=dict, description="node index of each service")
-    concurrency: int = Field(8, ge=1, le=256)
-    timeout_ms: float = Field(2000, gt=0)
-    service_us: int = Field(0, ge=0)
+    concurrency: int = Field(8, ge=1, le=256, description="chains in flight at once")
+    timeout_ms: float = Field(2000, gt=0, description="ms after which a chain counts as "
+                                                      "failed")
+    service_us: int = Field(0, ge=0, description="µs each service works on a request before "
+                                                 "it replies")
     ecn: bool = Field(False, description="net.ipv4.tcp_ecn=1 in every host namespace")
     congestion_control: Literal["default", "reno", "cubic", "dctcp"] = Field(
         "default", description="TCP congestion control of every socket in the host "
                                "namespaces, set on each host route (congctl); default: the "
                                "kernel's. dctcp needs tcp_dctcp and negotiates ECN itself")
-    multipath: bool = False
-    attempt_ms: float = Field(500, gt=0)
+    multipath: bool = Field(False, description="host multipath: a hop that gets no reply on "
+                                               "one plane is retried on another")
+    attempt_ms: float = Field(500, gt=0, description="with multipath: ms a hop waits on one "
+                                                     "plane before it tries the next")
 
 
 class Dcqcn(Section):
-    enabled: bool = False
-    g: float = Field(1 / 16, gt=0, le=1)
-    rai_mbps: float = Field(0.5, gt=0)
-    rhai_mbps: float = Field(2.0, gt=0)
-    timer_us: float = Field(2000, ge=10, le=10**6)
-    alpha_timer_us: float = Field(2000, ge=10, le=10**6)
-    byte_counter_kb: float = Field(64, gt=0)
-    f: int = Field(5, ge=0, le=100)
-    min_rate_mbps: float = Field(0.5, gt=0)
+    enabled: bool = Field(False, description="each channel's rate follows a DCQCN reaction "
+                                             "point driven by the CNPs it receives")
+    g: float = Field(1 / 16, gt=0, le=1, description="gain of the congestion estimate alpha")
+    rai_mbps: float = Field(0.5, gt=0, description="additive increase step, Mb/s")
+    rhai_mbps: float = Field(2.0, gt=0, description="hyper increase step, Mb/s")
+    timer_us: float = Field(2000, ge=10, le=10**6, description="µs of the rate-increase "
+                                                               "timer")
+    alpha_timer_us: float = Field(2000, ge=10, le=10**6, description="µs between alpha "
+                                                                     "decays without a CNP")
+    byte_counter_kb: float = Field(64, gt=0, description="KB sent that count as one "
+                                                         "rate-increase event")
+    f: int = Field(5, ge=0, le=100, description="increase events of fast recovery before "
+                                                "additive increase")
+    min_rate_mbps: float = Field(0.5, gt=0, description="the rate never falls below this, "
+                                                        "Mb/s")
 
 
 class Training(Section):
-    enabled: bool = False
+    enabled: bool = Field(False, description="run a collective of RoCEv2 bursts among ranks")
     ranks: list[int] = Field(default_factory=list, description="node indices, in ring order")
-    bytes: int = Field(2_000_000, ge=1000, le=10**9)
-    compute_ms: float = Field(50, ge=0)
-    rate_mbps: float = Field(80, gt=0)
-    payload: int = Field(4096, ge=64, le=8192)
-    step_timeout_ms: float = Field(500, gt=0)
-    pattern: Literal["ring", "stride", "random"] = "ring"
+    bytes: int = Field(2_000_000, ge=1000, le=10**9, description="bytes each rank sends per "
+                                                                 "iteration")
+    compute_ms: float = Field(50, ge=0, description="ms of compute (no traffic) before each "
+                                                    "iteration's communication")
+    rate_mbps: float = Field(80, gt=0, description="pacing rate of each channel, Mb/s (the "
+                                                   "NIC's line rate in the model)")
+    payload: int = Field(4096, ge=64, le=8192, description="RoCE payload bytes per packet")
+    step_timeout_ms: float = Field(500, gt=0, description="ms a step waits for its data; "
+                                                          "what is missing then is lost")
+    pattern: Literal["ring", "stride", "random"] = Field(
+        "ring", description="who sends to whom: ring all-reduce, a fixed stride, or a "
+                            "random permutation")
     stride: int = Field(0, ge=0, description="0: half the ranks")
-    ecn: bool = False
-    cnp_interval_us: float = Field(50, ge=0)
-    spray: bool = False
+    ecn: bool = Field(False, description="senders mark their packets ECN-capable (ECT(0)); "
+                                         "receivers answer CE with CNPs")
+    cnp_interval_us: float = Field(50, ge=0, description="µs between two CNPs of one flow at "
+                                                         "most")
+    spray: bool = Field(False, description="rotate the UDP source port per packet, so ECMP "
+                                           "spreads every packet")
     qps: int = Field(1, ge=1, le=64, description="queue pairs per channel: each message is "
                      "striped over them packet by packet, each its own UDP source port")
-    dcqcn: Dcqcn = Dcqcn()
-    multipath: bool = False
+    dcqcn: Dcqcn = Field(Dcqcn(), description="DCQCN rate control of the senders")
+    multipath: bool = Field(False, description="host multipath: chunks are re-split over the "
+                                               "channels whose NIC has carrier")
 
 
 FaultAction = Annotated[str, WithJsonSchema({
@@ -164,9 +206,12 @@ class FaultEntry(Section):
     """One fault of a variant's schedule; its target is checked against the topology,
     its parameters against its kind."""
 
-    at_s: float = Field(ge=0)
+    at_s: float = Field(ge=0, description="seconds after traffic starts (within the run)")
     action: FaultAction
-    target: str | int | None = None
+    target: str | int | None = Field(None, description="what the kind acts on, named as in "
+                                                       "the spec without the run prefix: a "
+                                                       "link p0l0-p0s1, a switch p0s1, a "
+                                                       "plane p1 (or 1), a NIC n2p0r0")
     loss: float | None = Field(None, ge=0.001, le=1.0, description="degrade")
     period_s: float | None = Field(None, ge=0.05, le=60, description="link_flap")
     count: int | None = Field(None, ge=1, le=100, description="link_flap")
@@ -183,38 +228,40 @@ class CommandWorkload(Section):
     """Any command in a host, from ``at_s``; ``{n5}`` in an argument is host n5's address
     (plane 0, rail 0), ``{n5.p1}`` on plane 1. Its output and exit status are recorded."""
 
-    kind: Literal["command"]
+    kind: Literal["command"] = Field(description="command: a command in a host")
     host: HostRef
-    argv: list[str] = Field(min_length=1)
-    at_s: float = Field(0, ge=0)
+    argv: list[str] = Field(min_length=1, description="the command and its arguments "
+                            "({n5}: host n5's address)")
+    at_s: float = Field(0, ge=0, description="seconds after traffic starts")
 
 
 class Iperf3Workload(Section):
     """An iperf3 client in ``client`` to a server in ``server`` (started at once)."""
 
-    kind: Literal["iperf3"]
+    kind: Literal["iperf3"] = Field(description="iperf3: an iperf3 client and server pair")
     client: HostRef
     server: HostRef
-    at_s: float = Field(0, ge=0)
-    seconds: float = Field(10, gt=0, le=3600)
-    plane: int = Field(0, ge=0)
-    udp: bool = False
+    at_s: float = Field(0, ge=0, description="seconds after traffic starts")
+    seconds: float = Field(10, gt=0, le=3600, description="seconds the client sends")
+    plane: int = Field(0, ge=0, description="the plane whose NIC it uses")
+    udp: bool = Field(False, description="UDP instead of TCP")
     rate_mbps: float | None = Field(None, gt=0, description="-b: target rate (UDP default 1)")
-    parallel: int = Field(1, ge=1, le=16)
+    parallel: int = Field(1, ge=1, le=16, description="parallel streams (-P)")
 
 
 class ReplayWorkload(Section):
     """A capture replayed out of a host's NIC (``python -m traffic replay``)."""
 
-    kind: Literal["replay"]
+    kind: Literal["replay"] = Field(description="replay: a capture replayed out of a NIC")
     host: HostRef
     pcap: str = Field(description="pcap/pcapng file of Ethernet frames (relative: to cwd)")
-    at_s: float = Field(0, ge=0)
-    plane: int = Field(0, ge=0)
-    rail: int = Field(0, ge=0)
-    loop: int = Field(1, ge=1, le=100000)
-    pps: float | None = Field(None, gt=0)
-    mbps: float | None = Field(None, gt=0)
+    at_s: float = Field(0, ge=0, description="seconds after traffic starts")
+    plane: int = Field(0, ge=0, description="the plane whose NIC it uses")
+    rail: int = Field(0, ge=0, description="the rail whose NIC it uses")
+    loop: int = Field(1, ge=1, le=100000, description="times the capture is replayed")
+    pps: float | None = Field(None, gt=0, description="packets a second (default: as "
+                                                      "captured)")
+    mbps: float | None = Field(None, gt=0, description="Mb/s (instead of pps)")
 
 
 class ElephantsWorkload(Section):
@@ -224,8 +271,10 @@ class ElephantsWorkload(Section):
     (``edge_hosts`` hosts an edge switch, ``pod_hosts`` a pod), so a non-blocking
     reference variant on another topology gets the same flows."""
 
-    kind: Literal["elephants"]
-    pattern: Literal["stride", "staggered", "random", "bijection", "hotspot"]
+    kind: Literal["elephants"] = Field(description="elephants: one long TCP flow from "
+                                                   "every host, by a Hedera pattern")
+    pattern: Literal["stride", "staggered", "random", "bijection", "hotspot"] = Field(
+        description="Hedera's traffic pattern")
     stride: int = Field(1, ge=1, description="stride: host i sends to i + stride")
     edge_p: float = Field(0.0, ge=0, le=1, description="staggered: same edge switch")
     pod_p: float = Field(0.0, ge=0, le=1, description="staggered: same pod, another edge")
@@ -234,23 +283,23 @@ class ElephantsWorkload(Section):
     hotspots: int = Field(2, ge=1, description="hotspot: hosts that draw several flows")
     hot_flows: int = Field(3, ge=2, description="hotspot: flows each hotspot receives")
     hosts: list[int] | None = Field(None, description="the hosts taking part (default: all)")
-    at_s: float = Field(0, ge=0)
+    at_s: float = Field(0, ge=0, description="seconds after traffic starts")
     seconds: float | None = Field(None, gt=0, le=3600, description="default: to the run's end")
-    plane: int = Field(0, ge=0)
+    plane: int = Field(0, ge=0, description="the plane whose NIC it uses")
 
 
 class AgentsWorkload(Agents):
     """The agent chains as an entry of ``workloads`` (the same as the ``agents`` section)."""
 
-    kind: Literal["agents"]
-    enabled: bool = True
+    kind: Literal["agents"] = Field(description="agents: the agent chains")
+    enabled: bool = Field(True, description="run them")
 
 
 class TrainingWorkload(Training):
     """The training collective as an entry of ``workloads`` (the ``training`` section)."""
 
-    kind: Literal["training"]
-    enabled: bool = True
+    kind: Literal["training"] = Field(description="training: the training collective")
+    enabled: bool = Field(True, description="run it")
 
 
 Workload = Annotated[CommandWorkload | Iperf3Workload | ReplayWorkload | ElephantsWorkload

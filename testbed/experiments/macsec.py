@@ -67,27 +67,43 @@ ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag
 class Attack(Section):
     """What the attacker injects toward b, and when (default: halfway)."""
 
-    tampered: int = Field(10, ge=0, le=100000)
-    replayed: int = Field(10, ge=0, le=100000)
-    untagged: int = Field(10, ge=0, le=100000)
-    at_s: float | None = Field(None, gt=0)
+    tampered: int = Field(10, ge=0, le=100000, description="captured frames re-sent with "
+                                                           "one octet flipped")
+    replayed: int = Field(10, ge=0, le=100000, description="captured frames re-sent as they "
+                                                           "were")
+    untagged: int = Field(10, ge=0, le=100000, description="plain UDP frames without a "
+                                                           "SecTAG")
+    at_s: float | None = Field(None, gt=0, description="seconds into the protected variant "
+                                                       "(default: halfway)")
 
 
 class MacsecSection(Section):
     """The ``macsec:`` section of a scenario."""
 
-    backend: Literal["auto", "userspace", "kernel"] = "auto"
-    suite: Literal[tuple(s.value for s in CipherSuite)] = "gcm-aes-128"  # type: ignore[valid-type]
-    encrypt: bool = True
-    validate_: Literal["strict", "check", "disabled"] = Field("strict", alias="validate")
-    replay_window: int = Field(0, ge=0, le=(1 << 32) - 1)
-    mtu: int = Field(1500, ge=1280, le=9000)
-    link_mbps: float = Field(20, ge=0.1, le=100000)
-    bulk_seconds: float = Field(8, ge=0.5, le=3600)
-    chain_concurrency: int = Field(4, ge=1, le=256)
-    chain_timeout_ms: float = Field(2000, gt=0)
-    rotate_at_s: float | None = Field(None, gt=0)
-    attack: Attack = Attack()
+    backend: Literal["auto", "userspace", "kernel"] = Field(
+        "auto", description="kernel macsec devices, the lab's userspace SecY, or auto (the "
+                            "kernel's where it has MACsec)")
+    suite: Literal[tuple(s.value for s in CipherSuite)] = Field(  # type: ignore[valid-type]
+        "gcm-aes-128", description="the cipher suite (the XPN suites: 64-bit packet numbers)")
+    encrypt: bool = Field(True, description="encrypt (confidentiality); false: integrity only")
+    validate_: Literal["strict", "check", "disabled"] = Field(
+        "strict", alias="validate", description="validateFrames: strict drops what fails, "
+                                                "check counts it and delivers, disabled "
+                                                "checks nothing")
+    replay_window: int = Field(0, ge=0, le=(1 << 32) - 1, description="packet numbers a "
+                                                                       "frame may arrive late")
+    mtu: int = Field(1500, ge=1280, le=9000, description="MTU of the protected interface")
+    link_mbps: float = Field(20, ge=0.1, le=100000, description="the link's rate, Mb/s")
+    bulk_seconds: float = Field(8, ge=0.5, le=3600, description="seconds of the bulk TCP "
+                                                                "flow")
+    chain_concurrency: int = Field(4, ge=1, le=256, description="agent chains in flight "
+                                                                "over the link")
+    chain_timeout_ms: float = Field(2000, gt=0, description="ms after which a chain counts "
+                                                            "as failed")
+    rotate_at_s: float | None = Field(None, gt=0, description="seconds into the protected "
+                                                              "variant at which the keys "
+                                                              "rotate (default: none)")
+    attack: Attack = Field(Attack(), description="the attacker on the wire")
 
 
 def validate(section: Any, where: str = "macsec") -> dict:

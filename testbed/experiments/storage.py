@@ -68,10 +68,12 @@ class Objects(Section):
     """What the store holds: ``keys`` objects, key ``i`` of ``sizes_kb[i % len]`` KB,
     read with Zipf popularity of exponent ``zipf``."""
 
-    keys: int = Field(100, ge=1, le=100_000)
+    keys: int = Field(100, ge=1, le=100_000, description="objects in the store")
     sizes_kb: list[Annotated[float, Field(gt=0, le=65536)]] = Field(
-        default_factory=lambda: [64.0], min_length=1)
-    zipf: float = Field(1.0, ge=0, le=5)
+        default_factory=lambda: [64.0], min_length=1,
+        description="object sizes, KB: key i has sizes_kb[i % len]")
+    zipf: float = Field(1.0, ge=0, le=5, description="exponent of the Zipf popularity of "
+                                                     "the reads (0: uniform)")
 
     def size(self, index: int) -> int:
         return int(self.sizes_kb[index % len(self.sizes_kb)] * 1024)
@@ -84,21 +86,27 @@ class Objects(Section):
 class StorageSection(Section):
     """The ``storage:`` section of a scenario."""
 
-    gpu_nodes: int = Field(8, ge=1, le=16)
-    gpu_leaves: int = Field(2, ge=1, le=8)
-    spines: int = Field(2, ge=1, le=4)
-    link_mbps: float = Field(100, gt=0, le=100_000)
-    objects: Objects = Field(default_factory=Objects)
+    gpu_nodes: int = Field(8, ge=1, le=16, description="GPU nodes (each with its cache)")
+    gpu_leaves: int = Field(2, ge=1, le=8, description="leaves the GPU nodes hang off")
+    spines: int = Field(2, ge=1, le=4, description="spines (the storage node has a leaf of "
+                                                   "its own)")
+    link_mbps: float = Field(100, gt=0, le=100_000, description="every link's rate, Mb/s")
+    objects: Objects = Field(default_factory=Objects, description="what the store holds and "
+                                                                  "how it is read")
     #: each GPU node's cache and the disk it may use at most (in the lab both live in the
     #: run folder, a tmpfs on most hosts: RAM; the kind's host check bounds their sum)
-    cache_mb: int = Field(64, ge=1)
-    node_disk_mb: int = Field(256, ge=1)
-    store: StoreSize = Field(default_factory=StoreSize)
-    chain_concurrency: int = Field(2, ge=1, le=64)
-    chain_timeout_ms: float = Field(5000, gt=0)
+    cache_mb: int = Field(64, ge=1, description="each GPU node's cache, MB (nginx max_size)")
+    node_disk_mb: int = Field(256, ge=1, description="disk each GPU node may use, MB")
+    store: StoreSize = Field(default_factory=StoreSize, description="how big the S3 store "
+                                                                    "may grow")
+    chain_concurrency: int = Field(2, ge=1, le=64, description="agent chains in flight")
+    chain_timeout_ms: float = Field(5000, gt=0, description="ms after which a chain counts "
+                                                            "as failed")
     readers: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [1, 2, 4, 8], min_length=1)
-    read_seconds: float = Field(5, gt=0, le=600)
+        default_factory=lambda: [1, 2, 4, 8], min_length=1,
+        description="numbers of nodes reading at once in the throughput test")
+    read_seconds: float = Field(5, gt=0, le=600, description="seconds of each throughput "
+                                                             "measurement")
 
 
 def validate(section: Any, where: str = "storage") -> StorageSection:

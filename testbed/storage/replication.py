@@ -62,8 +62,8 @@ AROUND_S = 3.0
 class CheckpointSection(Section):
     """``backbone.checkpoints``: checkpoint shards written in ``src``, replicated to ``dst``."""
 
-    src: str
-    dst: str
+    src: str = Field(description="the region whose writer writes the shards")
+    dst: str = Field(description="the region they are replicated to")
     modes: list[Literal[MODES]] = Field(  # type: ignore[valid-type]
         default_factory=lambda: list(MODES), min_length=1,
         description="one variant each: async (local ack, filer.sync) and/or sync (both ack)")

@@ -59,8 +59,9 @@ class StoreSize(Section):
     """How big the store may grow: ``volumes`` volumes of ``volume_mb`` each (a scenario's
     ``storage.store``)."""
 
-    volume_mb: int = Field(32, ge=1, le=30720)
-    volumes: int = Field(16, ge=MIN_VOLUMES, le=1000)
+    volume_mb: int = Field(32, ge=1, le=30720, description="MB a volume")
+    volumes: int = Field(16, ge=MIN_VOLUMES, le=1000, description="volumes the store may "
+                                                                  "create")
 
     @property
     def capacity_mb(self) -> int:

@@ -114,3 +114,11 @@ def test_every_command_line_argument_has_help_and_every_command_examples():
 
 def test_the_readme_is_short():
     assert len((REPO / "README.md").read_text().splitlines()) <= 200
+
+
+def test_every_scenario_key_has_a_description():
+    from testbed.schema import scenario_schema
+
+    schema = scenario_schema()
+    assert len(list(reference.properties(schema))) > 250  # nested keys and list items too
+    assert reference.undescribed(schema) == []
