@@ -17,6 +17,7 @@ links blue, terrestrial brown, access grey.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -160,15 +161,35 @@ def to_mermaid(g: nx.MultiGraph, name: str) -> str:
     return "\n".join(lines + styles) + "\n"
 
 
+def natural(name: str) -> tuple:
+    """Sort key that orders numbers in names by value: n2 before n10.
+
+    >>> sorted(["n10", "n2", "p0l1", "n1"], key=natural)
+    ['n1', 'n2', 'n10', 'p0l1']
+    """
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
 def _fabric_positions(g: nx.MultiGraph) -> dict:
+    """Switches tier by tier, by plane then name in natural order; each host under the
+    switch it hangs off (its lowest-plane one), so no host link crosses another's."""
     tiers: dict[int, list[str]] = {}
     for node, data in g.nodes(data=True):
         tiers.setdefault(data["tier"], []).append(node)
     pos = {}
-    for tier, nodes in tiers.items():
-        nodes.sort(key=lambda n: (g.nodes[n].get("plane") or 0, n))
+    for tier in sorted(t for t in tiers if t > 0):
+        nodes = sorted(tiers[tier], key=lambda n: (g.nodes[n].get("plane") or 0, natural(n)))
         for i, node in enumerate(nodes):
             pos[node] = ((i + 0.5) / len(nodes), tier)
+
+    def under(host: str) -> tuple:
+        ups = [n for n in g.neighbors(host) if n in pos]
+        first = min(ups, key=lambda n: (g.nodes[n].get("plane") or 0, pos[n][0]), default=None)
+        return (pos[first][0] if first else 0.0, natural(host))
+
+    hosts = sorted(tiers.get(0, []), key=under)
+    for i, node in enumerate(hosts):
+        pos[node] = ((i + 0.5) / len(hosts), 0)
     return pos
 
 

@@ -82,6 +82,10 @@ def test_the_site_builds_strictly_with_its_generated_references(site):
     assert {f"testbed {name}" for name in ("run", "up", "inspect", "scenarios", "spec")} <= \
         set(cli_ref.headings)
     assert (site / "labs" / "lab01_oversubscription" / "index.html").exists()
+    # the lesson pages show their fabric, drawn at build time
+    assert (site / "img" / "fat-tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 'src="../../img/lossless.png"' in (site / "lessons" / "lossless-and-tenants" /
+                                             "index.html").read_text()
 
 
 def test_a_broken_link_fails_the_build(tmp_path):
