@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
         project="os_ken",
     )
+    for folder in cfg.plugin_path:  # beside the scenario (a student's own app)
+        if folder not in sys.path:
+            sys.path.append(folder)
     try:
         extra = [app_module(name) for name in cfg.apps]
     except ValueError as exc:

@@ -122,6 +122,8 @@ class ControllerConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     #: extra os-ken apps run beside the base ones (``package.module[:AppClass]``)
     apps: tuple[str, ...] = ()
+    #: folders the apps are also found in (the scenario file's: a student's own app)
+    plugin_path: tuple[str, ...] = ()
 
     @property
     def controller_marks(self) -> bool:
@@ -163,6 +165,7 @@ class ControllerConfig:
             health=HealthConfig(**{k: health[k] for k in HealthConfig.__dataclass_fields__
                                    if k in health}),
             apps=tuple(data.get("apps") or ()),
+            plugin_path=tuple(data.get("plugin_path") or ()),
         )
 
     @classmethod

@@ -24,6 +24,7 @@ from testbed.procs import Helper, wait_for
 from testbed.qos import Qos, classes_of
 from testbed.results import read_jsonl, write_json
 from testbed.switchd import SwitchSettings
+from topologies import plugins
 from topologies.spec import FabricSpec
 
 
@@ -66,7 +67,8 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
     config = {**controller, "spec": str(out / "spec.json"),
               "status": str(out / "controller-events.jsonl"),
               "telemetry": str(out / "telemetry.jsonl") if telemetry else None,
-              "seed": seed, "link_mbps": spec.link_mbps}
+              "seed": seed, "link_mbps": spec.link_mbps,
+              "plugin_path": plugins.folders()}
     ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
     if ecn_mode == "switch" and not caps.red:
         raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "

@@ -228,16 +228,66 @@ def grade(lab: Lab, folder: Path) -> list[tuple[str, Verdict]]:
 
 def cmd_check(args) -> int:
     lab = find(args.lab)
-    verdicts = grade(lab, Path(args.results))
-    for name, v in verdicts:
-        print(f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}")
-    good = sum(v.ok for _, v in verdicts)
-    print(f"{lab.title}: {good}/{len(verdicts)} checks passed")
-    return 0 if good == len(verdicts) else 1
+    folders = [Path(f) for f in args.results]
+    if len(folders) == 1 and not args.csv:
+        verdicts = grade(lab, folders[0])
+        for name, v in verdicts:
+            print(f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}")
+        good = sum(v.ok for _, v in verdicts)
+        print(f"{lab.title}: {good}/{len(verdicts)} checks passed")
+        return 0 if good == len(verdicts) else 1
+    rows = grade_class(lab, folders)
+    names = [check_name(c) for c in lab.module().CHECKS]
+    width = max(len(str(f)) for f in folders)
+    print(f"{lab.title}: {len(folders)} results folders")
+    for folder, verdicts, error in rows:
+        if error:
+            print(f"{str(folder):<{width}}  ERROR {error}")
+            continue
+        good = sum(v.ok for _, v in verdicts)
+        marks = " ".join("PASS" if v.ok else "FAIL" for _, v in verdicts)
+        print(f"{str(folder):<{width}}  {good}/{len(verdicts)}  {marks}")
+    if args.csv:
+        write_csv(Path(args.csv), names, rows)
+        print(f"{args.csv}: one row a folder, one column a check ({', '.join(names)})")
+    return 0 if all(not e and all(v.ok for _, v in vs) for _, vs, e in rows) else 1
+
+
+def grade_class(lab: Lab, folders: list[Path]) -> list[tuple[Path, list, str | None]]:
+    """Every folder graded (a class's results): its verdicts, or why it could not be read
+    (one bad folder does not stop the others)."""
+    rows = []
+    for folder in folders:
+        try:
+            rows.append((folder, grade(lab, folder), None))
+        except ConfigError as exc:
+            rows.append((folder, [], str(exc)))
+    return rows
+
+
+def write_csv(path: Path, names: list[str], rows: list[tuple[Path, list, str | None]]) -> None:
+    """One row a results folder: each check PASS or FAIL, the count passed, and the
+    reasons of the failures (or why the folder could not be graded)."""
+    import csv
+
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["folder", *names, "passed", "total", "notes"])
+        for folder, verdicts, error in rows:
+            if error:
+                writer.writerow([str(folder), *([""] * len(names)), 0, len(names), error])
+                continue
+            marks = ["PASS" if v.ok else "FAIL" for _, v in verdicts]
+            notes = "; ".join(f"{n}: {v.reason}" for n, v in verdicts if not v.ok)
+            writer.writerow([str(folder), *marks, sum(v.ok for _, v in verdicts),
+                             len(verdicts), notes])
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("check", help="grade a results folder against a lab guide (labs/)")
+    p = sub.add_parser("check", help="grade results folders against a lab guide (labs/)")
     p.add_argument("lab", help="lab number (1-9), folder or name (see labs/README.md)")
-    p.add_argument("results", help="the results folder of the lab's run")
+    p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
+                                              "a class, one line each")
+    p.add_argument("--csv", help="also write the class's grades as a table (one row a "
+                                 "folder, one column a check)")
     p.set_defaults(func=cmd_check)

@@ -216,7 +216,8 @@ def read(path: Path | str) -> Any:
 
 def load(path: Path | str, duration_override: float | None = None,
          seeds_override: list[int] | None = None) -> Scenario:
-    """Read and validate a scenario file."""
+    """Read and validate a scenario file (plug-ins it names may live beside it)."""
+    plugins.add_folder(Path(path).parent)
     return parse(read(path), duration_override, seeds_override)
 
 
@@ -255,6 +256,7 @@ def validate(path: Path | str) -> tuple[str, str]:
     (:func:`topologies.plugins.check`, ConfigError when one is bad); what depends on a
     plug-in (its sections, the topology a builder returns) is checked when ``testbed run``
     or ``testbed up`` loads it, before anything is created."""
+    plugins.add_folder(Path(path).parent)
     data = read(path)
     found = []
     for field, reference in plugin_references(data):

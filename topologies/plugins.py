@@ -55,6 +55,24 @@ class NotLoaded(Exception):  # noqa: N818 (not an error of the input: a stop)
         self.where, self.module, self.path = where, module, path
 
 
+#: folders of the scenario files read so far: a plug-in may live beside its scenario
+#: (a student's app in the student's folder), found after the import path and the
+#: current folder
+_FOLDERS: list[str] = []
+
+
+def add_folder(folder: Path | str) -> None:
+    """Let plug-ins be found in ``folder`` too (the folder of a scenario file)."""
+    folder = str(Path(folder).resolve())
+    if folder not in _FOLDERS:
+        _FOLDERS.append(folder)
+
+
+def folders() -> list[str]:
+    """The folders :func:`add_folder` added, in order (for the controller's process)."""
+    return list(_FOLDERS)
+
+
 def allow() -> None:
     """This process runs scenarios (``testbed run``, ``testbed up``): plug-ins may load."""
     global _allowed
@@ -78,7 +96,8 @@ def may_load() -> bool:
 
 def _search_path() -> list[str]:
     here = os.getcwd()
-    return [*sys.path, here] if here not in sys.path else list(sys.path)
+    out = [*sys.path, here] if here not in sys.path else list(sys.path)
+    return out + [f for f in _FOLDERS if f not in out]
 
 
 def locate(module: str, where: str) -> Path:
@@ -98,8 +117,8 @@ def locate(module: str, where: str) -> Path:
                                     ".py module)")
         spec = importlib.machinery.PathFinder.find_spec(name, search)
         if spec is None:
-            raise ParamError(where, f"no module {name!r} on the import path or in "
-                                    f"{os.getcwd()}")
+            raise ParamError(where, f"no module {name!r} on the import path, in "
+                                    f"{os.getcwd()} or beside the scenario")
         if i < len(parts) - 1:
             search = list(spec.submodule_search_locations or [])
             if not search:
@@ -160,8 +179,9 @@ def load(module: str, where: str) -> ModuleType:
     path = locate(module, where)  # what validation checks, checked here too
     if not _allowed:
         raise NotLoaded(where, module, path)
-    if os.getcwd() not in sys.path:  # plug-ins are importable from where testbed runs
-        sys.path.append(os.getcwd())
+    for folder in [os.getcwd(), *_FOLDERS]:  # where testbed runs, beside the scenario
+        if folder not in sys.path:
+            sys.path.append(folder)
     try:
         return importlib.import_module(module)
     except SyntaxError as exc:

@@ -412,3 +412,30 @@ def test_app_with_a_syntax_error_is_one_line(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match=r"cannot import 'halfdone': .*halfdone.py, line 2"):
         app_module("halfdone:App")
+
+
+def test_a_class_is_graded_in_one_table(tmp_path):
+    """testbed check LAB DIR DIR ... --csv FILE: one line and one CSV row a student's
+    folder; a folder that cannot be graded is named, the others are still graded."""
+    import csv
+    import subprocess
+    import sys
+
+    good = write_runs(tmp_path / "ada", lab1_runs(240.0, 20.0))
+    weak = write_runs(tmp_path / "bob", lab1_runs(650.0, 14.0, rate=12))
+    empty = tmp_path / "cy"
+    empty.mkdir()
+    table = tmp_path / "class.csv"
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "check", "1", str(good),
+                           str(weak), str(empty), "--csv", str(table)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr  # not every folder passes
+    lines = done.stdout.splitlines()
+    assert any(str(good) in ln and "PASS" in ln and "FAIL" not in ln for ln in lines)
+    assert any(str(empty) in ln and "ERROR" in ln and "summary.json" in ln for ln in lines)
+    rows = list(csv.DictReader(table.open()))
+    assert [r["folder"] for r in rows] == [str(good), str(weak), str(empty)]
+    total = int(rows[0]["total"])
+    assert rows[0]["passed"] == str(total) and rows[1]["paced-slower"] == "FAIL"
+    assert int(rows[1]["passed"]) == total - 3 and "pace it" in rows[1]["notes"]
+    assert rows[2]["passed"] == "0" and "summary.json" in rows[2]["notes"]

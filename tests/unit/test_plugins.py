@@ -163,3 +163,36 @@ def test_the_readme_says_a_scenario_naming_plugins_is_code():
     text = " ".join((REPO / "README.md").read_text().split())
     assert "A scenario that names plug-ins is code." in text
     assert "`testbed validate` runs none of it" in text
+
+
+def test_a_plugin_beside_its_scenario_is_found_from_any_folder(tmp_path):
+    """A student's app lives in the student's folder, beside the scenario naming it:
+    validate finds it there (statically) from wherever testbed runs; a scenario in
+    another folder does not see it."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    mine = tmp_path / "my-labs"
+    mine.mkdir()
+    shutil.copy(REPO / "labs" / "lab03_hashing" / "starter" / "placement.py",
+                mine / "student_placement.py")
+    text = (REPO / "labs" / "lab03_hashing" / "starter" / "scenario.yaml").read_text()
+    (mine / "lab03.yaml").write_text(
+        text.replace("labs.lab03_hashing.starter.placement", "student_placement"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "lab03.yaml").write_text((mine / "lab03.yaml").read_text())
+    env = {"PYTHONPATH": str(REPO)}
+
+    def validate(path):
+        return subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})
+
+    done = validate(mine / "lab03.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "student_placement" in done.stdout
+    done = validate(elsewhere / "lab03.yaml")
+    assert done.returncode == 2 and "no module 'student_placement'" in done.stderr
