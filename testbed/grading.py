@@ -142,12 +142,14 @@ class Lab:
     def commands(self) -> dict[str, list[str]]:
         """The guide's marked command blocks: step -> command lines (comments dropped).
 
-        A block is a fenced ``sh`` block whose first line is ``# lab: STEP``; the test of
-        the guides (tests/integration/test_labs.py) runs them in a shortened form.
+        A block is a fenced ``sh`` block whose first line is ``# lab: STEP``; a line ending
+        in a backslash goes on on the next. The test of the guides
+        (tests/integration/test_labs.py) runs them in a shortened form.
         """
         text = (self.folder / "README.md").read_text()
         blocks: dict[str, list[str]] = {}
         for step, body in _BLOCK.findall(text):
+            body = body.replace("\\\n", " ")  # a line continued with a backslash
             lines = [line.split("  #")[0].strip() for line in body.splitlines()]
             blocks.setdefault(step, []).extend(x for x in lines if x and not x.startswith("#"))
         return blocks

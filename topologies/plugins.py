@@ -179,9 +179,7 @@ def load(module: str, where: str) -> ModuleType:
     path = locate(module, where)  # what validation checks, checked here too
     if not _allowed:
         raise NotLoaded(where, module, path)
-    for folder in [os.getcwd(), *_FOLDERS]:  # where testbed runs, beside the scenario
-        if folder not in sys.path:
-            sys.path.append(folder)
+    on_path()
     try:
         return importlib.import_module(module)
     except SyntaxError as exc:
@@ -192,6 +190,14 @@ def load(module: str, where: str) -> ModuleType:
     except Exception as exc:  # noqa: BLE001 (the plug-in's own code failed: one line)
         raise ParamError(where, f"importing {module!r} failed: "
                                 f"{type(exc).__name__}: {clip(str(exc), 60)}") from None
+
+
+def on_path() -> None:
+    """Make plug-ins importable where :func:`locate` finds them: the current folder and
+    the scenarios' folders go on ``sys.path`` (after what is there)."""
+    for folder in [os.getcwd(), *_FOLDERS]:
+        if folder not in sys.path:
+            sys.path.append(folder)
 
 
 def relative(path: Path) -> str:

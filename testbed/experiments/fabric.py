@@ -391,6 +391,8 @@ class FabricExperiment(base.Experiment):
                 if plugins.may_load():
                     from controllers.__main__ import app_module
 
+                    plugins.on_path()  # beside the scenario too, as the controller will
+
                     app_module(app)
             except ValueError as exc:  # ParamError is one
                 raise ConfigError(f"{where}.apps[{i}]", getattr(exc, "reason", str(exc))) \

@@ -34,10 +34,13 @@ def test_plugin_kind_runs_end_to_end(tmp_path):
 
 def test_workloads_list_runs_every_entry(tmp_path):
     """examples/workloads.yaml: chains, a ping, an iperf3 pair, a replay and elephants,
-    from one list; each entry's output is kept and its exit status reported."""
+    from one list; each entry's output is kept and its exit status reported. The run
+    lasts 7.5 s: the iperf3 pair runs from 2 s for 4 s and then exchanges its results, so
+    a 6 s run stopped it before it could exit in two CI rehearsals."""
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
-                           "examples/workloads.yaml", "--duration", "6", "--out", str(out)],
+                           "examples/workloads.yaml", "--duration", "7.5", "--out",
+                           str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     run, = json.loads((out / "summary.json").read_text())["runs"]

@@ -1,0 +1,229 @@
+"""Probe: can AF_XDP ports on PMD threads that sleep when idle (``pmd-maxsleep``) make
+the userspace datapath cheap at light load, with every link still shaped?
+
+AF_XDP transmits around a port's egress qdisc (``bench.afxdp_bench``), so here a link
+between two switch ports is two veth pairs joined by tc ``mirred`` redirects through a
+pair of *link ends* in the root namespace, and the link's shaping is the link ends'
+egress qdiscs (TBF), which no switch process touches: switch port a -> (veth) -> link end
+a -> mirred -> egress of link end b (shaped) -> (veth) -> switch port b, and back.
+
+One private ovs-vswitchd (:class:`testbed.switchd.SwitchDaemons`; the host's Open vSwitch
+is not touched) holds a chain of three bridges (leaf, spine, leaf) between two
+namespaces. Two ways, side by side on the same chain shape:
+
+- ``packet``: today's ports (AF_PACKET, the main thread polls them), links shaped on the
+  switch ports;
+- ``xdp``: AF_XDP ports (generic XDP on veth) polled by one PMD thread that may sleep up
+  to ``--maxsleep`` microseconds when idle, links shaped on the link ends.
+
+For each: ovs-vswitchd's CPU per forwarding (a frame received by a switch port) while
+one namespace pings the other 100 times a second, the ping's round trip, and the rate
+UDP offered at three times a link's rate gets through (the shaping holds when it is
+about the link's rate).
+
+    python -m bench.xdp_pmd_probe [--seconds 5] [--maxsleep 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from testbed.naming import claim, forget, new_run_id, register, run_prefix
+from testbed.switchd import SwitchDaemons
+
+SWITCHES = 3
+LINK_MBPS = 20
+OFFLOADS = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
+
+
+def sh(*argv: str, check: bool = True) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if check and done.returncode:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Chain:
+    def __init__(self, way: str, stack: ExitStack, maxsleep: int) -> None:
+        rid = new_run_id()
+        p = run_prefix(rid)
+        self.way, self.rid, self.p = way, rid, p
+        self.ns = [p + "na", p + "nb"]
+        for ns in self.ns:
+            sh("ip", "netns", "add", ns)
+            register(rid, "netns", ns)
+            stack.callback(lambda ns=ns: (sh("ip", "netns", "del", ns, check=False),
+                                          forget(rid, "netns", ns)))
+        self.bridges = [f"{p}s{i}" for i in range(SWITCHES)]
+        # links: (west end, east end): west is a host NIC (in ns a) or a switch port
+        self.ports: dict[str, list[str]] = {b: [] for b in self.bridges}
+        self.shaped: list[str] = []
+        hops = ["a"] + self.bridges + ["b"]
+        for i in range(len(hops) - 1):
+            self._link(i, hops[i], hops[i + 1], stack)
+        run = claim(rid)  # /run/testbed/RUNID: testbed clean finds what a kill leaves
+        stack.callback(lambda: shutil.rmtree(run, ignore_errors=True))
+        self.daemons = SwitchDaemons([self.bridges], folder=run / "switch")
+        stack.callback(self.daemons.stop)
+        self.daemons.start()
+        inst = self.daemons.instances[0]
+        if way == "xdp":
+            self.daemons.vsctl(inst, ["set", "Open_vSwitch", ".",
+                                      "other_config:pmd-cpu-mask=0x2",
+                                      f"other_config:pmd-maxsleep={maxsleep}"])
+        for br in self.bridges:
+            args = ["add-br", br, "--", "set", "bridge", br, "datapath_type=dummy",
+                    "protocols=OpenFlow13", "fail_mode=secure"]
+            for port in self.ports[br]:
+                args += ["--", "add-port", br, port]
+                if way == "xdp":
+                    args += ["--", "set", "interface", port, "type=afxdp",
+                             "options:xdp-mode=generic", "options:n_rxq=1"]
+            self.daemons.vsctl(inst, args)
+            west, east = self.ports[br]
+            mgmt = self.daemons.mgmt(br)
+            if not _wait(lambda m=mgmt: Path(m[5:]).exists(), 10):
+                raise RuntimeError(f"{br}: no management socket")
+            for src, dst in ((west, east), (east, west)):
+                sh("ovs-ofctl", "-O", "OpenFlow13", "add-flow", mgmt,
+                   f"in_port={src},actions=output:{dst}")
+        sh("ip", "-n", self.ns[0], "addr", "add", "10.9.0.1/24", "dev", p + "ha")
+        sh("ip", "-n", self.ns[1], "addr", "add", "10.9.0.2/24", "dev", p + "hb")
+        self.pid = self.daemons.pids()[0]
+
+    def _veth(self, a: str, b: str, stack: ExitStack, ns_a: str = "", ns_b: str = "") -> None:
+        sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+        register(self.rid, "link", a)
+        stack.callback(lambda: (sh("ip", "link", "del", a, check=False),
+                                forget(self.rid, "link", a)))
+        for dev, ns in ((a, ns_a), (b, ns_b)):
+            sh("ethtool", "-K", dev, *OFFLOADS, check=False)
+            if ns:
+                sh("ip", "link", "set", dev, "netns", ns)
+            sh("ip", *(["-n", ns] if ns else []), "link", "set", dev, "up")
+
+    def _link(self, i: int, west: str, east: str, stack: ExitStack) -> None:
+        p = self.p
+        w_end = p + "ha" if west == "a" else f"{p}l{i}w"  # west's interface
+        e_end = p + "hb" if east == "b" else f"{p}l{i}e"
+        w_ns = self.ns[0] if west == "a" else ""
+        e_ns = self.ns[1] if east == "b" else ""
+        if west != "a":
+            self.ports[west].append(w_end)
+        if east != "b":
+            self.ports[east].append(e_end)
+        if self.way == "packet":
+            self._veth(w_end, e_end, stack, w_ns, e_ns)
+            for dev, ns in ((w_end, w_ns), (e_end, e_ns)):
+                self._tbf(dev, ns)
+            return
+        # xdp: west end - veth - link end x ... mirred ... link end y - veth - east end
+        x, y = f"{p}l{i}x", f"{p}l{i}y"
+        self._veth(w_end, x, stack, w_ns)
+        self._veth(e_end, y, stack, e_ns)
+        for src, dst in ((x, y), (y, x)):
+            sh("tc", "qdisc", "add", "dev", src, "handle", "ffff:", "ingress")
+            sh("tc", "filter", "add", "dev", src, "parent", "ffff:", "matchall", "action",
+               "mirred", "egress", "redirect", "dev", dst)
+            self._tbf(dst, "")
+        if w_ns:  # a host NIC's own egress, shaped as the lab shapes it
+            self._tbf(w_end, w_ns)
+        if e_ns:
+            self._tbf(e_end, e_ns)
+
+    def _tbf(self, dev: str, ns: str) -> None:
+        sh("tc", *(["-n", ns] if ns else []), "qdisc", "add", "dev", dev, "root", "tbf",
+           "rate", f"{LINK_MBPS}mbit", "burst", "32kb", "latency", "50ms")
+        self.shaped.append(dev)
+
+    def errors(self) -> list[str]:
+        inst = self.daemons.instances[0]
+        out = []
+        for br in self.bridges:
+            for port in self.ports[br]:
+                err = self.daemons.vsctl(inst, ["get", "interface", port, "error"]).strip()
+                if err and err != "[]":
+                    out.append(f"{port}: {err}")
+        return out
+
+    def ping(self, seconds: float) -> dict:
+        count = int(seconds * 100)
+        c0, t0 = cpu_s(self.pid), time.monotonic()
+        out = sh("ip", "netns", "exec", self.ns[0], "ping", "-n", "-q", "-i", "0.01", "-c",
+                 str(count), "-w", str(int(seconds) + 5), "10.9.0.2", check=False)
+        cpu, wall = cpu_s(self.pid) - c0, time.monotonic() - t0
+        got = int(re.search(r"(\d+) received", out).group(1)) if "received" in out else 0
+        rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)", out)
+        forwardings = 2 * got * SWITCHES
+        return {"replies": got, "sent": count, "cpu_cores": round(cpu / wall, 3),
+                "us_per_forwarding": round(cpu / forwardings * 1e6, 1) if forwardings else None,
+                "rtt_avg_ms": float(rtt.group(2)) if rtt else None}
+
+    def udp(self, seconds: float) -> float:
+        server = subprocess.Popen(["ip", "netns", "exec", self.ns[1], "iperf3", "-s", "-1",
+                                   "-B", "10.9.0.2", "-J"], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        sh("ip", "netns", "exec", self.ns[0], "iperf3", "-c", "10.9.0.2", "-u", "-b",
+           f"{3 * LINK_MBPS}M", "-l", "1400", "-t", str(int(seconds)), check=False)
+        out, _ = server.communicate(timeout=seconds + 20)
+        try:
+            end = json.loads(out)["end"]
+            return round(end["sum"]["bits_per_second"] / 1e6, 1)
+        except (ValueError, KeyError):
+            return 0.0
+
+
+def _wait(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--maxsleep", type=int, default=200, help="pmd-maxsleep, us")
+    ap.add_argument("--ways", default="packet,xdp")
+    args = ap.parse_args(argv)
+    rows = {}
+    for way in args.ways.split(","):
+        with ExitStack() as stack:
+            chain = Chain(way, stack, args.maxsleep)
+            time.sleep(2.0)
+            errors = chain.errors()
+            if errors:
+                print(f"{way}: port errors: {errors}")
+                continue
+            chain.ping(1.0)  # warm up (ARP, caches)
+            idle0, t0 = cpu_s(chain.pid), time.monotonic()
+            time.sleep(2.0)
+            idle = (cpu_s(chain.pid) - idle0) / (time.monotonic() - t0)
+            light = chain.ping(args.seconds)
+            shaped = chain.udp(3)
+            rows[way] = {**light, "idle_cores": round(idle, 3), "udp_through_mbps": shaped}
+            print(way, json.dumps(rows[way]), flush=True)
+    if {"packet", "xdp"} <= set(rows) and rows["xdp"]["us_per_forwarding"]:
+        ratio = rows["packet"]["us_per_forwarding"] / rows["xdp"]["us_per_forwarding"]
+        print(f"light load, CPU per forwarding: packet / xdp = {ratio:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
