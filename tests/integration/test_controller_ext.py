@@ -44,12 +44,18 @@ def test_an_extra_app_pins_a_flow_to_one_spine(tmp_path, monkeypatch):
 
 def test_a_remote_controller_drives_the_switches(tmp_path):
     """The user's controller (here: the testbed's own apps, started by hand on a port of
-    127.0.0.1 for a spec of the same topology) installs the paths; the lab starts no
-    controller and waits until every switch is connected to it."""
+    127.0.0.1) plans from the spec ``testbed spec`` exports for the scenario, installs the
+    paths; the lab starts no controller and waits until every switch is connected to it."""
     port = free_port()
     mine = tmp_path / "mine"
     mine.mkdir()
-    build_topology(TOPOLOGY, "tb0000").to_json(mine / "spec.json")  # dpids, ports, IPs alike
+    scenario = mine / "remote.yaml"
+    scenario.write_text(json.dumps({"name": "remote", "topology": TOPOLOGY,
+                                    "agents": {"enabled": False}}))
+    exported = subprocess.run([sys.executable, "-m", "testbed.cli", "spec", str(scenario),
+                               "-o", str(mine / "spec.json")], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr  # dpids, ports, IPs as the lab's
     (mine / "controller.json").write_text(json.dumps({"spec": str(mine / "spec.json"),
                                                       "mode": "ecmp"}))
     theirs = Helper("their-controller", [sys.executable, "-m", "controllers", "--config",

@@ -59,7 +59,8 @@ def test_workloads_list_runs_every_entry(tmp_path):
 @pytest.mark.parametrize("example, check", [
     ("controller-app", lambda run: run["workloads"][1]["goodput_mbps"] > 1),
     ("fault-kinds", lambda run: [f["fault"] for f in run["faults"]] ==
-     ["rate", "rate_restore", "degrade", "restore"] and run["agents"]["chains_completed"] > 0),
+     ["rate", "rate_restore", "degrade", "restore", "blackhole", "restore"]
+     and run["agents"]["chains_completed"] > 0),
 ])
 def test_examples_run(tmp_path, example, check):
     out = tmp_path / "out"
