@@ -436,10 +436,10 @@ def fault_kinds_lines() -> list[str]:
                      .rstrip() + (f"\n  {'':<20}{doc}" if doc else ""))
     lines.append("backbone labs: testbed fault LAB ACTION TARGET")
     for name, target in ACTIONS.items():
+        what = target.upper().replace(" ", "-") + (" (nyc-lon-1, ...)" if target == "link"
+                                                    else "")
         loss = " --loss FRACTION" if name in LOSS_ACTIONS else ""
-        lines.append(f"  {name:<24}{target.upper().replace(' ', '-')} (nyc-lon-1, ...){loss}"
-                     if target == "link" else f"  {name:<24}{target.upper().replace(' ', '-')}"
-                     f"{loss}")
+        lines.append(f"  {name:<24}{what}{loss}")
     return lines
 
 
