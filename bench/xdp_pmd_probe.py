@@ -1,5 +1,6 @@
-"""Probe: can AF_XDP ports on PMD threads that sleep when idle (``pmd-maxsleep``) make
-the userspace datapath cheap at light load, with every link still shaped?
+"""Probe: can ports on PMD threads that sleep when idle (``pmd-maxsleep``), AF_XDP or
+DPDK's af_packet driver, make the userspace datapath cheap at light load, with every link
+still shaped?
 
 AF_XDP transmits around a port's egress qdisc (``bench.afxdp_bench``), so here a link
 between two switch ports is two veth pairs joined by tc ``mirred`` redirects through a
@@ -22,9 +23,15 @@ UDP offered at three times a link's rate gets through (the hosts' NICs send unsh
 the shaping of the switches' links holds when it is about the link's rate).
 
 A third way, ``xdp-direct``, joins the switch ports by plain veth pairs (nothing shaped)
-to measure what the PMD costs on its own.
+to measure what the PMD costs on its own. A fourth, ``dpdk``, runs Debian's DPDK build of
+ovs-vswitchd (openvswitch-switch-dpdk with the librte-net-af-packet23 and
+librte-mempool-ring23 drivers, DPDK 22.11 on anonymous memory: no huge pages) with every
+switch port a DPDK af_packet device (``net_af_packetN,iface=PORT,qdisc_bypass=0``: its
+memory-mapped rings are read without a system call and it transmits through the port's
+qdiscs, so the links are shaped on the switch ports as in ``packet``).
 
-    python -m bench.xdp_pmd_probe [--seconds 5] [--maxsleep 200] [--ways packet,xdp,xdp-direct]
+    python -m bench.xdp_pmd_probe [--seconds 5] [--maxsleep 200] [--mtu 1500]
+                                  [--ways packet,xdp,xdp-direct,dpdk]
 
 Measured on the 2-core development machine (KVM, AMD EPYC, kernel 6.18, Open vSwitch
 3.1), one run each, nothing else running; us per forwarding at 100 pings a second:
@@ -36,13 +43,20 @@ Measured on the 2-core development machine (KVM, AMD EPYC, kernel 6.18, Open vSw
 | xdp-direct | 1,000 us | 67 | 4.2 ms | 0.035 |
 | xdp-direct | 10,000 us | 50 | 11.6 ms | 0.020 |
 | xdp (mirred-shaped links) | 200 us | - (nothing delivered) | - | 0.12 |
+| packet (again, with dpdk) | - | 77 | 0.45 ms | 0.0 |
+| dpdk | 200 us | 183 | 1.2 ms | 0.115 |
+| dpdk | 1,000 us | 70 | 1.7 ms | 0.02 |
+| dpdk, ``--mtu 9000`` | any | no port opens: frames over 1,518 bytes refused | - | - |
 
 At light load a sleeping PMD's cost is its idle polling, not the packets: it is cheaper
 than the main thread only when it sleeps so long that every hop adds milliseconds, and
 then by less than 2x. And frames an AF_XDP port transmits do not survive the mirred
 redirect: ARP requests reach the far veth's counters but no socket there sees them, so
-the shaped-link design fails before its cost matters. Not in ``make bench``: a probe
-whose answer is recorded here and in the docs' switch page.
+the shaped-link design fails before its cost matters. DPDK's af_packet driver keeps the
+shaping but has the same idle cost, adds more latency, and DPDK 22.11's driver takes no
+frame longer than 1,518 bytes, while every fabric scenario of the lab runs 9,000-byte
+frames. Not in ``make bench``: a probe whose answer is recorded here and in the docs'
+switch page.
 """
 
 from __future__ import annotations
@@ -79,11 +93,15 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class PortError(RuntimeError):
+    """A switch port the chain's ovs-vswitchd could not open."""
+
+
 class Chain:
-    def __init__(self, way: str, stack: ExitStack, maxsleep: int) -> None:
+    def __init__(self, way: str, stack: ExitStack, maxsleep: int, mtu: int = 1500) -> None:
         rid = new_run_id()
         p = run_prefix(rid)
-        self.way, self.rid, self.p = way, rid, p
+        self.way, self.rid, self.p, self.mtu = way, rid, p, mtu
         self.ns = [p + "na", p + "nb"]
         for ns in self.ns:
             sh("ip", "netns", "add", ns)
@@ -99,10 +117,18 @@ class Chain:
             self._link(i, hops[i], hops[i + 1], stack)
         run = claim(rid)  # /run/testbed/RUNID: testbed clean finds what a kill leaves
         stack.callback(lambda: shutil.rmtree(run, ignore_errors=True))
-        self.daemons = SwitchDaemons([self.bridges], folder=run / "switch")
+        dpdk = {}
+        if way == "dpdk":
+            eal = (f"--no-huge -m {DPDK_MEMORY_MB} --no-pci --no-shconf --legacy-mem "
+                   f"--no-telemetry --file-prefix={rid}")
+            dpdk = {"binary": str(DPDK_VSWITCHD), "other_config": [
+                "dpdk-init=true", f'dpdk-extra="{eal}"', "pmd-cpu-mask=0x2",
+                f"pmd-maxsleep={maxsleep}"]}
+        self.daemons = SwitchDaemons([self.bridges], folder=run / "switch", **dpdk)
         stack.callback(self.daemons.stop)
         self.daemons.start()
         inst = self.daemons.instances[0]
+        devices = 0
         if way.startswith("xdp"):
             self.daemons.vsctl(inst, ["set", "Open_vSwitch", ".",
                                       "other_config:pmd-cpu-mask=0x2",
@@ -115,7 +141,17 @@ class Chain:
                 if way.startswith("xdp"):
                     args += ["--", "set", "interface", port, "type=afxdp",
                              "options:xdp-mode=generic", "options:n_rxq=1"]
+                elif way == "dpdk":  # through the port's qdiscs: qdisc_bypass=0
+                    args += ["--", "set", "interface", port, "type=dpdk",
+                             f"options:dpdk-devargs=net_af_packet{devices},iface={port},"
+                             f"qdisc_bypass=0,{ring_args(mtu)}", f"mtu_request={mtu}"]
+                    devices += 1
             self.daemons.vsctl(inst, args)
+            if errors := self.errors([br]):
+                log = self.daemons.folder / "ovs-vswitchd0.log"
+                first = next((line.split("|ERR|", 1)[1] for line in
+                              log.read_text().splitlines() if "|ERR|" in line), "")
+                raise PortError(f"port errors: {errors[0]}; ovs-vswitchd: {first}")
             west, east = self.ports[br]
             mgmt = self.daemons.mgmt(br)
             if not _wait(lambda m=mgmt: Path(m[5:]).exists(), 10):
@@ -132,6 +168,8 @@ class Chain:
         register(self.rid, "link", a)
         stack.callback(lambda: (sh("ip", "link", "del", a, check=False),
                                 forget(self.rid, "link", a)))
+        sh("ip", "link", "set", a, "mtu", str(self.mtu))
+        sh("ip", "link", "set", b, "mtu", str(self.mtu))
         for dev, ns in ((a, ns_a), (b, ns_b)):
             sh("ethtool", "-K", dev, *OFFLOADS, check=False)
             if ns:
@@ -151,7 +189,7 @@ class Chain:
         if self.way == "xdp-direct":  # the cost alone: veth straight, nothing shaped
             self._veth(w_end, e_end, stack, w_ns, e_ns)
             return
-        if self.way == "packet":
+        if self.way in ("packet", "dpdk"):
             self._veth(w_end, e_end, stack, w_ns, e_ns)
             for dev, ns in ((w_end, w_ns), (e_end, e_ns)):
                 if not ns:  # host NICs send unshaped: what is shaped is the fabric's
@@ -173,10 +211,10 @@ class Chain:
            "rate", f"{LINK_MBPS}mbit", "burst", "32kb", "latency", "50ms")
         self.shaped.append(dev)
 
-    def errors(self) -> list[str]:
+    def errors(self, bridges: list[str] | None = None) -> list[str]:
         inst = self.daemons.instances[0]
         out = []
-        for br in self.bridges:
+        for br in bridges or self.bridges:
             for port in self.ports[br]:
                 err = self.daemons.vsctl(inst, ["get", "interface", port, "error"]).strip()
                 if err and err != "[]":
@@ -220,6 +258,28 @@ class Chain:
             return 0.0
 
 
+#: ``dpdk``: Debian's ovs-vswitchd built with DPDK 22.11 (openvswitch-switch-dpdk, with
+#: the librte-net-af-packet23 and librte-mempool-ring23 drivers), on anonymous memory
+DPDK_VSWITCHD = Path("/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk")
+DPDK_MEMORY_MB = 256
+
+
+def ring_args(mtu: int) -> str:
+    """The af_packet driver's rings for frames of ``mtu`` (a slot holds the frame, a VLAN
+    tag and the driver's 32-byte header), about 1 MB each.
+
+    >>> ring_args(1500)
+    'framesz=2048,blocksz=4096,framecnt=512'
+    """
+    framesz = max(2048, -(-(mtu + 18 + 32 + 256) // 64) * 64)
+    blocksz = 4096
+    while blocksz < 4 * framesz and framesz > 2048:
+        blocksz *= 2
+    per_block = blocksz // framesz
+    framecnt = max(per_block, (1 << 20) // (per_block * framesz) * per_block)
+    return f"framesz={framesz},blocksz={blocksz},framecnt={framecnt}"
+
+
 def _wait(cond, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -234,11 +294,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--maxsleep", type=int, default=200, help="pmd-maxsleep, us")
     ap.add_argument("--ways", default="packet,xdp")
+    ap.add_argument("--mtu", type=int, default=1500, help="every veth's MTU")
     args = ap.parse_args(argv)
     rows = {}
     for way in args.ways.split(","):
+        if way == "dpdk" and not DPDK_VSWITCHD.exists():
+            print(f"dpdk: {DPDK_VSWITCHD} not found: apt install openvswitch-switch-dpdk "
+                  "librte-net-af-packet23 librte-mempool-ring23")
+            continue
         with ExitStack() as stack:
-            chain = Chain(way, stack, args.maxsleep)
+            try:
+                chain = Chain(way, stack, args.maxsleep, args.mtu)
+            except PortError as exc:
+                print(f"{way}: {exc}")
+                continue
             time.sleep(2.0)
             errors = chain.errors()
             if errors:

@@ -188,10 +188,14 @@ class SwitchDaemons:
     ``FOLDER/BRIDGE.mgmt`` (``ovs-ofctl ... unix:PATH``)."""
 
     def __init__(self, shards: Sequence[Sequence[str]], *, folder: Path,
-                 log_dir: Path | None = None, malloc: dict[str, int] | None = None):
+                 log_dir: Path | None = None, malloc: dict[str, int] | None = None,
+                 binary: str = "ovs-vswitchd", other_config: Sequence[str] = ()):
         self.folder = folder
         self.log_dir = log_dir
         self.malloc = dict(MALLOC if malloc is None else malloc)
+        #: the ovs-vswitchd to start, and ``other_config:KEY=VALUE`` words its database
+        #: has before it starts (probes try other builds and settings with them)
+        self.binary, self.other_config = binary, list(other_config)
         self.instances = [Instance(i, list(bridges), folder) for i, bridges in
                           enumerate(shards)]
         self._of = {b: inst for inst in self.instances for b in inst.bridges}
@@ -237,12 +241,17 @@ class SwitchDaemons:
             if not wait_for(inst.db_socket.exists, START_S, interval=0.01):
                 raise BringUpError(f"ovsdb-server {inst.index} did not start in {START_S:g} s")
             self.vsctl(inst, ["--no-wait", "init"])
-        env = {**os.environ, "OVS_RUNDIR": str(self.folder)}
+            if self.other_config:
+                self.vsctl(inst, ["--no-wait", "set", "Open_vSwitch", ".",
+                                  *(f"other_config:{w}" for w in self.other_config)])
+        # RUNTIME_DIRECTORY: where a DPDK build keeps its run files (under dpdk/)
+        env = {**os.environ, "OVS_RUNDIR": str(self.folder),
+               "RUNTIME_DIRECTORY": str(self.folder)}
         if self.malloc:
             env["GLIBC_TUNABLES"] = tunables(self.malloc)
         for inst in self.instances:
             inst.vswitchd = Helper(f"{FOLDER}/vswitchd{inst.index}", [
-                "ovs-vswitchd", inst.remote, "--enable-dummy", f"--unixctl={inst.ctl}",
+                self.binary, inst.remote, "--enable-dummy", f"--unixctl={inst.ctl}",
                 "--no-chdir", *self._log_args(f"ovs-vswitchd{inst.index}.log")],
                 pid_dir=self.folder.parent, log=self._stderr(), env=env)
         for inst in self.instances:

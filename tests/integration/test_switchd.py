@@ -131,3 +131,25 @@ def test_a_killed_labs_switch_processes_are_found_by_clean(tmp_path):
     assert _vswitchds(run_id) == []
     left = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"tb{run_id}" not in left
+
+
+def test_other_config_reaches_the_database_before_the_process_starts(tmp_path):
+    """A probe's settings (``other_config``) are in a lab process's database when its
+    ovs-vswitchd starts, and it runs the binary it was given."""
+    from testbed.switchd import SwitchDaemons
+
+    daemons = SwitchDaemons([["tbprobe0"]], folder=tmp_path / "switch",
+                            binary="/usr/sbin/ovs-vswitchd",
+                            other_config=["stats-update-interval=12345"])
+    try:
+        daemons.start()
+        inst = daemons.instances[0]
+        got = daemons.vsctl(inst, ["get", "Open_vSwitch", ".",
+                                   "other_config:stats-update-interval"]).strip()
+        assert got.strip('"') == "12345"
+        pid = daemons.pids()[0]
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == \
+            b"/usr/sbin/ovs-vswitchd"
+    finally:
+        daemons.stop()
+    assert not daemons.pids()
