@@ -182,7 +182,8 @@ def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int, group: int,
 
 #: per-interface sysctls of a switch port in the host's namespace: the host's own stack
 #: takes no part in the lab (the userspace datapath reads the port with a packet socket,
-#: and the kernel still sees every frame): no IPv6 at all, no ARP reply for any of the
+#: and the kernel still sees every frame; on either datapath the stack would send its own
+#: frames out of the port): no IPv6 at all, no ARP reply for any of the
 #: host's addresses, and IPv4 from the lab to a host address dropped by the strict
 #: reverse-path check (no route to the lab's hosts goes through the port)
 ROOT_PORT_SYSCTLS = (("ipv6", "disable_ipv6", "1"), ("ipv4", "arp_ignore", "8"),
@@ -343,12 +344,12 @@ class Fabric:
             register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         with IPRoute() as ipr:
-            # the userspace datapath reads a port with a packet socket, so the host's stack
-            # sees every frame too: its ports are sealed; on the kernel datapath OVS takes
-            # a port's frames before the stack (left as it was)
+            # every root-side port is sealed from the host's stack: the userspace datapath
+            # reads a port with a packet socket, so the stack sees every frame too; on the
+            # kernel datapath OVS takes a port's frames first, but the stack would still
+            # send its own (IPv6 router and neighbour solicitations, MLD) into the lab
             link_cls = _netlink_link(link_base, intf_base, ipr, self.spec.mtu,
-                                     link_group(self.run_id),
-                                     seal=self.caps.ovs_datapath == "user")
+                                     link_group(self.run_id))
             for lk in self.spec.links:
                 register(self.run_id, "link", lk.a_intf)
                 register(self.run_id, "link", lk.b_intf)

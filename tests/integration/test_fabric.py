@@ -182,22 +182,23 @@ def _host_address(prefix: str):
 
 
 def test_the_hosts_own_stack_takes_no_part_in_the_lab(live):
-    """Every switch port in the host's namespace has no IPv6 address and the sysctls that
-    keep the host's stack out; a lab host asking by ARP for one of the host's own
-    addresses (whose request every root-side port's kernel sees) gets no reply (before
-    the ports were sealed, the host answered)."""
+    """Every switch port in the host's namespace, on either datapath, has no IPv6 address
+    and the sysctls that keep the host's stack out (on the kernel datapath, before they
+    were sealed, the host's stack sent its IPv6 solicitations into the lab); a lab host
+    asking by ARP for one of the host's own addresses (whose request every root-side
+    port's kernel sees on the userspace datapath) gets no reply (before the ports were
+    sealed, the host answered)."""
     from testbed.fabric import ROOT_PORT_SYSCTLS
 
     spec = live.spec
     ports = [p.ifname for p in spec.switch_ports()]
-    if live.fabric.caps.ovs_datapath == "user":  # sealed; the kernel datapath's OVS takes
-        for ifname in ports:                     # a port's frames before the stack does
-            for family, key, value in ROOT_PORT_SYSCTLS:
-                path = Path(f"/proc/sys/net/{family}/conf/{ifname}/{key}")
-                assert path.read_text().strip() == value, (ifname, key)
-        inet6 = subprocess.run(["ip", "-6", "-o", "addr", "show"], capture_output=True,
-                               text=True).stdout
-        assert not [line for line in inet6.splitlines() if line.split()[1] in ports]
+    for ifname in ports:
+        for family, key, value in ROOT_PORT_SYSCTLS:
+            path = Path(f"/proc/sys/net/{family}/conf/{ifname}/{key}")
+            assert path.read_text().strip() == value, (ifname, key)
+    inet6 = subprocess.run(["ip", "-6", "-o", "addr", "show"], capture_output=True,
+                           text=True).stdout
+    assert not [line for line in inet6.splitlines() if line.split()[1] in ports]
     a = spec.hosts[0]
     intf = a.interface(0, 0)
     with _host_address(spec.prefix) as target:
