@@ -117,7 +117,7 @@ def cmd_decrypt(args) -> int:
     from traffic.pcapfile import PcapError
 
     try:
-        keys = keys_from(json.loads(Path(args.keys).read_text()))
+        keys = keys_from(json.loads(Path(args.keys).read_text()), Path(args.keys).parent)
     except OSError as exc:
         raise ConfigError("--keys", f"{args.keys}: {exc.strerror}") from None
     except (json.JSONDecodeError, ValueError, AttributeError) as exc:

@@ -43,6 +43,7 @@ from testbed.fidelity import WatchedLink
 from testbed.hosts import NetnsHost
 from testbed.layout import run_dir as results_dir
 from testbed.macsec.cipher import CipherSuite
+from testbed.macsec.decrypt import key_reference
 from testbed.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.procs import Helper, wait_for
 from testbed.results import ZERO_TRAINING, read_jsonl, write_json
@@ -78,6 +79,8 @@ SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
     "tail_s": ((int, float), 0.1, 10, 1.0),
 }
 IPERF_PORT = 5301
+#: each variant's lab keys (mode 0600), in its folder
+KEYS_FILE = "macsec-keys.json"
 WIRE_SAMPLE = 500  # frames captured on one wire per variant (with MACsec)
 ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
                "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
@@ -505,9 +508,14 @@ class Variant:
         entry["macsec"] = macsec
         if ckpt_figures:
             entry["checkpoints"] = ckpt_figures
-        if macsec and sample:
-            macsec["wire_sample"] = wire_sample_figures(self.root / sample["pcap"],
-                                                        macsec["keys"], sample)
+        if macsec:
+            keys = macsec.pop("keys")
+            file = self.out / KEYS_FILE
+            write_json(file, keys, secret=True)
+            macsec["keys"] = key_reference(keys, str(file.relative_to(self.root)))
+            if sample:
+                macsec["wire_sample"] = wire_sample_figures(self.root / sample["pcap"], keys,
+                                                            sample)
         return entry
 
     def _wire_sample(self, stack: ExitStack, net: BackboneNet) -> dict | None:
@@ -914,7 +922,9 @@ def _macsec_lines(macsec: dict | None) -> list[str]:
     lines = [f"Every link is encrypted with MACsec ({macsec['cipher']}, "
              f"{macsec['backend']} backend, protected MTU {macsec['mtu']}); FRR runs on the "
              "protected interfaces, the wires carry only 802.1AE frames. Lab keys per run and "
-             "link are in `summary.json` (`backbone.macsec.variants.*.keys`).", "",
+             f"link are in each variant's `{KEYS_FILE}`, readable by its owner alone (mode "
+             "0600; `summary.json` names them and holds only each key's fingerprint): share "
+             "the results without them.", "",
              "| timers | InPktsOK | InPktsNotValid | InPktsLate | InPktsNoTag | other errors | "
              "forwarder CPU s | wire sample |",
              "|---|---|---|---|---|---|---|---|"]

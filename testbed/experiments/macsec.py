@@ -38,6 +38,7 @@ from testbed.fidelity import WatchedLink
 from testbed.hosts import NetnsHost
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import LinkConfig
+from testbed.macsec.decrypt import key_reference
 from testbed.macsec.kernel import KernelMacsecLink, create_link
 from testbed.macsec.link import UserspaceLink
 from testbed.macsec.secy import RX_DELIVERED
@@ -527,7 +528,8 @@ class MacsecExperiment(base.Experiment):
             "keys_file": KEYS_FILE,
             # the same keys as Wireshark's MACsec "Pre-Shared Key List" file
             "wireshark_keys_file": write_uat(self.lab.keys_record(), out / UAT_FILE).name,
-            "keys": self.lab.keys_record(),
+            # which keys, not the keys: results are shared; the key files are 0600
+            "keys": key_reference(self.lab.keys_record(), KEYS_FILE),
         }
         ctx.progress(closing_note(macsec))
         return {"macsec": macsec}
@@ -539,15 +541,16 @@ class MacsecExperiment(base.Experiment):
         return ["## MACsec", "", closing_note(macsec), "",
                 f"The protected wire is in `{macsec['wire_pcap']}` (each seed's in its "
                 "protected folder, with fresh keys); the lab keys that decrypt them are in "
-                f"`{macsec['keys_file']}` and in `summary.json`; `testbed decrypt "
+                f"`{macsec['keys_file']}`; `testbed decrypt "
                 f"{macsec['wire_pcap']} --keys {macsec['keys_file']} -o plain.pcap` writes its "
                 "plaintext"
                 + (f", and `{macsec['wireshark_keys_file']}` is Wireshark's MACsec key list "
                    "(copy it into a Wireshark profile)" if macsec.get("wireshark_keys_file")
                    else "") + ".", "",
-                "The key files are readable by their owner alone (mode 0600), and "
-                "`summary.json` holds the same keys: whoever has them decrypts every capture "
-                "of this run. They are lab keys, drawn for this run only.", ""]
+                "The key files are readable by their owner alone (mode 0600): whoever has "
+                "them decrypts every capture of this run, so share the results folder "
+                "without them (`summary.json` and `manifest.json` name them and hold only "
+                "each key's fingerprint). They are lab keys, drawn for this run only.", ""]
 
 
 def closing_note(macsec: dict) -> str:

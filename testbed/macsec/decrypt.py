@@ -1,7 +1,8 @@
 """Decrypt a capture of a protected wire afterwards with the lab keys of a run.
 
-The keys come from ``macsec-keys.json`` (or ``summary.json``'s ``macsec.keys``; with
-:func:`keys_from` also a backbone run's manifest, every variant's links)::
+The keys come from ``macsec-keys.json`` (mode 0600; with :func:`keys_from` also through
+a run's ``summary.json`` or ``manifest.json``, which name the key files and hold only each
+key's fingerprint, :func:`key_reference`)::
 
     {"links": [{"name": "...", "suite": "gcm-aes-128", "salt": "",
                 "sides": {"a": {"sci": "hex16", "ssci": 1, "keys": {"0": "hexSAK"}},
@@ -15,6 +16,9 @@ whose SCI or AN has no key) count as failed. Untagged frames are not counted.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 from pathlib import Path
 
 from traffic.pcapfile import read_frames, read_records, write_records
@@ -66,21 +70,61 @@ def decrypt_pcap(pcap: Path, keys: dict) -> tuple[int, int]:
     return ok, failed
 
 
-def keys_from(data: dict) -> dict:
-    """The ``{"links": [...]}`` keys in a keys file, or in a macsec or backbone run's
-    summary.json / manifest.json (every variant's links); ValueError if none.
+def fingerprint(sak_hex: str) -> str:
+    """What a record that is not a key file keeps of a SAK: enough to tell which key a
+    run used, nothing to decrypt with.
 
-    >>> keys_from({"backbone": {"macsec": {"variants": {"fast": {"keys": {"links": [1]}},
-    ...                                                  "default": {"keys": {"links": [2]}}}}}})
-    {'links': [1, 2]}
+    >>> fingerprint("00" * 16)
+    'sha256:374708fff7719dd5'
     """
-    if isinstance(data.get("links"), list):
+    return "sha256:" + hashlib.sha256(bytes.fromhex(sak_hex)).hexdigest()[:16]
+
+
+def key_reference(keys: dict, file: str) -> dict:
+    """What ``summary.json`` and ``manifest.json`` hold of a keys record (``{"links":
+    [...]}``, written to the key file ``file``, relative to the run's folder): the file's
+    name and every link and side as it was, each side's SAKs replaced by their
+    fingerprints. Results are shared (graded, copied, published); the keys stay in the
+    key files, readable by their owner alone.
+
+    >>> ref = key_reference({"links": [{"name": "l", "sides": {"a": {"sci": "01",
+    ...                      "keys": {"0": "00" * 16}}}}]}, "macsec-keys.json")
+    >>> ref["file"], ref["links"][0]["sides"]["a"]
+    ('macsec-keys.json', {'sci': '01', 'fingerprints': {'0': 'sha256:374708fff7719dd5'}})
+    """
+    links = copy.deepcopy(keys["links"])
+    for link in links:
+        for side in link.get("sides", {}).values():
+            side["fingerprints"] = {an: fingerprint(k) for an, k in side.pop("keys", {}).items()}
+    return {"file": file, "links": links}
+
+
+def keys_from(data: dict, folder: Path | None = None) -> dict:
+    """The ``{"links": [...]}`` keys of a keys file, or of the key files a macsec or
+    backbone run's summary.json / manifest.json in ``folder`` names (every variant's
+    links); ValueError if none.
+
+    >>> keys_from({"links": [1]})
+    {'links': [1]}
+    """
+    if isinstance(data.get("links"), list) and "file" not in data:
         return data
+    refs = [data] if "file" in data else []
     macsec = data.get("macsec") or {}
     if isinstance(macsec.get("keys"), dict):
-        return macsec["keys"]
+        refs.append(macsec["keys"])
     variants = ((data.get("backbone") or {}).get("macsec") or {}).get("variants") or {}
-    links = [lk for v in variants.values() for lk in (v.get("keys") or {}).get("links", [])]
+    refs += [v["keys"] for v in variants.values() if isinstance(v.get("keys"), dict)]
+    links = []
+    for ref in refs:
+        if "file" not in ref:
+            links += ref.get("links", [])
+            continue
+        where = (folder or Path(".")) / ref["file"]
+        try:
+            links += json.loads(where.read_text())["links"]
+        except OSError as exc:
+            raise ValueError(f"its key file {where}: {exc.strerror}") from None
     if links:
         return {"links": links}
     raise ValueError("no MACsec keys in it (a macsec-keys.json, or the summary.json or "

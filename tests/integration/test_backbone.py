@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from testbed.experiments.backbone import DEFAULT_TIMERS
-from testbed.macsec.decrypt import decrypt_frame, receivers
+from testbed.macsec.decrypt import decrypt_frame, keys_from, receivers
 from testbed.naming import new_run_id, run_prefix
 from testbed.runner import run_section
 from topologies.backbone import small_backbone
@@ -116,7 +116,11 @@ def _check_encrypted(result: dict, out: Path) -> None:
     frames = read_frames(out / sample["pcap"])
     assert len(frames) >= 100
     assert {f[12:14] for f in frames} == {b"\x88\xe5"}  # no plaintext OSPF, BFD, ICMP, ARP
-    secys = receivers(fig["keys"])
+    keys = keys_from(fig["keys"], out)  # the variant's key file
+    assert (out / fig["keys"]["file"]).stat().st_mode & 0o077 == 0
+    assert not [k for lk in keys["links"] for side in lk["sides"].values()
+                for k in side["keys"].values() if k in (out / "summary.json").read_text()]
+    secys = receivers(keys)
     inner = {}
     for frame in frames:  # each decrypts with the lab keys, and its payload was encrypted
         plain = decrypt_frame(secys, frame)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.macsec.decrypt import decrypt_pcap
+from testbed.macsec.decrypt import decrypt_pcap, fingerprint, keys_from
 from testbed.macsec.netns import leftovers
 from testbed.naming import new_run_id, run_dir, run_prefix
 from testbed.runner import run_section
@@ -63,12 +63,22 @@ def test_attack_was_counted_and_nothing_delivered(result: tuple[dict, Path, str]
     assert set(m["links"][0]["sides"]) == {"a", "b"}
 
 
-def test_capture_decrypts_with_the_summary_keys(result: tuple[dict, Path, str]) -> None:
+def test_capture_decrypts_with_the_keys_the_summary_names(result: tuple[dict, Path, str]) -> None:
+    """summary.json names the key file and holds each key's fingerprint, never a key; the
+    key file (its owner's alone) decrypts the capture."""
     res, out, _ = result
-    keys = res["macsec"]["keys"]
-    assert json.loads((out / "macsec-keys.json").read_text()) == keys
+    ref = res["macsec"]["keys"]
+    keys = keys_from(res, out)
+    assert keys == json.loads((out / ref["file"]).read_text())
+    assert (out / ref["file"]).stat().st_mode & 0o077 == 0
     sides = keys["links"][0]["sides"]
     assert set(sides["a"]["keys"]) == {"0", "1"}  # the initial AN and the rotated one
+    assert ref["links"][0]["sides"]["a"]["fingerprints"] == {
+        an: fingerprint(k) for an, k in sides["a"]["keys"].items()}
+    for name in ("summary.json", "manifest.json"):
+        text = (out / name).read_text()
+        for side in sides.values():
+            assert not [k for k in side["keys"].values() if k in text], name
     ok, failed = decrypt_pcap(out / res["macsec"]["wire_pcap"], keys)
     assert ok > 100 and failed == res["macsec"]["attack"]["tampered_sent"]
 
@@ -78,7 +88,7 @@ def test_scapy_decrypts_a_captured_frame(result: tuple[dict, Path, str]) -> None
     from scapy.utils import PcapReader
 
     res, out, _ = result
-    side = res["macsec"]["keys"]["links"][0]["sides"]["a"]
+    side = keys_from(res, out)["links"][0]["sides"]["a"]
     sci = bytes.fromhex(side["sci"])
     with PcapReader(str(out / "wire.pcap")) as reader:
         for pkt in reader:

@@ -193,7 +193,8 @@ def test_macsec_scenario_through_the_cli(tmp_path):
     assert macsec["throughput_mbps"]["protected"] > 0
     assert (out / "wire.pcap").stat().st_size > 0
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["macsec"]["keys"] == macsec["keys"]  # lab keys kept with the results
+    assert manifest["macsec"]["keys"] == macsec["keys"]  # which keys: named, not held
+    assert macsec["keys"]["file"] == "macsec-keys.json"
     assert "## MACsec" in (out / "report.md").read_text()
     assert no_testbed_leftovers() == []
 

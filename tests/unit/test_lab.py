@@ -16,7 +16,7 @@ from testbed.errors import ConfigError
 from testbed.lab import state
 from testbed.macsec.attacker import tampered_frame, untagged_frame
 from testbed.macsec.config import LinkConfig
-from testbed.macsec.decrypt import decrypt_to_pcap, keys_from
+from testbed.macsec.decrypt import decrypt_to_pcap, key_reference, keys_from
 from testbed.macsec.forwarder import build_secy
 from testbed.macsec.wireshark import uat_text
 from testbed.scenario import parse
@@ -141,9 +141,12 @@ def test_decrypt_command_and_keys_from_a_manifest(tmp_path: Path) -> None:
     mac_a, mac_b = (bytes.fromhex(cfg.side(s).mac.replace(":", "")) for s in "ab")
     frame = untagged_frame(mac_b, mac_a, "10.0.0.1", "10.0.0.2", 1)
     write_records(tmp_path / "w.pcap", [(1, 0, a.protect(frame))])
-    manifest = {"scenario": "x", "macsec": {"keys": _keys(cfg)}}
+    (tmp_path / "macsec-keys.json").write_text(json.dumps(_keys(cfg)))
+    manifest = {"scenario": "x", "macsec": {"keys": key_reference(_keys(cfg),
+                                                                  "macsec-keys.json")}}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    assert keys_from(manifest) == _keys(cfg)
+    assert cfg.side("a").keys[0] not in json.dumps(manifest)  # a fingerprint, not the key
+    assert keys_from(manifest, tmp_path) == _keys(cfg)
     done = cli("decrypt", str(tmp_path / "w.pcap"), "--keys", str(tmp_path / "manifest.json"),
                "-o", str(tmp_path / "p.pcap"), "--wireshark", str(tmp_path / "psk"))
     assert done.returncode == 0, done.stderr
