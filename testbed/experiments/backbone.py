@@ -461,6 +461,8 @@ class Variant:
                              stdout_file=self.out / f"routes-{node}.log")
             iperf = self._start_replication(stack, net)
             ckpt = self._start_checkpoints(stack, net)
+            if ckpt:  # started now, writing from the clock's start (go, below)
+                ckpt.start_traffic(self.duration_s, self.folder / "checkpoints.go")
             probes = []
             for region in regions:
                 peers = [f"--peer={p}={net.region_addr(p)}" for p in regions if p != region]
@@ -476,6 +478,8 @@ class Variant:
             if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files), 10):
                 raise BringUpError("probes did not start")
             t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
+            if ckpt:  # the run's clock has started: the writer's first shard
+                ckpt.go()
             sample = self._wire_sample(stack, net)
             faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
                       for f in self.cfg["faults"]]
@@ -484,8 +488,6 @@ class Variant:
                              after=lambda rec: self.progress(
                                  f"  {self.name}: {rec.at_s:g} s {rec.action} {rec.target}"
                                  + ("" if rec.ok else f" FAILED: {rec.error}")))
-            if ckpt:
-                ckpt.start_traffic(self.duration_s)
             sched.run(t0)
             for p in probes:
                 p.wait(max(1.0, t0 + self.duration_s + 5 - time.time()))

@@ -87,10 +87,23 @@ def put_acked(pool: ThreadPoolExecutor, endpoints: Sequence[str], bucket: str, k
             "attempts": tries, "errors": errors[-3:]}
 
 
+#: seconds a writer waits for its ``go`` file
+GO_TIMEOUT_S = 120.0
+
+
 def write(endpoints: Sequence[str], bucket: str, objects: int, size: int, interval_s: float,
-          seed: int, out: Path) -> int:
-    """The checkpoint writer; returns how many writes were not acknowledged."""
+          seed: int, out: Path, go: Path | None = None) -> int:
+    """The checkpoint writer; returns how many writes were not acknowledged. With ``go``,
+    the first write waits until that file exists: a run starts the process early (its
+    start-up takes seconds under software emulation) and its schedule with the run's
+    clock, so a fault at a given time always finds writes before and after it."""
     failed = 0
+    if go is not None:
+        deadline = time.time() + GO_TIMEOUT_S
+        while not go.exists():
+            if time.time() > deadline:
+                raise SystemExit(f"checkpoints: no {go} after {GO_TIMEOUT_S:g} s")
+            time.sleep(0.005)
     t_begin = time.time()
     with open(out, "w") as f, ThreadPoolExecutor(len(endpoints)) as pool:
         for i in range(objects):
@@ -161,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--endpoint", action="append", required=True,
                    help="a store to write to (twice: synchronous, acknowledged by both)")
     w.add_argument("--interval", type=float, required=True, help="seconds between shards")
+    w.add_argument("--go", type=Path, help="start writing once this file exists")
     v = sub.choices["watch"]
     v.add_argument("--endpoint", required=True)
     v.add_argument("--poll", type=float, default=0.1)
@@ -171,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "write":
             bad = write(args.endpoint, args.bucket, args.objects, args.size, args.interval,
-                        args.seed, args.out)
+                        args.seed, args.out, args.go)
         else:
             bad = watch(args.endpoint, args.bucket, args.objects, args.size, args.seed,
                         args.poll, args.timeout, args.out)

@@ -55,6 +55,9 @@ WRITES = "checkpoint_writes.jsonl"
 ARRIVALS = "checkpoint_arrivals.jsonl"
 TIMELINE = "checkpoint_timeline.json"
 BIN_S = 0.5
+#: seconds between starting the checkpoint processes and the run's clock, at most (the
+#: probes' start and the wire sample's under software emulation)
+GO_WAIT_S = 30.0
 #: seconds around a fault whose shards count as "written across the fault"
 AROUND_S = 3.0
 
@@ -281,17 +284,24 @@ class CheckpointRun:
         self.stack.callback(helper.stop, 2.0)
         return helper
 
-    def start_traffic(self, duration_s: float) -> None:
-        """The watcher in the destination, then the writer in the source."""
+    def start_traffic(self, duration_s: float, go: Path) -> None:
+        """The watcher in the destination, then the writer in the source, which writes
+        its first shard once ``go`` exists (:meth:`go`; the watcher's time-out allows
+        :data:`GO_WAIT_S` for it)."""
+        self.go_file = go
         self.watcher = self._spawn(self.dst, "ckpt-watch", [
             "watch", "--endpoint", self.endpoint(self.dst), "--out", str(self.out / ARRIVALS),
-            "--timeout", f"{duration_s + self.cfg['drain_s']:g}"])
+            "--timeout", f"{duration_s + self.cfg['drain_s'] + GO_WAIT_S:g}"])
         endpoints = [self.endpoint(self.src)]
         if self.mode == "sync":
             endpoints.append(self.endpoint(self.dst))
         self.writer = self._spawn(self.src, "ckpt-write", [
             "write", *[f"--endpoint={e}" for e in endpoints], "--out", str(self.out / WRITES),
-            "--interval", f"{self.cfg['interval_ms'] / 1000:g}"])
+            "--interval", f"{self.cfg['interval_ms'] / 1000:g}", "--go", str(go)])
+
+    def go(self) -> None:
+        """The writer's first shard now: the run's clock has started."""
+        self.go_file.touch()
 
     def finish(self, t0: float, duration_s: float, faults: list[dict]) -> dict:
         """Wait for the writer, let the copy drain, read every shard in both regions;
