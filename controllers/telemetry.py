@@ -74,6 +74,7 @@ class Queue:
     drops: int
     sent_bytes: int = 0
     sent_packets: int = 0
+    backlog_packets: int = 0
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,8 @@ def parse_qdisc_dump(data: bytes, leaves: bool = False) -> tuple[dict, bool]:
                     if queue is not None:
                         key = (index, handle >> 16) if leaves else index
                         out[key] = Queue(backlog_bytes=queue[1], drops=queue[2],
-                                         sent_bytes=sent, sent_packets=packets)
+                                         sent_bytes=sent, sent_packets=packets,
+                                         backlog_packets=queue[0])
         offset = (end + 3) & ~3
     return out, done
 

@@ -14,7 +14,16 @@ happen, in places a run has to look at:
   a receiving process that did not read in time;
 - ``host_ip``: the hosts' IP input discards (``InDiscards``);
 - ``backlog``: the kernel's per-CPU input backlog overflows (``/proc/net/softnet_stat``):
-  host-wide, so another program's frames count too.
+  host-wide, so another program's frames count too;
+- ``switch_unsent`` (userspace datapath): frames the switch processes read from the
+  lab's ports (``packets received`` of ``dpif-netdev/pmd-stats-show``) that reached no switch port's
+  queue (each root qdisc's packets sent, dropped and held). The larger part, when there
+  is one, is sends ovs-vswitchd abandoned: when a port's queue refuses a frame (a tail
+  drop, ENOBUFS), ovs-vswitchd 3.1 discards the rest of the frames it was sending out of
+  that port in the same batch, frames the queue would have taken, and no queue counts
+  them (``python -m bench.batch_drop`` shows it). Also in it: frames a rule dropped or
+  sent to the controller. An estimate (floods count against it, so it errs low), and
+  on the host's ovs-vswitchd every bridge it has counts.
 
 :func:`read` takes one reading, :func:`delta` the difference of two; a run records the
 difference over its measured window.
@@ -23,6 +32,7 @@ difference over its measured window.
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -116,6 +126,38 @@ def read(prefix: str, switch_ports: Iterable[str], hosts: Mapping[str, int],
             "backlog": parse_softnet(_read(proc / "net" / "softnet_stat"))}
 
 
+def switch_intake(queues: Mapping[str, object]) -> int:
+    """Frames the switch ports' root qdiscs took in so far (sent, dropped, held)."""
+    return sum(q.sent_packets + q.drops + q.backlog_packets for q in queues.values())
+
+
+def received(ctls: Iterable[str | None]) -> int | None:
+    """Frames the switch processes (their unixctl sockets; None: the host's) read from
+    their ports so far, or None if one cannot be asked."""
+    total = 0
+    for ctl in ctls:
+        argv = ["ovs-appctl"] + (["-t", ctl] if ctl else []) + ["dpif-netdev/pmd-stats-show"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode:
+            return None
+        total += packets_received(done.stdout)
+    return total
+
+
+def packets_received(text: str) -> int:
+    """Frames every thread of ``dpif-netdev/pmd-stats-show`` received (the coverage
+    counter ``netdev_received`` counts receive calls, not frames).
+
+    >>> packets_received("main thread:\\n  packets received: 6012\\n"
+    ...                  "pmd thread numa_id 0 core_id 1:\\n  packets received: 8\\n")
+    6020
+    """
+    return sum(int(m.group(1)) for m in re.finditer(r"^\s*packets received: (\d+)", text, re.M))
+
+
 def delta(before: dict, after: dict) -> dict:
     """What each counter gained between two readings, with ``total`` (of the lab's own
     counters; the host-wide backlog apart); interfaces only where they dropped.
@@ -131,4 +173,9 @@ def delta(before: dict, after: dict) -> dict:
     out["interfaces"] = {k: v for k, v in sorted(ifs.items()) if v > 0}
     out["total"] = (out["switch_sockets"] + out["host_udp"] + out["host_ip"]
                     + sum(out["interfaces"].values()))
+    if before.get("switch_received") is not None and after.get("switch_received") is not None:
+        got = after["switch_received"] - before["switch_received"]
+        taken = after["switch_intake"] - before["switch_intake"]
+        out["switch_unsent"] = max(0, got - taken)
+        out["total"] += out["switch_unsent"]
     return out

@@ -632,10 +632,22 @@ class Fabric:
                 for ifname, q in queues.items()}
 
     def unseen_drops(self) -> dict:
-        """One reading of the drop counters no switch queue has (:mod:`testbed.drops`)."""
-        return drops.read(self.spec.prefix, self.port_roles(),
-                          {h.name: self.host_pid(h.name) for h in self.spec.hosts},
-                          self.switch_pids())
+        """One reading of the drop counters no switch queue has (:mod:`testbed.drops`);
+        on the userspace datapath also the frames the switch processes read and the
+        frames their ports' queues took (``switch_received``, ``switch_intake``)."""
+        reading = drops.read(self.spec.prefix, self.port_roles(),
+                             {h.name: self.host_pid(h.name) for h in self.spec.hosts},
+                             self.switch_pids())
+        if self.caps.ovs_datapath == "user":
+            ctls = ([None] if self.daemons is None
+                    else [str(i.ctl) for i in self.daemons.instances])
+            reader = QueueReader(list(self.port_roles()))
+            try:
+                reading["switch_intake"] = drops.switch_intake(reader.read())
+            finally:
+                reader.close()
+            reading["switch_received"] = drops.received(ctls)
+        return reading
 
     # -- teardown ----------------------------------------------------------------------
     def stop(self) -> float:

@@ -44,7 +44,9 @@ def unseen_text(unseen: dict | None) -> str:
     where = [(unseen.get("switch_sockets", 0), "switch processes not reading a port"),
              (sum(unseen.get("interfaces", {}).values()), "interfaces"),
              (unseen.get("host_udp", 0), "hosts' UDP receive buffers"),
-             (unseen.get("host_ip", 0), "hosts' IP input")]
+             (unseen.get("host_ip", 0), "hosts' IP input"),
+             (unseen.get("switch_unsent", 0),
+              "frames the switches read that reached no queue (see troubleshooting)")]
     parts = ", ".join(f"{what} {n:,}" for n, what in where if n)
     text = f"; elsewhere {unseen['total']:,} ({parts})" if unseen["total"] else "; nowhere else"
     backlog = unseen.get("backlog", 0)
