@@ -274,7 +274,7 @@ def test_qdisc_dump_parser_reads_what_pyroute2_encodes():
     done = struct.pack("=IHHIIi", 20, 3, 2, 1, 0, 0)  # NLMSG_DONE
     data = qdisc(5, TC_H_ROOT, 18_028, 7) + qdisc(5, 0x100010, 99, 9) + qdisc(6, TC_H_ROOT,
                                                                                0, 0)
-    assert parse_qdisc_dump(data) == ({5: Queue(18_028, 7, 5, 1), 6: Queue(0, 0, 5, 1)},
+    assert parse_qdisc_dump(data) == ({5: Queue(18_028, 7, 5, 1, 1), 6: Queue(0, 0, 5, 1, 1)},
                                       False)
     assert parse_qdisc_dump(data + done)[1] is True
 
