@@ -461,8 +461,9 @@ class Variant:
                              stdout_file=self.out / f"routes-{node}.log")
             iperf = self._start_replication(stack, net)
             ckpt = self._start_checkpoints(stack, net)
-            if ckpt:  # started now, writing from the clock's start (go, below)
+            if ckpt:  # started and ready now, writing from the clock's start (go, below)
                 ckpt.start_traffic(self.duration_s, self.folder / "checkpoints.go")
+                ckpt.wait_ready()
             probes = []
             for region in regions:
                 peers = [f"--peer={p}={net.region_addr(p)}" for p in regions if p != region]

@@ -96,16 +96,17 @@ def write(endpoints: Sequence[str], bucket: str, objects: int, size: int, interv
     """The checkpoint writer; returns how many writes were not acknowledged. With ``go``,
     the first write waits until that file exists: a run starts the process early (its
     start-up takes seconds under software emulation) and its schedule with the run's
-    clock, so a fault at a given time always finds writes before and after it."""
+    clock, so a fault at a given time always finds writes before and after it. The
+    records file exists (empty) from the moment the writer waits."""
     failed = 0
-    if go is not None:
+    with open(out, "w") as f, ThreadPoolExecutor(len(endpoints)) as pool:
+        # the empty records file says: started, waiting for go
         deadline = time.time() + GO_TIMEOUT_S
-        while not go.exists():
+        while go is not None and not go.exists():
             if time.time() > deadline:
                 raise SystemExit(f"checkpoints: no {go} after {GO_TIMEOUT_S:g} s")
             time.sleep(0.005)
-    t_begin = time.time()
-    with open(out, "w") as f, ThreadPoolExecutor(len(endpoints)) as pool:
+        t_begin = time.time()
         for i in range(objects):
             delay = t_begin + i * interval_s - time.time()
             if delay > 0:

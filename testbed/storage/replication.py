@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from testbed.errors import ConfigError
+from testbed.errors import BringUpError, ConfigError
 from testbed.hosts import NetnsHost
-from testbed.procs import Helper
+from testbed.procs import Helper, wait_for
 from testbed.results import read_jsonl, write_json
 from testbed.storage import s3
 from testbed.storage.checkpoints import checkpoint_key
@@ -298,6 +298,13 @@ class CheckpointRun:
         self.writer = self._spawn(self.src, "ckpt-write", [
             "write", *[f"--endpoint={e}" for e in endpoints], "--out", str(self.out / WRITES),
             "--interval", f"{self.cfg['interval_ms'] / 1000:g}", "--go", str(go)])
+
+    def wait_ready(self) -> None:
+        """Until the writer has started and waits for go (its records file exists);
+        BringUpError after :data:`GO_WAIT_S`."""
+        if not wait_for(lambda: (self.out / WRITES).exists(), GO_WAIT_S, interval=0.02):
+            raise BringUpError(f"the checkpoint writer did not start in {GO_WAIT_S:g} s "
+                               f"(see {self.out / 'ckpt-write.log'})")
 
     def go(self) -> None:
         """The writer's first shard now: the run's clock has started."""
