@@ -461,6 +461,8 @@ class Variant:
                              stdout_file=self.out / f"routes-{node}.log")
             iperf = self._start_replication(stack, net)
             ckpt = self._start_checkpoints(stack, net)
+            # started before the probes' clock, so that the schedule starts on time
+            sample = self._wire_sample(stack, net)
             if ckpt:  # started and ready now, writing from the clock's start (go, below)
                 ckpt.start_traffic(self.duration_s, self.folder / "checkpoints.go")
                 ckpt.wait_ready()
@@ -481,7 +483,6 @@ class Variant:
             t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
             if ckpt:  # the run's clock has started: the writer's first shard
                 ckpt.go()
-            sample = self._wire_sample(stack, net)
             faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
                       for f in self.cfg["faults"]]
             sched = Schedule(faults, net.actions(),
