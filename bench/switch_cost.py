@@ -89,7 +89,10 @@ class Counters:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             cpu += int(fields[11]) + int(fields[12])
         # frames from pmd-stats-show: coverage's netdev_received counts receive calls
-        return cpu / HZ, drops.received(self.ctls) or 0, self._counter("util_xalloc")
+        frames = drops.received(self.ctls)
+        if frames is None:
+            raise RuntimeError("switch_cost: dpif-netdev/pmd-stats-show did not answer")
+        return cpu / HZ, frames, self._counter("util_xalloc")
 
     def _counter(self, name: str) -> int:
         total = 0

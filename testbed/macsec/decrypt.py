@@ -122,9 +122,12 @@ def keys_from(data: dict, folder: Path | None = None) -> dict:
             continue
         where = (folder or Path(".")) / ref["file"]
         try:
-            links += json.loads(where.read_text())["links"]
+            named = json.loads(where.read_text())
         except OSError as exc:
             raise ValueError(f"its key file {where}: {exc.strerror}") from None
+        if not isinstance(named, dict) or not isinstance(named.get("links"), list):
+            raise ValueError(f"its key file {where}: no links in it")
+        links += named["links"]
     if links:
         return {"links": links}
     raise ValueError("no MACsec keys in it (a macsec-keys.json, or the summary.json or "

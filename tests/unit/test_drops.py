@@ -73,3 +73,28 @@ def test_a_host_that_is_gone_counts_nothing(tmp_path, monkeypatch):
 @pytest.mark.parametrize("text", ["", "garbage\n"])
 def test_unreadable_ss_output_counts_nothing(text):
     assert drops.parse_ss(text, ["tb9p0l0e1"]) == 0
+
+
+def test_switch_unsent_is_what_the_switches_read_and_no_queue_took():
+    from testbed.drops import delta
+
+    base = {"switch_sockets": 0, "interfaces": {}, "host_udp": 0, "host_ip": 0, "backlog": 0}
+    before = {**base, "switch_received": 100, "switch_intake": 90}
+    after = {**base, "switch_received": 6108, "switch_intake": 1248}
+    out = delta(before, after)
+    assert out["switch_unsent"] == 4850 and out["total"] == 4850
+    # floods (more taken than read) never count as negative; without readings, no key
+    assert delta(before, {**after, "switch_intake": 7000})["switch_unsent"] == 0
+    assert "switch_unsent" not in delta(base, base)
+
+
+def test_a_summary_naming_a_broken_key_file_is_one_error(tmp_path):
+    import pytest
+
+    from testbed.macsec.decrypt import keys_from
+
+    (tmp_path / "k.json").write_text("[]")
+    with pytest.raises(ValueError, match="no links"):
+        keys_from({"macsec": {"keys": {"file": "k.json", "links": []}}}, tmp_path)
+    with pytest.raises(ValueError, match="No such file"):
+        keys_from({"macsec": {"keys": {"file": "gone.json", "links": []}}}, tmp_path)
