@@ -12,10 +12,14 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench
+.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench
 
 setup:
 	@./scripts/setup.sh
+
+# setup, and what the project's own tests need beyond it (scripts/packages-dev.txt)
+setup-dev:
+	@./scripts/setup.sh --dev
 
 run-scenario: setup
 	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(OUT),--out $(OUT))
@@ -32,7 +36,7 @@ check: setup
 	@test -n "$(LAB)" || { echo "make check LAB=number RESULTS=dir (labs: labs/README.md)"; exit 2; }
 	$(TESTBED) check $(LAB) $(RESULTS)
 
-test: setup
+test: setup-dev
 	$(VENV)/bin/python -m pytest
 
 bench: setup
@@ -47,8 +51,12 @@ validate: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Each lesson page's key figure, from a real run (docs/img/runs/; refuses flagged runs)
+figures: setup
+	$(VENV)/bin/python scripts/lesson_figures.py $(FIGURES)
+
 # The docs site into site/ (strict: a warning or a broken link fails the build)
-docs: setup
+docs: setup-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:

@@ -6,7 +6,10 @@ the lab guides, added to the site at build time and never written into ``docs/``
 - ``img/SCENARIO.png``: the topology of each scenario a page shows (``testbed graph``);
 - ``labs/``: every lab guide (``labs/*/README.md``) and their index, as they are in the
   repository, so a guide has one source; likewise ``changelog.md`` and
-  ``contributing.md``.
+  ``contributing.md``;
+- ``teaching/starters.md``: what ``testbed check`` prints on each lab's starter
+  (``labs/*/starter/expected-check.txt``, recorded from real runs by
+  ``scripts/starter_expected.py`` and checked by ``tests/unit/test_labs.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from mkdocs.structure.files import File, Files
 REPO = Path(__file__).resolve().parents[1]
 #: the scenarios whose topology a page draws (``![...](img/NAME.png)``)
 DRAWN = ("agents-vs-training", "ecmp-vs-adaptive", "fat-tree", "lossless",
-         "backbone-failover", "cross-region-writes")
+         "backbone-failover", "cross-region-writes", "storage-cache")
 
 
 def drawing(name: str, folder: Path) -> bytes:
@@ -27,13 +30,33 @@ def drawing(name: str, folder: Path) -> bytes:
     from testbed import graph, scenario
     from testbed.cli import scenario_path
 
-    sc = scenario.load(scenario_path(name))
-    if sc.kind == "fabric":
-        variant = sc.variants[0]
-        g, title = graph.fabric_graph(variant.fabric("tb0000")), f"{sc.name}/{variant.name}"
-    else:
-        g, title = graph.backbone_graph(sc.experiment.bb), sc.name
+    g, title = graph.scenario_graph(scenario.load(scenario_path(name)))
     return graph.to_png(g, title, folder / f"{name}.png").read_bytes()
+
+
+STARTERS_INTRO = """# What the starters grade
+
+A student who runs a lab's starter unchanged and grades it sees the output below: the
+checks marked "the lesson" pass (the run reproduces the lesson), the student's task
+fails, with the reason. The numbers in a student's run differ from these (each is one
+real run of the guide's `run-starter` commands, on the machine named in
+`tests/fixtures/starters/README.md`); the PASS and FAIL column should not, unless the
+run was flagged by the fidelity monitor (then `host-kept-up` fails: rerun it on a quiet
+machine). A test grades the files each of these runs' checks read and compares the
+output with this page, so the page changes when a check does.
+"""
+
+
+def starters_page() -> str:
+    """The teacher's page of every starter's expected ``testbed check`` output."""
+    from testbed import grading
+
+    parts = [STARTERS_INTRO]
+    for lab in grading.all_labs():
+        step = lab.commands()["check-starter"][-1]
+        expected = (lab.folder / "starter" / "expected-check.txt").read_text()
+        parts.append(f"## {lab.title}\n\n```\n$ {step}\n{expected}```\n")
+    return "\n".join(parts)
 
 
 def on_files(files: Files, config) -> Files:
@@ -51,6 +74,7 @@ def on_files(files: Files, config) -> Files:
         for name in DRAWN:
             files.append(File.generated(config, f"img/{name}.png",
                                         content=drawing(name, Path(tmp))))
+    files.append(File.generated(config, "teaching/starters.md", content=starters_page()))
     for name in ("CHANGELOG", "CONTRIBUTING"):
         files.append(File.generated(config, f"{name.lower()}.md",
                                     content=(REPO / f"{name}.md").read_text()))

@@ -5,15 +5,19 @@
 # project installed. Safe to run again: each step checks first.
 #
 #   scripts/setup.sh           # a machine to run the lab on (also the Vagrant VM)
+#   scripts/setup.sh --dev     # the same, and what the project's own tests need beyond it
+#                              # (scripts/packages-dev.txt: a headless browser for the docs)
 #   scripts/setup.sh --image   # inside an image being built (chroot, scripts/vm/): packages
 #                              # and venv only; Open vSwitch starts when the image boots
 set -euo pipefail
 cd "$(dirname "$0")/.."
 image=false
+dev=false
 case "${1:-}" in
     --image) image=true ;;
+    --dev) dev=true ;;
     "") ;;
-    *) echo "usage: $0 [--image]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--dev | --image]" >&2; exit 2 ;;
 esac
 
 say() { printf 'setup: %s\n' "$*" >&2; }
@@ -24,6 +28,21 @@ command -v apt-get >/dev/null || die "needs a Debian or Ubuntu machine (apt-get 
 
 # the list the lab VM image is built from too (scripts/vm/build-image.sh)
 mapfile -t PACKAGES < <(grep -v -e '^#' -e '^$' scripts/packages.txt)
+if $dev; then
+    # only where the distribution has them (Ubuntu ships Chromium as a snap): the tests
+    # that need them skip, saying so
+    updated=false
+    while read -r p; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+            && continue
+        if ! apt-cache show "$p" >/dev/null 2>&1 && ! $updated; then
+            apt-get update -qq
+            updated=true
+        fi
+        if apt-cache show "$p" >/dev/null 2>&1; then PACKAGES+=("$p")
+        else say "$p: not in this distribution's archive; the tests that need it skip"; fi
+    done < <(grep -v -e '^#' -e '^$' scripts/packages-dev.txt)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

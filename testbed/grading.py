@@ -228,16 +228,20 @@ def grade(lab: Lab, folder: Path) -> list[tuple[str, Verdict]]:
     return out
 
 
+def report(lab: Lab, verdicts: list[tuple[str, Verdict]]) -> str:
+    """What ``testbed check`` prints for one folder: a line a check, then the count."""
+    lines = [f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}" for name, v in verdicts]
+    good = sum(v.ok for _, v in verdicts)
+    return "\n".join([*lines, f"{lab.title}: {good}/{len(verdicts)} checks passed"]) + "\n"
+
+
 def cmd_check(args) -> int:
     lab = find(args.lab)
     folders = [Path(f) for f in args.results]
     if len(folders) == 1 and not args.csv:
         verdicts = grade(lab, folders[0])
-        for name, v in verdicts:
-            print(f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}")
-        good = sum(v.ok for _, v in verdicts)
-        print(f"{lab.title}: {good}/{len(verdicts)} checks passed")
-        return 0 if good == len(verdicts) else 1
+        print(report(lab, verdicts), end="")
+        return 0 if all(v.ok for _, v in verdicts) else 1
     rows = grade_class(lab, folders)
     names = [check_name(c) for c in lab.module().CHECKS]
     width = max(len(str(f)) for f in folders)

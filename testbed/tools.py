@@ -15,7 +15,6 @@ TEXT_FORMATS = ("dot", "mermaid")
 def cmd_graph(args) -> int:
     from testbed import graph, scenario
     from testbed.cli import scenario_path
-    from testbed.lab.commands import _variant
     from topologies import plugins
 
     plugins.allow()  # the drawing is of what a plug-in builder returns
@@ -24,18 +23,7 @@ def cmd_graph(args) -> int:
     fmt = args.format
     if fmt is None:
         fmt = "mermaid" if out and out.suffix in (".mmd", ".mermaid", ".md") else "dot"
-    if sc.kind == "fabric":
-        variant = _variant(sc, args.variant)
-        g = graph.fabric_graph(variant.fabric("tb0000"))
-        title = f"{sc.name}/{variant.name}"
-    elif sc.kind == "backbone":
-        if args.variant is not None:
-            _variant(sc, args.variant)  # timer sets share one topology
-        g = graph.backbone_graph(sc.experiment.bb)
-        title = sc.name
-    else:
-        raise ConfigError("SCENARIO", f"a {sc.kind} scenario has no topology to draw "
-                                      "(fabric and backbone scenarios do)")
+    g, title = graph.scenario_graph(sc, args.variant)
     text = (graph.to_mermaid if fmt == "mermaid" else graph.to_dot)(g, title)
     if out is not None and out.suffix == ".png":
         graph.to_png(g, title, out)

@@ -407,6 +407,10 @@ class StorageExperiment(base.Experiment):
     def variants(self) -> tuple[base.VariantRef, ...]:
         return self.VARIANTS
 
+    def spec(self, prefix: str):
+        """The fabric both variants run on (what ``testbed graph`` draws)."""
+        return build_topology(storage_topology(self.cfg), prefix)
+
     def check_host(self, caps: Any) -> None:
         """The store's and the caches' programs are here (HostError naming the package),
         and their data fits the free space of the run folder (ConfigError naming the

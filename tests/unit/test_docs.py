@@ -88,6 +88,52 @@ def test_the_site_builds_strictly_with_its_generated_references(site):
                                              "index.html").read_text()
 
 
+CHROMIUM = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+def browse(url: str, profile: Path, *args: str,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """Chromium, headless, on a page of the built site, in a network namespace of its own
+    (only a loopback that is down): whatever the page or the browser would fetch stays on
+    this host, and ``file://`` needs no network."""
+    unshare = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "-rn"]
+    return subprocess.run([*unshare, CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--no-first-run", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={profile}",
+                           *args, url], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium (scripts/setup.sh --dev "
+                    "installs chromium-headless-shell where the distribution has it)")
+def test_the_site_renders_in_a_browser(site, tmp_path, record_property):
+    """The index and the scenario reference rendered by a real browser (the Material theme's
+    scripts run): their headings and the reference's table are in the DOM it built, and a
+    screenshot of each shows a drawn page, not a blank one."""
+    from matplotlib import image
+
+    for page, heading, tables in (("index.html", "Where to start", 0),
+                                  ("reference/scenario-file/index.html",
+                                   "Scenario file reference", 1)):
+        url = (site / page).as_uri()
+        dom = browse(url, tmp_path / "profile", "--dump-dom")
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        rendered = Page()
+        rendered.feed(dom.stdout)
+        assert heading in rendered.headings, rendered.headings
+        assert rendered.tables >= tables
+        shot = tmp_path / (page.replace("/", "-").removesuffix(".html") + ".png")
+        done = browse(url, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,900",
+                      "--hide-scrollbars")
+        assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+        record_property(f"screenshot {page}", str(shot))
+        pixels = image.imread(shot)
+        assert pixels.shape[:2] == (900, 1280)
+        # a page with text and a header bar: many distinct shades, not one colour
+        assert pixels[..., :3].reshape(-1, 3).std(axis=0).max() > 0.1
+        assert len({tuple(px) for px in pixels[::16, ::16, :3].reshape(-1, 3)}) > 20
+
+
 def test_a_broken_link_fails_the_build(tmp_path):
     root = tmp_path / "repo"
     for name in ("docs", "labs", "scripts"):
@@ -126,3 +172,25 @@ def test_every_scenario_key_has_a_description():
     schema = scenario_schema()
     assert len(list(reference.properties(schema))) > 250  # nested keys and list items too
     assert reference.undescribed(schema) == []
+
+
+def test_each_lesson_page_shows_its_key_figure_from_an_unflagged_run():
+    """``make figures`` (scripts/lesson_figures.py) copies each lesson's key figure from a
+    real run into docs/img/runs/ with a record of it; a lesson page shows each, and every
+    record says which command made it, on what machine, and that no variant of the run
+    was flagged by the fidelity monitor."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("lesson_figures",
+                                                  REPO / "scripts" / "lesson_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    pages = "\n".join(p.read_text() for p in (REPO / "docs" / "lessons").glob("*.md"))
+    for name, (scenario_file, _) in figures.FIGURES.items():
+        png = REPO / "docs" / "img" / "runs" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        record = json.loads(png.with_suffix(".json").read_text())
+        assert record["command"] == f".venv/bin/testbed run {scenario_file}"
+        assert record["fidelity"] == "no variant flagged" and record["machine"], record
+        assert f"](../img/runs/{name}.png)" in pages, f"no lesson page shows {name}.png"

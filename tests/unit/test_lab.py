@@ -85,6 +85,18 @@ def test_mermaid_and_png(tmp_path: Path) -> None:
     assert fabric_png.stat().st_size > 1000
 
 
+def test_a_storage_scenario_draws_its_fabric() -> None:
+    """storage-cache's GPU nodes on their leaves and the store alone on its own."""
+    from testbed import scenario
+    from testbed.cli import scenario_path
+
+    g, title = graph.scenario_graph(scenario.load(scenario_path("storage-cache")))
+    assert title == "storage-cache"
+    hosts = {n for n, d in g.nodes(data=True) if d["kind"] == "host"}
+    assert hosts == {f"g{i}" for i in range(1, 9)} | {"st"}
+    assert set(g.neighbors("st")) == {"ls"}
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     """``testbed ARGS`` in this process (its exit status, stdout and stderr)."""
     from testbed.cli import main

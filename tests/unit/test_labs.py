@@ -439,3 +439,24 @@ def test_a_class_is_graded_in_one_table(tmp_path):
     assert rows[0]["passed"] == str(total) and rows[1]["paced-slower"] == "FAIL"
     assert int(rows[1]["passed"]) == total - 3 and "pace it" in rows[1]["notes"]
     assert rows[2]["passed"] == "0" and "summary.json" in rows[2]["notes"]
+
+
+STARTERS = Path(__file__).resolve().parents[1] / "fixtures" / "starters"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.name)
+def test_each_starter_grades_as_the_teachers_pack_says(lab):
+    """The teacher's pack shows each starter's ``testbed check`` output
+    (``starter/expected-check.txt``, from a real full-length run of the guide's
+    ``run-starter`` commands): it names the lab's checks in order, and grading the files
+    that run's checks read (kept in tests/fixtures/starters/, by
+    scripts/starter_expected.py) prints exactly that today."""
+    expected = (lab.folder / "starter" / "expected-check.txt").read_text()
+    lines = expected.splitlines()
+    assert [ln.split(" ", 1)[1].split(":", 1)[0] for ln in lines[:-1]] == \
+        [grading.check_name(c) for c in lab.module().CHECKS]
+    assert all(ln.split(" ", 1)[0] in ("PASS", "FAIL") for ln in lines[:-1])
+    # a starter is not the answer: the student's task fails on it
+    assert "FAIL" in expected
+    graded = grading.grade(lab, STARTERS / lab.folder.name)
+    assert grading.report(lab, graded) == expected
