@@ -31,8 +31,10 @@ Open vSwitch 3.1), the three ways in one run, 3,000 pairs:
 | room | 3,000 of 3,000 | 0 | 3,000 | 6,008 | 6,008 | 0 |
 | head-drop | 3,000 of 3,000 | 0 | 252 | 6,008 | 6,008 | 0 |
 
-The lab's traffic classes use the head-drop leaf for their lossy classes
-(:func:`testbed.qos.tc_lines`).
+The lab's lossy classes keep their byte FIFOs: a head-drop queue counts frames, so a
+lossy class of 64 KB became 7 jumbo frames, and in ``testbed run lossless`` (one run
+each, side by side) the agent chains' p99 went from 427-443 ms to 1,220-1,282 ms with
+classes, while no RoCE packet was lost (three seeds of the PFC test).
 
 Exits 1 when the RoCE class loses frames it never dropped and ``switch_unsent`` does not
 count at least as many (the lab would lose frames silently). Not in ``make bench``: a

@@ -22,6 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from traffic.stats import percentiles  # noqa: E402
+
 INTERVAL_S = 0.5
 
 
@@ -43,12 +47,6 @@ def cpu_ticks() -> tuple[int, int, int]:
 
 def folder_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest rank, as the fidelity monitor's."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
 class Sampler(threading.Thread):
@@ -91,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         "memory_before_mb": round(baseline),
         "memory_peak_above_before_mb": round(max(sampler.memory, default=baseline) - baseline),
         "busy_cores_mean": round(sum(sampler.busy) / max(len(sampler.busy), 1), 2),
-        "busy_cores_p95": round(percentile(sampler.busy, 0.95), 2) if sampler.busy else None,
+        "busy_cores_p95": (round(percentiles(sampler.busy, [95])[0], 2) if sampler.busy
+                           else None),
         "results_mb": round(folder_mb(args.out), 1) if args.out and args.out.is_dir() else None,
     }
     print(f"sizing: {wall:.0f} s; memory {figures['memory_before_mb']} MB in use before, "

@@ -281,24 +281,11 @@ def burst(mbps: float, mtu: int) -> int:
     return max(mtu + 18, int(mbps * 1e6 / 8 / 1000))
 
 
-def frames(limit: int, mtu: int) -> int:
-    """A byte buffer as a count of full-size frames (at least one)."""
-    return max(1, limit // (mtu + 18))
-
-
 def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
              lossy_leaf: str | None = None) -> list[str]:
     """``tc -batch`` lines that give ``dev`` its class tree (the port has no root qdisc
-    yet). ``lossy_leaf``: the lossy classes' leaf instead of the head-drop FIFO
-    (``{limit}`` is filled in with the bytes), e.g. an ECN-marking RED queue.
-
-    A lossy class's queue is a head-drop FIFO (``pfifo_head_drop``) of as many full-size
-    frames as its buffer holds: when full it drops its oldest frame. A tail-dropping
-    FIFO (bfifo) answers the sender "dropped" (NET_XMIT_DROP: ENOBUFS to sendmmsg), and
-    on the userspace datapath ovs-vswitchd then discards the rest of the batch it was
-    sending out of that port, frames of every class, lossless ones included
-    (``python -m bench.batch_drop``); a head drop answers "congested" (NET_XMIT_CN), which
-    is no error, and the switch goes on sending its batch."""
+    yet). ``lossy_leaf``: the lossy classes' leaf instead of a byte FIFO (``{limit}`` is
+    filled in), e.g. an ECN-marking RED queue."""
     link = f"{mbps:g}mbit"
     default = next(p for p in planned if not p.dscp and not p.sources)
     lines = [f"qdisc add dev {dev} root handle 1: htb default {default.minor:x}",
@@ -313,7 +300,7 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
         elif lossy_leaf:
             leaf = lossy_leaf.format(limit=p.limit)
         else:
-            leaf = f"pfifo_head_drop limit {frames(p.limit, mtu)}"
+            leaf = f"bfifo limit {p.limit}"
         lines.append(f"qdisc add dev {dev} parent {p.classid} handle {p.minor:x}: {leaf}")
         # DSCP-and-source before DSCP alone before source alone: CNPs of a tenant's
         # hosts stay CNPs unless the tenant has its own
