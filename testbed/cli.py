@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this run (its 4-hex-digit id; may repeat)")
     p.set_defaults(func=cmd_clean)
 
+    from testbed.compare import add_parsers as add_compare_parsers
     from testbed.grading import add_parsers as add_grading_parsers
     from testbed.lab.commands import add_parsers as add_lab_parsers
     from testbed.tools import add_parsers as add_tool_parsers
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lab_parsers(sub)
     add_tool_parsers(sub)
     add_grading_parsers(sub)
+    add_compare_parsers(sub)
     for name, sub_parser in sub.choices.items():
         sub_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         sub_parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
@@ -240,6 +242,7 @@ EXAMPLES = {
     "decrypt": ["testbed decrypt results/latest/wire.pcap --keys "
                 "results/latest/macsec-keys.json -o plain.pcap"],
     "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest"],
+    "compare": ["testbed compare results/before results/after   # same scenario, two runs"],
 }
 
 

@@ -1,4 +1,4 @@
-"""Two results folders side by side: ``python -m testbed.compare BEFORE AFTER [...]``.
+"""Two results folders side by side: ``testbed compare BEFORE AFTER``.
 
 For every variant both summaries have, the headline figures of its kind (chains and
 their latency, training goodput and iterations, fault repair, backbone failover, MACsec
@@ -9,11 +9,11 @@ runs of the same code too).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from testbed.errors import ConfigError
 
 
 def _get(d: dict | None, path: str):
@@ -80,21 +80,26 @@ def table(before: dict, after: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.compare", description=__doc__)
-    parser.add_argument("before", type=Path)
-    parser.add_argument("after", type=Path)
-    args = parser.parse_args(argv)
-    try:
-        before = json.loads((args.before / "summary.json").read_text())
-        after = json.loads((args.after / "summary.json").read_text())
-    except (OSError, ValueError) as exc:
-        print(f"testbed.compare: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"{before['scenario']}: {args.before} -> {args.after}")
+def cmd_compare(args) -> int:
+    """``testbed compare BEFORE AFTER``: one line a variant's figure, with the ratio."""
+    summaries = []
+    for field, folder in (("BEFORE", args.before), ("AFTER", args.after)):
+        path = Path(folder) / "summary.json"
+        try:
+            summaries.append(json.loads(path.read_text()))
+        except OSError as exc:
+            raise ConfigError(field, f"{path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ConfigError(field, f"{path}: not JSON ({exc})") from None
+    before, after = summaries
+    print(f"{before.get('scenario', '?')}: {args.before} -> {args.after}")
     print(table(before, after))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_parsers(sub) -> None:
+    p = sub.add_parser("compare", help="two results folders side by side: each variant's "
+                                       "headline figures and their ratio")
+    p.add_argument("before", help="the first results folder (its summary.json)")
+    p.add_argument("after", help="the second results folder")
+    p.set_defaults(func=cmd_compare)

@@ -6,7 +6,7 @@ classes (``tenants-student``).
 
 from __future__ import annotations
 
-from testbed.grading import Results, Verdict, host_kept_up, verdict
+from testbed.grading import Results, Verdict, failed, host_kept_up, verdict
 
 ALONE, FIFO, MINE = "b-alone", "one-fifo", "tenants-student"
 P99_RATIO = 1.2  # B's chain p99 at most 1.2x of B alone
@@ -47,7 +47,10 @@ def headroom_held(r: Results) -> Verdict:
     """Student task: the measured reaction (p99) within what the headroom was sized for."""
     q = r.value(MINE, "qos")
     measured, assumed = q.get("reaction_p99_sum_ms"), q.get("reaction_assumed_ms")
-    ok = measured is not None and measured <= assumed
+    if measured is None:
+        return failed(f"{MINE} measured no PFC reaction (no pause was sent: is "
+                      "qos.pfc.enabled on?)")
+    ok = measured <= assumed
     return verdict(ok, f"reaction p99 {measured} ms (poll + frame + apply) against "
                        f"{assumed} ms in the headroom" + ("" if ok else ": raise "
                        "pfc.reaction_ms and the buffer, or read the queues more often"))

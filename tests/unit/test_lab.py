@@ -260,3 +260,25 @@ def test_listening_reads_the_namespace_socket_tables(tmp_path):
         assert listening(os.getpid(), port, udp=False)
         assert listening(os.getpid(), uport, udp=True)
         assert not listening(os.getpid(), uport, udp=False)
+
+
+def test_compare_shows_two_runs_side_by_side(tmp_path: Path) -> None:
+    """testbed compare BEFORE AFTER: the variants both ran, figure by figure, with the
+    ratio; a folder without a summary is one line and exit 2."""
+    import json
+
+    for name, p99 in (("before", 400.0), ("after", 200.0)):
+        (tmp_path / name).mkdir()
+        runs = [{"name": "pfc", "agents": {"chains_completed": 10, "chains_failed": 0,
+                                           "latency_ms": {"p50": 50.0, "p99": p99}}},
+                {"name": f"only-{name}", "agents": {"chains_completed": 1}}]
+        (tmp_path / name / "summary.json").write_text(
+            json.dumps({"scenario": "lossless", "runs": runs}))
+    done = cli("compare", str(tmp_path / "before"), str(tmp_path / "after"))
+    assert done.returncode == 0, done.stderr
+    row = next(ln for ln in done.stdout.splitlines() if "chain p99" in ln)
+    assert row.split()[0] == "pfc" and row.split()[-3:] == ["400.0", "200.0", "0.50"]
+    assert "only-" not in done.stdout
+    missing = cli("compare", str(tmp_path / "nowhere"), str(tmp_path / "after"))
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and "BEFORE" in missing.stderr
