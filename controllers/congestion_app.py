@@ -337,7 +337,7 @@ class CongestionControl(app_manager.OSKenApp):
     def update_marking(self, dp, info, backlog: int) -> None:
         for cls in CLASSES:
             state = self.marks[(dp.id, info.port, cls)]
-            if not state.update(backlog, self.cfg.ecn.classes[cls], self.rng.random):
+            if not state.update(backlog, getattr(self.cfg.ecn.classes, cls), self.rng.random):
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
             if info.port in self.multipath_ports[dp.id]:  # a leaf uplink: its groups

@@ -14,6 +14,8 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from controllers.config import ControllerConfig, ecn_backend
 from testbed import layout, phantom
 from testbed.capabilities import Capabilities
@@ -62,11 +64,11 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
                       out: Path, seed: int = 1, telemetry: bool = True) -> dict:
     """The controller's one configuration file (:mod:`controllers.config`): the variant's
     controller section plus the spec, status and telemetry files in ``out``, the seed,
-    the link rate and who marks CE (``ecn.mode: auto`` resolved from the host's RED);
-    BringUpError if impossible."""
-    config = {**controller, "spec": str(out / "spec.json"),
-              "status": str(out / "controller-events.jsonl"),
-              "telemetry": str(out / "telemetry.jsonl") if telemetry else None,
+    the link rate and who marks CE (``ecn.mode: auto`` resolved from the host's RED),
+    validated with the controller's own model; BringUpError if impossible."""
+    config = {**controller, "spec": str(out / layout.SPEC),
+              "status": str(out / layout.CONTROLLER_EVENTS),
+              "telemetry": str(out / layout.TELEMETRY) if telemetry else None,
               "seed": seed, "link_mbps": spec.link_mbps,
               "plugin_path": plugins.folders()}
     ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
@@ -77,7 +79,12 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
         raise BringUpError("controller.ecn.mode: 'phantom' needs nftables (the nft command "
                            "and nf_tables in the kernel)")
     config["ecn_backend"] = ecn_backend(ecn_mode, red=caps.red)
-    return config
+    try:  # the model the controller reads it with: refused here, not in its process
+        return ControllerConfig.model_validate(config).model_dump(mode="json")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"])
+        raise BringUpError(f"controller.{where}: {err['msg']}") from None
 
 
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
@@ -94,11 +101,11 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     reach each other on every plane.
     """
     out.mkdir(parents=True, exist_ok=True)
-    spec.to_json(out / "spec.json")
+    spec.to_json(out / layout.SPEC)
     config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps, out=out,
                                seed=seed, telemetry=telemetry)
     settings = SwitchSettings.model_validate(switches or {})
-    config_file = out / "controller.json"
+    config_file = out / layout.CONTROLLER_CONFIG
     write_json(config_file, config)
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
@@ -112,7 +119,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     controller_proc = Helper(
         "controller",
         [sys.executable, "-m", "controllers", "--config", str(config_file), "--port", str(port)],
-        pid_dir=pids, log=out / "controller.log",
+        pid_dir=pids, log=out / layout.CONTROLLER_LOG,
     )
     stack.callback(controller_proc.stop)
     # os-ken's import alone takes about 10 s in the emulated lab VM (make vm-test)
@@ -120,9 +127,10 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
 
     red = None
-    if config["ecn_backend"] == "switch":  # the class that marks earliest sets the queue
-        classes = ControllerConfig.from_dict(config).ecn.classes.values()
-        red = asdict(min(classes, key=lambda c: c.min_kb))
+    model = ControllerConfig.from_dict(config)
+    if model.ecn_backend == "switch":  # the class that marks earliest sets the queue
+        classes = model.ecn.classes.by_name().values()
+        red = min(classes, key=lambda c: c.min_kb).model_dump()
     qos_section = Qos.model_validate(qos or {})
     classes = classes_of(qos_section)
     fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red, classes=classes,
@@ -142,8 +150,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         start_pfc_agent(fabric, qos_section, out=out, pid_dir=pids, stack=stack)
     table = None
     if config["ecn_backend"] == "phantom":  # per-packet marking in the ports' egress path
-        ecn = ControllerConfig.from_dict(config).ecn
-        table = phantom.install(spec, ecn.classes, ecn.drain, stack)
+        table = phantom.install(spec, model.ecn.classes.by_name(), model.ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
                       times=times, phantom_table=table, metrics_url=metrics_url)
 
@@ -194,9 +201,10 @@ def start_pfc_agent(fabric: Fabric, section: Qos, *, out: Path, pid_dir: Path,
               "out": str(out / layout.PFC), "events": str(out / layout.PFC_EVENTS),
               "samples": str(out / layout.CLASS_TELEMETRY),
               "storm_dir": str(storm), "ready": str(pid_dir / "pfc.ready")}
-    write_json(out / "pfc-config.json", config)
+    write_json(out / layout.PFC_CONFIG, config)
     agent = Helper("pfc", [sys.executable, "-m", "testbed.pfc", "--config",
-                           str(out / "pfc-config.json")], pid_dir=pid_dir, log=out / "pfc.log")
+                           str(out / layout.PFC_CONFIG)], pid_dir=pid_dir,
+                           log=out / layout.PFC_LOG)
     stack.callback(agent.stop)
     if not wait_for(lambda: Path(config["ready"]).exists() or not agent.alive(), 30):
         raise BringUpError(f"the PFC agent did not start in 30 s (see {out / 'pfc.log'})")

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from testbed import layout
 from testbed.errors import ConfigError
 
 
@@ -84,7 +85,7 @@ def cmd_compare(args) -> int:
     """``testbed compare BEFORE AFTER``: one line a variant's figure, with the ratio."""
     summaries = []
     for field, folder in (("BEFORE", args.before), ("AFTER", args.after)):
-        path = Path(folder) / "summary.json"
+        path = Path(folder) / layout.SUMMARY
         try:
             summaries.append(json.loads(path.read_text()))
         except OSError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.layout import run_dir
+from testbed.layout import RANK_GLOB, run_dir
 from testbed.plots import plt, save
 from testbed.results import read_jsonl
 
@@ -181,7 +181,7 @@ def plot_dcqcn(summary: dict, out: Path) -> Path | None:
     for run in summary["runs"]:
         folder = run_dir(run, out)
         traces = {}
-        for path in sorted(folder.glob("training-rank*.jsonl")):
+        for path in sorted(folder.glob(RANK_GLOB)):
             points = [p for rec in read_jsonl(path) for p in rec.get("rate_trace", [])]
             cnps = sum(rec.get("cnps_received", 0) for rec in read_jsonl(path))
             if points:

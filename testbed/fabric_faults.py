@@ -249,7 +249,7 @@ class FabricFaults:
             raise HostError("the fabric runs with a remote controller, not ours")
         if old.alive():
             raise HostError("controller is still running")
-        log = self.live.status.parent / "controller.log"
+        log = self.live.status.parent / layout.CONTROLLER_LOG
         new = Helper(old.name, old.argv, pid_dir=self.live.pid_dir, log=log)
         self.stack.callback(new.stop)
         self.live.controller = new

@@ -52,6 +52,10 @@ PFC_EVENTS = "pfc-events.jsonl"
 PFC_STORMS = "pfc-storm"  # a file per host NIC that storms PAUSE
 CLASS_TELEMETRY = "class-telemetry.jsonl"
 QOS_PLOT = "qos.png"
+PFC_CONFIG = "pfc-config.json"  # the PFC agent's configuration, as the run gave it
+PFC_LOG = "pfc.log"
+TELEMETRY_PLOT = "telemetry.png"
+MACSEC_KEYS = "macsec-keys.json"  # the SAKs of a protected run, mode 0600
 
 
 def rank_file(rank: int) -> str:

@@ -104,7 +104,8 @@ def drain_rate(mbps: float, drain: float) -> int:
 def depths(classes: Mapping[str, EcnClass]) -> list[int]:
     """The distinct bucket depths (quanta) that the classes' thresholds need, sorted.
 
-    >>> depths({"collective": EcnClass(8, 24, 0.5), "agents": EcnClass(20, 60, 0.1)})
+    >>> depths({"collective": EcnClass(min_kb=8, max_kb=24, probability=0.5),
+    ...         "agents": EcnClass(min_kb=20, max_kb=60, probability=0.1)})
     [16, 39, 47, 117]
     """
     return sorted({quanta(kb) for th in classes.values() for kb in (th.min_kb, th.max_kb)})
@@ -190,7 +191,7 @@ def ruleset(table: str, ports: Sequence[Port], classes: Mapping[str, EcnClass], 
     """The nftables table (``nft -f`` input) with a phantom queue on every port.
 
     >>> text = ruleset("tb1a2becn", [Port("tb1a2bp0l0e1", 20)],
-    ...                {"collective": EcnClass(8, 24, 0.5)}, mtu=1500)
+    ...                {"collective": EcnClass(min_kb=8, max_kb=24, probability=0.5)}, mtu=1500)
     >>> print("\\n".join(line for line in text.splitlines()
     ...                  if "elements" not in line and "limit name" not in line))
     table netdev tb1a2becn {

@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import mean
 
 from controllers.telemetry import expand
+from testbed import layout
 from testbed.results import read_jsonl
 from topologies.spec import ordered_roles
 
@@ -189,7 +190,7 @@ def summarize(telemetry_file: Path, events_file: Path | None = None) -> dict:
 
 def _events(variant_dir: Path) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
-    for e in read_jsonl(variant_dir / "controller-events.jsonl"):
+    for e in read_jsonl(variant_dir / layout.CONTROLLER_EVENTS):
         counts[e.get("event", "")] += 1
     return counts
 
@@ -224,7 +225,7 @@ def section(variant_dir: Path, title: str,
     """Markdown for one variant's telemetry and the PNGs it refers to (paths relative to
     the report in ``root``; without it, two levels above ``variant_dir``)."""
     variant_dir = Path(variant_dir)
-    scan = _scan(variant_dir / "telemetry.jsonl")  # one pass for the table and the plot
+    scan = _scan(variant_dir / layout.TELEMETRY)  # one pass for the table and the plot
     summary = _summary(scan)
     if not summary.get("samples"):
         return "", []
@@ -248,7 +249,7 @@ def section(variant_dir: Path, title: str,
             if events.get(name)]
     if acts:
         lines += ["", "Controller actions: " + ", ".join(acts) + "."]
-    png = plot(scan.series, variant_dir / "telemetry.png", title)
+    png = plot(scan.series, variant_dir / layout.TELEMETRY_PLOT, title)
     names = []
     if png:
         rel = (str(png.relative_to(root)) if root is not None

@@ -35,12 +35,14 @@ from pydantic import Field, field_validator
 from testbed.backbone import analysis, secure
 from testbed.backbone.bringup import bring_up as backbone_bring_up
 from testbed.backbone.frr import ALL_DAEMONS, PROTOCOLS, Timers, daemon_classes
+from testbed.backbone.frr.router import PRESETS, preset
 from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.faults import Fault, FaultRecord, Schedule
 from testbed.fidelity import WatchedLink
 from testbed.hosts import NetnsHost
+from testbed.layout import MACSEC_KEYS
 from testbed.layout import run_dir as results_dir
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.decrypt import key_reference
@@ -58,29 +60,9 @@ ACTIONS = {"cut_link": "link", "restore_link": "link", "cut_risk_group": "risk g
            "degrade_link": "link", "restore_degraded_link": "link"}
 LOSS_ACTIONS = {"degrade_link"}  # the actions that need ``loss`` (0 < loss <= 1)
 TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
-TIMER_KEYS = {"bfd_ms": (10, 10000), "bfd_multiplier": (2, 50), "hello_s": (1, 65535),
-              "dead_s": (1, 65535), "spf_delay_ms": (0, 600000), "spf_hold_ms": (0, 600000),
-              "spf_max_ms": (0, 600000), "lsa_interval_ms": (0, 5000),
-              "lsa_arrival_ms": (0, 600000)}
-DEFAULT_TIMERS = {
-    "default": {"bfd_ms": 300, "bfd_multiplier": 3, "hello_s": 10, "dead_s": 40,
-                "spf_delay_ms": 0, "spf_hold_ms": 50, "spf_max_ms": 5000,
-                "lsa_interval_ms": 5000, "lsa_arrival_ms": 1000},
-    "fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3,
-             "spf_delay_ms": 0, "spf_hold_ms": 20, "spf_max_ms": 200,
-             # a PoP with two links to the failed one loses them in two steps; with the
-             # default 5 s MinLSInterval its second router-LSA (and the repair) waited 5 s
-             "lsa_interval_ms": 100, "lsa_arrival_ms": 50},
-}
-SCALARS: dict[str, tuple[type | tuple[type, ...], float, float, Any]] = {
-    "probe_rate_pps": ((int, float), 10, 2000, 200),
-    "converge_timeout_s": ((int, float), 5, 300, 90),
-    "settle_s": ((int, float), 0, 60, 2),
-    "tail_s": ((int, float), 0.1, 10, 1.0),
-}
 IPERF_PORT = 5301
 #: each variant's lab keys (mode 0600), in its folder
-KEYS_FILE = "macsec-keys.json"
+KEYS_FILE = MACSEC_KEYS
 WIRE_SAMPLE = 500  # frames captured on one wire per variant (with MACsec)
 ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
                "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
@@ -88,20 +70,6 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # validation ----------------------------------------------------------------
-class TimerSet(Section):
-    """BFD and OSPF timers of one variant (missing keys: the ``default`` set's)."""
-
-    bfd_ms: int = Field(None, ge=10, le=10000)
-    bfd_multiplier: int = Field(None, ge=2, le=50)
-    hello_s: int = Field(None, ge=1, le=65535)
-    dead_s: int = Field(None, ge=1, le=65535)
-    spf_delay_ms: int = Field(None, ge=0, le=600000)
-    spf_hold_ms: int = Field(None, ge=0, le=600000)
-    spf_max_ms: int = Field(None, ge=0, le=600000)
-    lsa_interval_ms: int = Field(None, ge=0, le=5000)
-    lsa_arrival_ms: int = Field(None, ge=0, le=600000)
-
-
 class BackboneFault(Section):
     at_s: float = Field(ge=0, le=86400, description="seconds after the probes start")
     action: Literal[tuple(ACTIONS)] = Field(  # type: ignore[valid-type]
@@ -147,8 +115,11 @@ class BackboneSection(Section):
                                                        "length_km, kind}")
     risk_groups: list[dict] | None = Field(None, description="inline: {name, links}: links "
                                                              "that fail together (a cable)")
-    timers: dict[str, TimerSet] | None = Field(None, description="one variant per entry: its "
-                                                                 "name and BFD/OSPF timers")
+    timers: dict[str, Timers] | None = Field(
+        None, min_length=1,
+        description="one variant per entry: its name and BFD/OSPF timers; keys it leaves "
+                    "out come from the preset of its name (default, fast), else from "
+                    "default (none given: the two presets)")
     faults: list[BackboneFault] = Field(default_factory=list, description="the fault "
                                                                           "schedule")
     replication: list[ReplicationFlow] = Field(default_factory=list,
@@ -170,6 +141,15 @@ class BackboneSection(Section):
                                                           "window that judge reachability")
     checkpoints: xregion.CheckpointSection | None = Field(
         None, description="cross-region checkpoint writes (one variant per mode)")
+
+    @field_validator("timers", mode="before")
+    @classmethod
+    def _over_preset(cls, value: Any) -> Any:
+        """A variant's timers are its preset's with its own keys over them."""
+        if not isinstance(value, dict):
+            return value
+        return {name: ({**preset(str(name)).model_dump(), **tv} if isinstance(tv, dict)
+                       else tv) for name, tv in value.items()}
 
 
 def _number(value: Any, field: str, low: float, high: float) -> float:
@@ -243,25 +223,11 @@ def _topology(section: dict, where: str) -> Backbone:
     return TOPOLOGIES[topo]()
 
 
-def _timers(value: Any, where: str) -> dict[str, dict]:
-    if value is None:
-        return {k: dict(v) for k, v in DEFAULT_TIMERS.items()}
-    if not isinstance(value, dict) or not value:
-        raise ConfigError(f"{where}.timers", "must map variant names to timer settings")
-    out = {}
-    for name, tv in value.items():
-        if not isinstance(tv, dict):
-            raise ConfigError(f"{where}.timers.{name}", "must be a mapping")
-        base = dict(DEFAULT_TIMERS.get(name, DEFAULT_TIMERS["default"]))
-        for key, val in tv.items():
-            if key not in TIMER_KEYS:
-                raise ConfigError(f"{where}.timers.{name}.{key}", "unknown timer; known: "
-                                  + ", ".join(TIMER_KEYS))
-            base[key] = int(_number(val, f"{where}.timers.{name}.{key}", *TIMER_KEYS[key]))
-        if base["dead_s"] <= base["hello_s"]:
-            raise ConfigError(f"{where}.timers.{name}.dead_s", "must exceed hello_s")
-        out[str(name)] = base
-    return out
+def _timers(section: BackboneSection) -> dict[str, dict]:
+    """Every variant's timers (the presets when the scenario names none), validated by
+    :class:`BackboneSection` already."""
+    sets = section.timers if section.timers is not None else PRESETS
+    return {str(name): timers.model_dump() for name, timers in sets.items()}
 
 
 def _daemons(value: list[str] | None, where: str) -> list[str]:
@@ -302,7 +268,7 @@ def validate(section: dict, where: str = "backbone") -> dict:
         section = {}
     if not isinstance(section, dict):
         raise ConfigError(where, "must be a mapping")
-    base.Experiment.section(BackboneSection, section, where)  # shape, types and ranges
+    parsed = base.Experiment.section(BackboneSection, section, where)  # shape, types, ranges
     bb = _topology(section, where)
     try:
         check = require(bb)
@@ -312,12 +278,9 @@ def validate(section: dict, where: str = "backbone") -> dict:
         raise ConfigError(field, exc.reason) from exc
     cfg: dict[str, Any] = {"topology": section.get("topology", "default"),
                            "design": bb.to_dict(), "design_check": check.to_dict()}
-    for key, (_types, low, high, default) in SCALARS.items():
-        cfg[key] = _number(section.get(key, default), f"{where}.{key}", low, high)
-    cfg["shape"] = section.get("shape", True)
-    if not isinstance(cfg["shape"], bool):
-        raise ConfigError(f"{where}.shape", "must be true or false")
-    cfg["timers"] = _timers(section.get("timers"), where)
+    for key in ("probe_rate_pps", "converge_timeout_s", "settle_s", "tail_s", "shape"):
+        cfg[key] = getattr(parsed, key)
+    cfg["timers"] = _timers(parsed)
     cfg["daemons"] = _daemons(section.get("daemons"), where)
     cfg["macsec"] = secure.validate(section.get("macsec"), f"{where}.macsec")
     regions = {r.name for r in bb.regions}

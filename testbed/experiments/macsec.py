@@ -57,7 +57,7 @@ IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
 SETTLE_MAX_S = 5.0
-KEYS_FILE = "macsec-keys.json"
+KEYS_FILE = layout.MACSEC_KEYS
 WIRE_PCAP = "wire.pcap"
 #: receive counters an attack can raise (the rest only count good frames)
 ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag",

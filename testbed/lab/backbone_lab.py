@@ -9,6 +9,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+from testbed import layout
 from testbed.backbone.bringup import bring_up
 from testbed.backbone.frr import Timers
 from testbed.backbone.net import BackboneNet
@@ -20,7 +21,7 @@ from testbed.naming import claim, run_dir, run_prefix
 from testbed.results import write_json
 
 Progress = Callable[[str], None]
-KEYS_FILE = "macsec-keys.json"
+KEYS_FILE = layout.MACSEC_KEYS
 
 
 class BackboneLab:

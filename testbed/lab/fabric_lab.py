@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import fault_kinds, workloads
+from testbed import fault_kinds, layout, workloads
 from testbed.bringup import LiveFabric, bring_up
 from testbed.capabilities import probe
 from testbed.errors import ConfigError
@@ -93,12 +93,12 @@ class FabricLab:
     def record(self) -> dict:
         spec, live = self.spec, self.live
         return {"size": spec.counts(), "prefix": spec.prefix,
-                "spec": str(self.out / "spec.json"),
+                "spec": str(self.out / layout.SPEC),
                 "switches": [s.name[len(spec.prefix):] for s in spec.switches],
                 "controller": ({"pid": live.controller.pid,
                                 "openflow": f"tcp:127.0.0.1:{live.fabric.controller_port}",
                                 "metrics": live.metrics_url,
-                                "log": str(self.out / "controller.log")}
+                                "log": str(self.out / layout.CONTROLLER_LOG)}
                                if live.controller else
                                {"remote": self.variant.controller["remote"]}),
                 "captures": [str(p) for p in self.pcaps], "traffic": self.traffic}

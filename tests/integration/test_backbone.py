@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiments.backbone import DEFAULT_TIMERS
+from testbed.backbone.frr.router import PRESETS
 from testbed.macsec.decrypt import decrypt_frame, keys_from, receivers
 from testbed.naming import new_run_id, run_prefix
 from testbed.runner import run_section
@@ -60,7 +60,7 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
         # to restore after the cut once in four runs). With the whole set the cut's window
         # was clean in three of three runs (restore 286-531 ms); after the link's restore 1-3
         # probes were still lost 0.9-4.5 s later, cause not found (not asserted here)
-        "timers": {"fast": dict(DEFAULT_TIMERS["fast"])},
+        "timers": {"fast": PRESETS["fast"].model_dump()},
         # a replication flow that only has to keep going: at 10 Mb/s the lab VM's two
         # emulated cores were 92-98 % busy during the cut (its fidelity monitor: 2-8 %
         # idle), and 2 probes were lost 2.8 s after the cut, far from any routing event;

@@ -96,7 +96,7 @@ def test_max_threshold_marks_every_frame_beyond_it(veth):
     from there the bucket is empty and every frame is marked; min never marks (p = 0)."""
     ns, dev = veth
     assert phantom.quanta(18.5) == 36
-    table = load(ns, dev, {"collective": EcnClass(10, 18.5, 0.0)})
+    table = load(ns, dev, {"collective": EcnClass(min_kb=10, max_kb=18.5, probability=0.0)})
     burst(ns, dev, [ECT_ROCE] * 10)
     assert marks(ns, table) == 6
 
@@ -105,7 +105,7 @@ def test_min_threshold_marks_with_its_probability(veth):
     """min 10 KB = 20 quanta with probability 1: two frames (16-18 quanta) pass, the
     rest are marked."""
     ns, dev = veth
-    table = load(ns, dev, {"collective": EcnClass(10, 60, 1.0)})
+    table = load(ns, dev, {"collective": EcnClass(min_kb=10, max_kb=60, probability=1.0)})
     burst(ns, dev, [ECT_ROCE] * 10)
     assert marks(ns, table) == 8
 
@@ -115,7 +115,7 @@ def test_every_frame_counts_but_only_ect_of_the_class_is_marked(veth):
     phantom queue past max and are not marked; the ECN-capable RoCE frames that follow
     are (alone, four of those would pass, as in the test above)."""
     ns, dev = veth
-    table = load(ns, dev, {"collective": EcnClass(10, 18.5, 0.0)})
+    table = load(ns, dev, {"collective": EcnClass(min_kb=10, max_kb=18.5, probability=0.0)})
     burst(ns, dev, [PLAIN_ROCE, PLAIN_ROCE, ECT_OTHER, ECT_OTHER, PLAIN_ROCE, ECT_OTHER,
                     ECT_ROCE, ECT_ROCE])
     assert marks(ns, table) == 2

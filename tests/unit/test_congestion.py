@@ -287,3 +287,36 @@ def test_place_tcp_off_learns_udp_only():
     assert [m["ip_proto"] for m in learn_matches("10.0.0.3", tcp=False)] == [17]
     syn = learn_matches("10.0.0.3")[0]
     assert syn["ip_proto"] == 6 and syn["tcp_flags"] == (0x02, 0x12)  # SYN set, ACK clear
+
+
+def test_the_controller_reads_the_model_the_scenario_validates(spec, tmp_path):
+    """One model: the scenario's controller section is the controller's own
+    (controllers/schema.py), controller.json is validated with it at bring-up (a wrong
+    value is refused there, naming the field, before any process starts) and read back
+    with it in the controller."""
+    from controllers.schema import Controller
+    from testbed.bringup import controller_config
+    from testbed.capabilities import Capabilities
+    from testbed.errors import BringUpError
+    from testbed.experiments import fabric_schema
+
+    assert fabric_schema.Controller is Controller and issubclass(ControllerConfig, Controller)
+    caps = Capabilities(kernel="x", ovs_kernel_datapath=False, netem=False, htb=True,
+                        red=False, fq_codel=False, macsec=False, nftables=True)
+    with pytest.raises(BringUpError, match=r"^controller\.adaptive\.imbalance: "):
+        controller_config({"mode": "adaptive", "adaptive": {"imbalance": 99}}, spec, caps,
+                          out=tmp_path)
+    data = controller_config({"mode": "adaptive", "telemetry_ms": 50}, spec, caps,
+                             out=tmp_path)
+    assert data["adaptive"]["interval_ms"] == 100 and data["ecn"]["classes"]["agents"] == \
+        {"min_kb": 20, "max_kb": 60, "probability": 0.1}
+    cfg = ControllerConfig.from_json(_write(tmp_path / "c.json", data))
+    assert (cfg.mode, cfg.telemetry_ms, cfg.ecn.classes.collective.min_bytes) == \
+        ("adaptive", 50, 20000)
+
+
+def _write(path, data):
+    import json
+
+    path.write_text(json.dumps(data))
+    return path

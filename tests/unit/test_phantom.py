@@ -13,7 +13,8 @@ from testbed.errors import ConfigError
 from testbed.scenario import parse
 from topologies.leafspine import build_fabric
 
-TUNED = {"collective": EcnClass(8, 24, 0.5), "agents": EcnClass(30, 90, 0.05)}
+TUNED = {"collective": EcnClass(min_kb=8, max_kb=24, probability=0.5),
+         "agents": EcnClass(min_kb=30, max_kb=90, probability=0.05)}
 
 
 @pytest.fixture
@@ -106,7 +107,8 @@ def test_class_rules_mark_only_ect_of_their_class_at_their_thresholds(spec):
 
 
 def test_probability_zero_or_one_and_shared_thresholds():
-    same = {"collective": EcnClass(20, 60, 1.0), "agents": EcnClass(20, 60, 0.0)}
+    same = {"collective": EcnClass(min_kb=20, max_kb=60, probability=1.0),
+            "agents": EcnClass(min_kb=20, max_kb=60, probability=0.0)}
     assert phantom.depths(same) == [39, 117]  # one bucket per distinct threshold
     base = chains(phantom.ruleset("t", [phantom.Port("tbx", 20)], same))["tbx"]
     goto = [line for line in base.splitlines() if "goto" in line]

@@ -5,20 +5,55 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field, ValidationInfo, field_validator
 
-@dataclass(frozen=True)
-class Timers:
-    """BFD and OSPF timers of one scenario variant."""
+from topologies.params import Section
 
-    bfd_ms: int = 300
-    bfd_multiplier: int = 3
-    hello_s: int = 10
-    dead_s: int = 40
-    spf_delay_ms: int = 0
-    spf_hold_ms: int = 50
-    spf_max_ms: int = 5000
-    lsa_interval_ms: int = 5000  # MinLSInterval: gap between two originations of an LSA
-    lsa_arrival_ms: int = 1000  # MinLSArrival: newer copies arriving sooner are dropped
+
+class Timers(Section):
+    """BFD and OSPF timers of one scenario variant: the one model of them, from the
+    scenario's ``backbone.timers`` (a variant's keys over its preset, :data:`PRESETS`) to
+    the daemons' configuration. The defaults are the ``default`` preset."""
+
+    bfd_ms: int = Field(300, ge=10, le=10000, description="BFD transmit and receive "
+                                                          "interval, ms")
+    bfd_multiplier: int = Field(3, ge=2, le=50, description="BFD detect multiplier: "
+                                                            "intervals missed before down")
+    hello_s: int = Field(10, ge=1, le=65535, description="OSPF hello interval, s")
+    dead_s: int = Field(40, ge=1, le=65535, description="OSPF dead interval, s (above "
+                                                        "hello_s)")
+    spf_delay_ms: int = Field(0, ge=0, le=600000, description="OSPF SPF delay after a "
+                                                              "change, ms")
+    spf_hold_ms: int = Field(50, ge=0, le=600000, description="OSPF SPF initial hold, ms")
+    spf_max_ms: int = Field(5000, ge=0, le=600000, description="OSPF SPF maximum hold, ms")
+    lsa_interval_ms: int = Field(5000, ge=0, le=5000, description="MinLSInterval: gap "
+                                 "between two originations of an LSA, ms")
+    lsa_arrival_ms: int = Field(1000, ge=0, le=600000, description="MinLSArrival: newer "
+                                "copies of an LSA arriving sooner are dropped, ms")
+
+    @field_validator("dead_s")
+    @classmethod
+    def _dead_after_hello(cls, value: int, info: ValidationInfo) -> int:
+        if "hello_s" in info.data and value <= info.data["hello_s"]:
+            raise ValueError("must exceed hello_s")
+        return value
+
+
+#: the named timer sets: a variant named like one starts from it, any other from default
+PRESETS = {
+    "default": Timers(),
+    "fast": Timers(bfd_ms=100, bfd_multiplier=3, hello_s=1, dead_s=3, spf_delay_ms=0,
+                   spf_hold_ms=20, spf_max_ms=200,
+                   # a PoP with two links to the failed one loses them in two steps; with
+                   # the default 5 s MinLSInterval its second router-LSA (and the repair)
+                   # waited 5 s
+                   lsa_interval_ms=100, lsa_arrival_ms=50),
+}
+
+
+def preset(name: str) -> Timers:
+    """The timer set a variant named ``name`` starts from."""
+    return PRESETS.get(name, PRESETS["default"])
 
 
 @dataclass(frozen=True)
