@@ -130,6 +130,11 @@ def measure(way: str, pairs: int) -> dict:
                 sh("ip", "link", "set", dev, "mtu", "9000")
                 sh("ethtool", "-K", dev, *OFFLOADS, check=False)
             sh("ip", "link", "set", host, "netns", ns[side])
+            # no IPv6 on either end: a host's own router solicitations would reach the
+            # switch, match no flow and count as frames read that no queue took
+            sh("ip", "netns", "exec", ns[side], "sysctl", "-qw",
+               f"net.ipv6.conf.{host}.disable_ipv6=1")
+            sh("sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
             sh("ip", "-n", ns[side], "link", "set", host, "up")
             sh("ip", "link", "set", port, "up")
         run = claim(rid)
