@@ -52,7 +52,7 @@ class Ecn(Section):
     ``controller``, ``auto`` (RED where present, else the controller) or ``off``."""
 
     # YAML reads a bare `off` as false: accepted and kept as "off"
-    mode: Literal["off", "controller", "switch", "phantom", "auto"] | Literal[False] = Field(
+    mode: Literal[ECN_MODES] | Literal[False] = Field(  # type: ignore[valid-type]
         "off", description="who marks CE: switch (RED in the switch queues), phantom "
                            "(nftables phantom queues), controller, auto (RED where the "
                            "kernel has it, else the controller) or off")

@@ -22,6 +22,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from testbed.grading import Results  # noqa: E402
+
 OUT = REPO / "docs" / "img" / "runs"
 #: lesson figure -> (the scenario file run, the plot of its results folder the page shows).
 #: Storage: lab 9's starter (1 MB caches, links at 20 Mb/s), not storage-cache.yaml,
@@ -63,8 +67,7 @@ def figure(name: str, root: Path, run: bool) -> str | None:
     if not summary_path.is_file():
         return f"no {summary_path}"
     summary = json.loads(summary_path.read_text())
-    flagged = [r["name"] for r in summary.get("runs", [])
-               if not (r.get("fidelity") or {}).get("ok", True)]
+    flagged = Results(folder, summary).flagged()
     if flagged:
         return f"flagged by the fidelity monitor: {', '.join(flagged)} (rerun on a quiet host)"
     plot = folder / plot_name

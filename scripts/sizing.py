@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed.fidelity import parse_cpu_times  # noqa: E402
 from traffic.stats import percentiles  # noqa: E402
 
 INTERVAL_S = 0.5
@@ -38,11 +39,10 @@ def mem_used_mb() -> float:
 
 
 def cpu_ticks() -> tuple[int, int, int]:
-    """(total, idle incl. iowait, number of CPUs) of ``/proc/stat``."""
-    lines = Path("/proc/stat").read_text().splitlines()
-    ticks = [int(t) for t in lines[0].split()[1:]]
-    cpus = sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
-    return sum(ticks), ticks[3] + ticks[4], cpus
+    """(total, idle incl. iowait, number of CPUs) of ``/proc/stat``, as the fidelity
+    monitor reads it."""
+    times = parse_cpu_times(Path("/proc/stat").read_text())
+    return times.total, times.idle, times.cpus
 
 
 def folder_mb(folder: Path) -> float:
