@@ -95,7 +95,7 @@ def judge_ecn(summary: dict) -> bool:
 
 
 def run_scenario(name: str, duration: float | None, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "testbed.cli", "run", name, "--out", str(out)]
+    cmd = [sys.executable, "-m", "testbed.core.cli", "run", name, "--out", str(out)]
     if duration:
         cmd += ["--duration", f"{duration:g}"]
     print("$", " ".join(cmd), flush=True)

@@ -36,7 +36,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.naming import forget, new_run_id, register, run_prefix
+from testbed.host.naming import forget, new_run_id, register, run_prefix
 from traffic.pcapfile import write_pcap
 
 PORT_TYPES = {"AF_PACKET": "system", "AF_XDP": "afxdp-nonpmd"}

@@ -2,7 +2,7 @@
 discard the rest of the frames it was sending out of that port, frames of other classes
 included, and no queue counts them.
 
-One private ovs-vswitchd (:class:`testbed.switchd.SwitchDaemons`; the host's Open vSwitch
+One private ovs-vswitchd (:class:`testbed.fabric.switchd.SwitchDaemons`; the host's Open vSwitch
 is not touched), one bridge between two namespaces. The egress of the port towards the
 receiver has two HTB classes, as the lab's traffic classes do: a lossy one (UDP port 9)
 and a RoCE one (UDP port 4791) with room for everything. The sender sends pairs (a lossy
@@ -18,7 +18,7 @@ them in batches. Three ways:
 
 For each: RoCE frames sent and received, the RoCE class's drops, the frames the switch
 read (``dpif-netdev/pmd-stats-show``) and the frames the port's queue took (sent, dropped, held):
-their difference is :mod:`testbed.drops`' ``switch_unsent``.
+their difference is :mod:`testbed.fabric.drops`' ``switch_unsent``.
 
     python -m bench.batch_drop [--pairs 3000]
 
@@ -54,9 +54,9 @@ import time
 from contextlib import ExitStack
 
 from controllers.telemetry import QueueReader
-from testbed import drops
-from testbed.naming import claim, forget, new_run_id, register, run_prefix
-from testbed.switchd import SwitchDaemons
+from testbed.fabric import drops
+from testbed.fabric.switchd import SwitchDaemons
+from testbed.host.naming import claim, forget, new_run_id, register, run_prefix
 
 OFFLOADS = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 LOSSY_PORT, ROCE_PORT = 9, 4791

@@ -26,12 +26,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from testbed.bringup import bring_up
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_prefix
-from testbed.procs import wait_for
-from testbed.results import read_jsonl
-from testbed.telemetry_report import port_samples
+from testbed.fabric.bringup import bring_up
+from testbed.host.capabilities import probe
+from testbed.host.files import read_jsonl
+from testbed.host.naming import new_run_id, run_prefix
+from testbed.host.procs import wait_for
+from testbed.reports.telemetry import port_samples
 from topologies.leafspine import build_fabric
 
 TOOLS = str(Path(__file__).resolve().parents[1] / "tests" / "integration" / "udp_tools.py")

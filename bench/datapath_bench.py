@@ -43,8 +43,8 @@ from bench.afxdp_bench import (
     make_frames,
         sh,
 )
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_prefix
+from testbed.host.capabilities import probe
+from testbed.host.naming import new_run_id, run_prefix
 from traffic.pcapfile import write_pcap
 
 DATAPATHS = {"kernel": "system", "userspace": "netdev"}

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from testbed.naming import forget, new_run_id, register, run_prefix
+from testbed.host.naming import forget, new_run_id, register, run_prefix
 
 QUEUE_PACKETS = 425  # the published switch queue
 MTU = 1500
@@ -252,7 +252,7 @@ def verdict(rows: list[dict], mbps: float, k: int) -> list[str]:
 
 
 def plot(out: Path, mbps: float, k: int) -> Path:
-    from testbed.plots import plt, save
+    from testbed.reports.plots import plt, save
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for variant in VARIANTS:

@@ -24,9 +24,9 @@ import time
 from contextlib import ExitStack
 from functools import partial
 
-from testbed.capabilities import Capabilities, probe
-from testbed.fabric import Fabric
-from testbed.naming import new_run_id, run_prefix
+from testbed.fabric.net import Fabric
+from testbed.host.capabilities import Capabilities, probe
+from testbed.host.naming import new_run_id, run_prefix
 from topologies.leafspine import build_fabric
 from topologies.spec import FabricSpec
 

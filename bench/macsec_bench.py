@@ -35,10 +35,10 @@ import cryptography
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from testbed.errors import Interrupted
+from testbed.host.naming import new_run_id, run_prefix
 from testbed.macsec.config import LinkConfig
 from testbed.macsec.link import UserspaceLink
 from testbed.macsec.netns import add_netns, del_netns, leftovers, run, spawn, stop_group
-from testbed.naming import new_run_id, run_prefix
 
 TARGET = 0.005  # ratio protected / plain at every MTU, at least
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed.naming import forget, new_run_id, register, run_prefix
+from testbed.host.naming import forget, new_run_id, register, run_prefix
 from traffic.pcapfile import write_pcap
 
 OFFLOADS = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]

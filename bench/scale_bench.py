@@ -43,8 +43,8 @@ from pathlib import Path
 import yaml
 
 from bench import fabric_bench
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_prefix
+from testbed.host.capabilities import probe
+from testbed.host.naming import new_run_id, run_prefix
 from topologies.leafspine import build_fabric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ def lab_run(size: dict, duration_s: float, work: Path, switches: str = "host",
     path.write_text(yaml.safe_dump(scenario(size, duration_s, switches, shards),
                                    sort_keys=False))
     out = work / "results"
-    m = measure([sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out)],
+    m = measure([sys.executable, "-m", "testbed.core.cli", "run", str(path), "--out", str(out)],
                 cwd=ROOT)
     result = {"rc": m.rc, "whole_s": round(m.wall_s, 1), "peak_bytes": m.peak_bytes,
               "max_process_bytes": m.max_process_bytes,

@@ -5,7 +5,7 @@ Both ways side by side in one run, each on a fresh fabric (``switches.daemon``):
 * ``host``: every switch on the host's ovs-vswitchd (its packet ports, ``--mlockall`` as
   the distribution starts it), as every userspace fabric ran before the lab had its own
   switch processes;
-* ``lab``: the lab's own processes (:mod:`testbed.switchd`), as the scenario's
+* ``lab``: the lab's own processes (:mod:`testbed.fabric.switchd`), as the scenario's
   ``switches`` section sets them by default (shards, glibc's allocator tuned).
 
 On two fabrics: the default scenario's (two-plane leaf-spine, 8 switches) and the k=4
@@ -52,10 +52,10 @@ from pathlib import Path
 
 import yaml
 
-from testbed import drops
-from testbed.bringup import bring_up
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_prefix
+from testbed.fabric import drops
+from testbed.fabric.bringup import bring_up
+from testbed.host.capabilities import probe
+from testbed.host.naming import new_run_id, run_prefix
 from topologies.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def scenario_row(way: str, seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         scenario, out = Path(tmp) / "agents-only.yaml", Path(tmp) / "out"
         scenario.write_text(yaml.safe_dump(data))
-        done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario),
+        done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run", str(scenario),
                                "--out", str(out)], capture_output=True, text=True)
         if done.returncode:
             return {"way": way, "error": (done.stderr or done.stdout).strip()[-300:]}

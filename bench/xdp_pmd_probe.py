@@ -8,7 +8,7 @@ pair of *link ends* in the root namespace, and the link's shaping is the link en
 egress qdiscs (TBF), which no switch process touches: switch port a -> (veth) -> link end
 a -> mirred -> egress of link end b (shaped) -> (veth) -> switch port b, and back.
 
-One private ovs-vswitchd (:class:`testbed.switchd.SwitchDaemons`; the host's Open vSwitch
+One private ovs-vswitchd (:class:`testbed.fabric.switchd.SwitchDaemons`; the host's Open vSwitch
 is not touched) holds a chain of three bridges (leaf, spine, leaf) between two
 namespaces. Two ways, side by side on the same chain shape:
 
@@ -72,8 +72,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed.naming import claim, forget, new_run_id, register, run_prefix
-from testbed.switchd import SwitchDaemons
+from testbed.fabric.switchd import SwitchDaemons
+from testbed.host.naming import claim, forget, new_run_id, register, run_prefix
 
 SWITCHES = 3
 LINK_MBPS = 20

@@ -1,6 +1,6 @@
 """The controller's one configuration file: everything ``python -m controllers`` needs.
 
-Bring-up (:func:`testbed.bringup.controller_config`) writes it as ``controller.json``:
+Bring-up (:func:`testbed.fabric.bringup.controller_config`) writes it as ``controller.json``:
 the scenario's validated ``controller`` section plus where things are (the topology
 spec, the status and telemetry files), the seed, the link rate and who marks CE. Both
 sides use one model: :class:`ControllerConfig` is the scenario's
@@ -34,7 +34,7 @@ MODES = get_args(Controller.model_fields["mode"].annotation)
 def ecn_backend(mode: str, *, red: bool) -> str:
     """Who marks CE for ``ecn.mode``: ``auto`` uses the kernel's RED where it exists;
     ``phantom`` is the per-packet phantom-queue marker in the switches' egress path
-    (nftables, :mod:`testbed.phantom`): the controller marks nothing then.
+    (nftables, :mod:`testbed.fabric.phantom`): the controller marks nothing then.
 
     >>> ecn_backend("auto", red=True), ecn_backend("auto", red=False), ecn_backend("off", red=True)
     ('switch', 'controller', 'off')

@@ -1,5 +1,5 @@
 """The controller section of a scenario as pydantic models: what the scenario validates
-(:mod:`testbed.experiments.fabric_schema` imports these) and what the controller reads
+(:mod:`testbed.experiments.fabric.schema` imports these) and what the controller reads
 back from its ``controller.json`` (:mod:`controllers.config`), one model for both.
 Every default here is the documented default of the scenario format.
 """

@@ -3,7 +3,7 @@
 Two sources are joined per sample. The switch reports what it sent (OpenFlow port stats:
 bytes, packets, drops, with the counter's own duration, so rates do not depend on when
 the reply arrived). The queue in front of the wire is not the switch's: switch ports are
-shaped by HTB + a byte FIFO in the root namespace (:mod:`testbed.fabric`), so its depth
+shaped by HTB + a byte FIFO in the root namespace (:mod:`testbed.fabric.net`), so its depth
 is read over netlink, one dump of all qdiscs per sample (the root qdisc's backlog and
 drops). Everything here is pure except :class:`QueueReader`; the os-ken app in
 :mod:`controllers.congestion_app` drives it.

@@ -1,7 +1,7 @@
 """MkDocs hooks of the docs site (``mkdocs.yml``): the pages generated from the code and
 the lab guides, added to the site at build time and never written into ``docs/``.
 
-- ``reference/scenario-file.md`` and ``reference/cli.md``: :mod:`testbed.reference`, from
+- ``reference/scenario-file.md`` and ``reference/cli.md``: :mod:`testbed.core.reference`, from
   ``testbed schema`` and ``testbed``'s argument parser;
 - ``img/SCENARIO.png``: the topology of each scenario a page shows (``testbed graph``);
 - ``labs/``: every lab guide (``labs/*/README.md``) and their index, as they are in the
@@ -27,8 +27,9 @@ DRAWN = ("agents-vs-training", "ecmp-vs-adaptive", "fat-tree", "lossless",
 
 def drawing(name: str, folder: Path) -> bytes:
     """The PNG ``testbed graph NAME -o FILE.png`` draws (first variant)."""
-    from testbed import graph, scenario
-    from testbed.cli import scenario_path
+    from testbed.core import scenario
+    from testbed.core.cli import scenario_path
+    from testbed.reports import graph
 
     g, title = graph.scenario_graph(scenario.load(scenario_path(name)))
     return graph.to_png(g, title, folder / f"{name}.png").read_bytes()
@@ -49,7 +50,7 @@ output with this page, so the page changes when a check does.
 
 def starters_page() -> str:
     """The teacher's page of every starter's expected ``testbed check`` output."""
-    from testbed import grading
+    from testbed.reports import grading
 
     parts = [STARTERS_INTRO]
     for lab in grading.all_labs():
@@ -60,7 +61,7 @@ def starters_page() -> str:
 
 
 def on_files(files: Files, config) -> Files:
-    from testbed.reference import markdown_pages
+    from testbed.core.reference import markdown_pages
 
     for path, text in markdown_pages().items():
         files.append(File.generated(config, path, content=text))

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from testbed.grading import Results  # noqa: E402
+from testbed.reports.grading import Results  # noqa: E402
 
 OUT = REPO / "docs" / "img" / "runs"
 #: lesson figure -> (the scenario file run, the plot of its results folder the page shows).

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from testbed import grading  # noqa: E402
+from testbed.reports import grading  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "starters"
 

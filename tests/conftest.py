@@ -41,7 +41,7 @@ REQUIRE_FULL_KERNEL = os.environ.get("TESTBED_REQUIRE_FULL_KERNEL") == "1"
 
 def _kernel_datapath() -> bool:
     """Whether fabrics here use the OVS kernel datapath (the probe the bring-up uses)."""
-    from testbed.capabilities import probe
+    from testbed.host.capabilities import probe
 
     return probe().ovs_datapath == "kernel"
 

@@ -13,7 +13,7 @@ dotted path, with no parameters::
 
 from __future__ import annotations
 
-from testbed.fault_kinds import FaultKind
+from testbed.faults.kinds import FaultKind
 
 
 class Blackhole(FaultKind):

@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import Field
 
 from testbed.experiments import base
-from testbed.hosts import NetnsHost, RootHost
-from testbed.naming import claim, new_run_id, register, run_dir, run_prefix
-from testbed.results import write_json
+from testbed.host.files import write_json
+from testbed.host.hosts import NetnsHost, RootHost
+from testbed.host.naming import claim, new_run_id, register, run_dir, run_prefix
 from topologies.params import Section
 
 RTT = re.compile(r"= [\d.]+/([\d.]+)/")

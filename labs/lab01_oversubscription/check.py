@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from testbed import layout
-from testbed.grading import Results, Verdict, failed, host_kept_up, passed, verdict
+from testbed.core import layout
+from testbed.reports.grading import Results, Verdict, failed, host_kept_up, passed, verdict
 
 ALONE, ALONE4, FULL, OVER, PACED = ("agents-only", "agents-only-4to1", "training-1to1",
                                     "training-4to1", "training-4to1-paced")

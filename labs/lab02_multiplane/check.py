@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.grading import Missing, Results, Verdict, failed, passed
+from testbed.reports.grading import Missing, Results, Verdict, failed, passed
 from topologies.calculator import calculate
 from topologies.spec import TopologyError
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from testbed import layout
-from testbed.grading import Results, Verdict, host_kept_up, verdict
+from testbed.core import layout
+from testbed.reports.grading import Results, Verdict, host_kept_up, verdict
 
 ECMP, ADAPTIVE, SPRAY, APP, REF = ("ecmp-stride", "adaptive-stride", "spray-stride",
                                    "placement-stride", "reference")

@@ -5,7 +5,7 @@ With several seeds, summary.json's ``runs`` entries hold the medians over seeds.
 
 from __future__ import annotations
 
-from testbed.grading import Results, Verdict, host_kept_up, verdict
+from testbed.reports.grading import Results, Verdict, host_kept_up, verdict
 
 OFF, MINE = "ecn-off", "ecn-student"
 P99_CUT = 0.30       # chain p99 at least 30 % below ecn-off's

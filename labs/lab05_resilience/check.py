@@ -6,7 +6,7 @@ chains failed).
 
 from __future__ import annotations
 
-from testbed.grading import Missing, Results, Verdict, host_kept_up, verdict
+from testbed.reports.grading import Missing, Results, Verdict, host_kept_up, verdict
 
 CUT_REPAIR_MS = 100.0
 

@@ -5,7 +5,7 @@ and the forwarders' frame accounting, as summary.json's ``macsec`` section holds
 
 from __future__ import annotations
 
-from testbed.grading import Missing, Results, Verdict, host_kept_up, verdict
+from testbed.reports.grading import Missing, Results, Verdict, host_kept_up, verdict
 
 THROUGHPUT = 0.8  # protected bulk goodput at least this share of the unprotected
 

@@ -8,7 +8,7 @@ the failover figures are the ones the run measured from its probes.
 
 from __future__ import annotations
 
-from testbed.grading import Missing, Results, Verdict, failed, passed, verdict
+from testbed.reports.grading import Missing, Results, Verdict, failed, passed, verdict
 from topologies.backbone import Backbone, default_backbone
 from topologies.backbone_check import PATHS, PEERS, design_check
 

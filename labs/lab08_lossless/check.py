@@ -6,7 +6,7 @@ classes (``tenants-student``).
 
 from __future__ import annotations
 
-from testbed.grading import Results, Verdict, failed, host_kept_up, verdict
+from testbed.reports.grading import Results, Verdict, failed, host_kept_up, verdict
 
 ALONE, FIFO, MINE = "b-alone", "one-fifo", "tenants-student"
 P99_RATIO = 1.2  # B's chain p99 at most 1.2x of B alone

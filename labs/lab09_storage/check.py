@@ -6,7 +6,7 @@ The cache's size is graded from the run's own record of its scenario (manifest.j
 ``scenario_source``, parsed with the storage kind's validator), against the popularity
 arithmetic of the objects the run stored.
 
->>> from testbed.experiments.storage import validate
+>>> from testbed.experiments.storage.run import validate
 >>> s = validate({"objects": {"keys": 100, "sizes_kb": [16, 64, 64, 256], "zipf": 1.0}})
 >>> fewest_keys(s.objects, 0.75), round(share(s.objects, 27), 3), top_kb(s.objects, 27)
 (27, 0.75, 2652)
@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import math
 
-from testbed import layout
-from testbed.experiments.storage import Objects, StorageSection, validate
-from testbed.grading import Missing, Results, Verdict, host_kept_up, verdict
+from testbed.core import layout
+from testbed.experiments.storage.run import Objects, StorageSection, validate
+from testbed.reports.grading import Missing, Results, Verdict, host_kept_up, verdict
 from traffic.object_reads import KeyPicker
 
 STORE, CACHED = "uncached", "cached"

@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import BringUpError
-from testbed.procs import wait_for
+from testbed.host.procs import wait_for
 from topologies.backbone import Backbone
 
 from .frr import Timers, daemon_classes

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from testbed.errors import BringUpError, HostError
-from testbed.naming import register_owned
-from testbed.nft import loss_rules, port_loss_rules
+from testbed.host.naming import register_owned
+from testbed.host.nft import loss_rules, port_loss_rules
 from topologies.backbone import Backbone, Link
 
 from .frr import (
@@ -305,7 +305,7 @@ class BackboneNet:
         bgpd instead of ospfd) in every namespace, each level once the last is ready."""
         import shutil
 
-        from testbed.procs import wait_for
+        from testbed.host.procs import wait_for
 
         frr_root = self.folder / "frr"
         helper_dir = self.folder / "pids"

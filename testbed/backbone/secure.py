@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import BringUpError, ConfigError
+from testbed.host.procs import Helper, python_env, wait_for
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import OVERHEAD, LinkConfig, SideConfig
 from testbed.macsec.errors import BackendError
 from testbed.macsec.forwarder import control_path
 from testbed.macsec.kernel import parse_ip_macsec_stats, secy_commands
 from testbed.macsec.link import _ctl_request
-from testbed.procs import Helper, wait_for
 
 from .net import Cmd
 
@@ -46,7 +46,6 @@ DEFAULTS: dict[str, Any] = {"enabled": False, "cipher": CipherSuite.GCM_AES_128.
 COUNTERS = ("OutPktsProtected", "OutPktsEncrypted", "InPktsOK", "InPktsNotValid",
             "InPktsInvalid", "InPktsLate", "InPktsNoTag", "InPktsBadTag", "InPktsUnknownSCI",
             "InPktsNoSCI", "InPktsUnusedSA", "InPktsNotUsingSA")
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def validate(value: Any, where: str = "backbone.macsec") -> dict:
@@ -193,8 +192,7 @@ class SecureLinks:
             _, lk = self.net.links[name]
             for s, node in (("a", lk.a), ("b", lk.b)):
                 per_node.setdefault(node, []).extend(["--link", str(d / "link.json"), s, str(d)])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env = python_env()
         for node, args in per_node.items():
             helper = Helper(f"macsec-{node}", ["ip", "netns", "exec", self.net.ns(node),
                                                sys.executable, "-m",

@@ -18,10 +18,10 @@ from topologies.params import ParamError
 
 #: kind name -> module whose ``EXPERIMENT`` is the kind's Experiment subclass
 KINDS: dict[str, str] = {
-    "fabric": "testbed.experiments.fabric",
-    "macsec": "testbed.experiments.macsec",
-    "backbone": "testbed.experiments.backbone",
-    "storage": "testbed.experiments.storage",
+    "fabric": "testbed.experiments.fabric.run",
+    "macsec": "testbed.experiments.macsec.run",
+    "backbone": "testbed.experiments.backbone.run",
+    "storage": "testbed.experiments.storage.run",
 }
 DEFAULT_KIND = "fabric"
 

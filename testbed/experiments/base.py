@@ -1,8 +1,8 @@
 """What an experiment kind is: a section schema, variants, and how to run one of them.
 
-The runner (:mod:`testbed.runner`) knows no kind by name. It asks the scenario's kind
+The runner (:mod:`testbed.core.runner`) knows no kind by name. It asks the scenario's kind
 for its variants and seeds, hands each variant a results folder (from
-:class:`~testbed.layout.Layout`), a :class:`RunContext` and an index, collects the
+:class:`~testbed.core.layout.Layout`), a :class:`RunContext` and an index, collects the
 ``runs`` entries, and lets the kind add its own top-level summary section, report
 section and terminal table. A new kind is one module with one subclass of
 :class:`Experiment`, plus one line in :data:`testbed.experiments.KINDS`.
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from testbed.capabilities import Capabilities
+from testbed.core.fidelity import Monitor, WatchedLink
 from testbed.errors import ConfigError
-from testbed.fidelity import Monitor, WatchedLink
+from testbed.host.capabilities import Capabilities
 from topologies.params import ParamError, Section, parse
 
 Progress = Callable[[str], None]

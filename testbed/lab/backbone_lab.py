@@ -9,16 +9,16 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import layout
 from testbed.backbone.bringup import bring_up
 from testbed.backbone.frr import Timers
 from testbed.backbone.net import BackboneNet
-from testbed.capabilities import probe
+from testbed.core import layout
 from testbed.errors import ConfigError
-from testbed.experiments.backbone import ACTIONS, LOSS_ACTIONS, _targets, macsec_backend
+from testbed.experiments.backbone.run import ACTIONS, LOSS_ACTIONS, _targets, macsec_backend
+from testbed.host.capabilities import probe
+from testbed.host.files import write_json
+from testbed.host.naming import claim, run_dir, run_prefix
 from testbed.macsec.wireshark import UAT_FILE, write_uat
-from testbed.naming import claim, run_dir, run_prefix
-from testbed.results import write_json
 
 Progress = Callable[[str], None]
 KEYS_FILE = layout.MACSEC_KEYS

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ConfigError, HostError
-from testbed.hosts import Host, RootHost
-from testbed.procs import Helper, wait_for
+from testbed.host.hosts import Host, RootHost
+from testbed.host.procs import Helper, wait_for
 from topologies.spec import FabricSpec
 
 #: snap length of scenario captures: every header of a RoCEv2 frame, a little payload

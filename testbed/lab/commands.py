@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from testbed.errors import ConfigError, HostError, Interrupted
+from testbed.host.naming import new_run_id, run_dir
 from testbed.lab import state
-from testbed.naming import new_run_id, run_dir
 
 UP_TIMEOUT_S = 600
 DOWN_TIMEOUT_S = 120
@@ -63,10 +63,10 @@ def _variant(sc, name: str | None):
 
 
 def cmd_up(args) -> int:
-    from testbed import scenario
-    from testbed.cli import scenario_path
-    from testbed.layout import Layout
-    from testbed.runner import default_out
+    from testbed.core import scenario
+    from testbed.core.cli import scenario_path
+    from testbed.core.layout import Layout
+    from testbed.core.runner import default_out
     from topologies import plugins
 
     plugins.allow()  # a lab runs the code its scenario names (validate does not)
@@ -419,8 +419,8 @@ FLAGS = {"period_s": "--period"}
 def fault_kinds_lines() -> list[str]:
     """What ``testbed fault --list`` prints: every fault kind of a fabric lab (target and
     parameters) and every action of a backbone lab."""
-    from testbed.experiments.backbone import ACTIONS, LOSS_ACTIONS
-    from testbed.fault_kinds import KINDS
+    from testbed.experiments.backbone.run import ACTIONS, LOSS_ACTIONS
+    from testbed.faults.kinds import KINDS
 
     targets = {"link": "LINK (p0l0-p0s1, n0-p0l0)", "switch": "SWITCH (p0s1)",
                "plane": "PLANE (p1)", "rail": "NIC (n2p0r0)", None: "(no target)"}
@@ -467,7 +467,7 @@ def cmd_fault(args) -> int:
 # -- capture ---------------------------------------------------------------------------
 def _capture_target(record: dict, port: str):
     """(host, interface, short name) of a port of the lab."""
-    from testbed.hosts import NetnsHost, RootHost
+    from testbed.host.hosts import NetnsHost, RootHost
     from testbed.lab.capture import port_of
     from topologies.spec import FabricSpec
 
@@ -520,7 +520,7 @@ def cmd_capture(args) -> int:
 
 # -- down ------------------------------------------------------------------------------
 def cmd_down(args) -> int:
-    from testbed.cleanup import clean
+    from testbed.host.cleanup import clean
 
     record = state.find(args.lab, live=False)
     _root("testbed down")
@@ -528,7 +528,7 @@ def cmd_down(args) -> int:
     pid = record["owner"]["pid"]
     if record["alive"]:
         os.kill(pid, signal.SIGTERM)
-        from testbed.procs import wait_for
+        from testbed.host.procs import wait_for
 
         if not wait_for(lambda: not state.alive(record), DOWN_TIMEOUT_S, 0.1):
             raise HostError(f"lab {record['name']}: supervisor {pid} still running after "

@@ -1,6 +1,6 @@
-"""A fabric that stays up: the variant's fabric and controller (:func:`testbed.bringup.
+"""A fabric that stays up: the variant's fabric and controller (:func:`testbed.fabric.bringup.
 bring_up`), optionally its workloads, its scenario captures, and the fault actions of
-:class:`testbed.fabric_faults.FabricFaults` applied by hand."""
+:class:`testbed.faults.fabric.FabricFaults` applied by hand."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import fault_kinds, layout, workloads
-from testbed.bringup import LiveFabric, bring_up
-from testbed.capabilities import probe
+from testbed.core import layout
 from testbed.errors import ConfigError
-from testbed.fabric_faults import FabricFaults, needs, parse_faults
+from testbed.fabric.bringup import LiveFabric, bring_up
+from testbed.faults import kinds as fault_kinds
+from testbed.faults.fabric import FabricFaults, needs, parse_faults
+from testbed.host.capabilities import probe
+from testbed.host.naming import run_prefix
 from testbed.lab import capture, mncli
-from testbed.naming import run_prefix
+from testbed.workloads import generators
 
 Progress = Callable[[str], None]
 
@@ -70,7 +72,7 @@ class FabricLab:
             self.traffic = "none (the variant enables neither agents nor training)"
             return
         live = self.live
-        work = workloads.start(live.fabric, self.variant, out=self.out, pid_dir=live.pid_dir,
+        work = generators.start(live.fabric, self.variant, out=self.out, pid_dir=live.pid_dir,
                                duration_s=duration_s, seed=self.scenario.seed,
                                stack=self.stack)
         kinds = [k for k, on in (("agent chains", agents["enabled"]),

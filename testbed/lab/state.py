@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from testbed.errors import ConfigError
-from testbed.hosts import Host, MininetHost, NetnsHost
-from testbed.naming import RUN_ROOT, run_dir
+from testbed.host.hosts import Host, MininetHost, NetnsHost
+from testbed.host.naming import RUN_ROOT, run_dir
 
 LAB_FILE = "lab.json"
 SOCKET = "lab.sock"

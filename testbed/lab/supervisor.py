@@ -28,10 +28,10 @@ import traceback
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed import scenario as scenario_mod
+from testbed.core import scenario as scenario_mod
 from testbed.errors import ConfigError, Interrupted
+from testbed.host.naming import claim, pid_record, run_dir
 from testbed.lab import state
-from testbed.naming import claim, pid_record, run_dir
 from topologies import plugins
 
 ACCEPT_POLL_S = 0.5

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from testbed.host.procs import python_env
+
 from .config import OVERHEAD, LinkConfig
 from .errors import BackendError
 from .forwarder import control_path, stats_path
@@ -48,7 +50,6 @@ Wire = Callable[[LinkConfig], None]
 
 log = logging.getLogger(__name__)
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ctl_request(path: Path, msg: dict[str, object], timeout: float = 5.0) -> dict[str, object]:
@@ -134,9 +135,7 @@ class UserspaceLink:
         self.workdir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.workdir / "link.json"
         cfg_path.write_text(json.dumps(self.config.to_dict()))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = python_env()
         for s in self.userspace_sides:
             self.procs[s] = spawn(
                 [self.python, "-m", "testbed.macsec.forwarder", "--config", str(cfg_path),

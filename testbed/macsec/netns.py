@@ -1,7 +1,7 @@
 """Namespaces of the MACsec links, and commands and processes inside them.
 
-Commands enter a namespace through :mod:`testbed.hosts` (the one host-command
-abstraction) and process groups are stopped by :func:`testbed.procs.stop_group`;
+Commands enter a namespace through :mod:`testbed.host.hosts` (the one host-command
+abstraction) and process groups are stopped by :func:`testbed.host.procs.stop_group`;
 what is here is the MACsec library's vocabulary on top: errors as
 :class:`~testbed.macsec.errors.BackendError`, and :func:`leftovers` by prefix, so a run
 can prove it cleaned up after itself.
@@ -14,9 +14,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed import procs
-from testbed.hosts import NetnsHost, RootHost
-from testbed.naming import forget, register, run_id_of
+from testbed.host import procs
+from testbed.host.hosts import NetnsHost, RootHost
+from testbed.host.naming import forget, register, run_id_of
 
 from .errors import BackendError
 

@@ -48,7 +48,7 @@ def uat_text(keys: dict) -> str:
 def write_uat(keys: dict, path: Path) -> Path:
     """Write the keys as Wireshark's ``psk_config_data`` file (mode 0600); returns
     ``path``."""
-    from testbed.results import write_text
+    from testbed.host.files import write_text
 
     write_text(path, uat_text(keys), secret=True)
     return path

@@ -32,9 +32,9 @@ from pathlib import Path
 from string import Template
 
 from testbed.errors import BringUpError, ConfigError, HostError
-from testbed.hosts import Host
-from testbed.procs import Helper, wait_for
-from testbed.results import read_jsonl
+from testbed.host.files import read_jsonl
+from testbed.host.hosts import Host
+from testbed.host.procs import Helper, wait_for
 from traffic.object_reads import CACHE_HEADER
 
 CACHE_PORT = 8080

@@ -32,9 +32,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from testbed.errors import BringUpError, ConfigError
-from testbed.hosts import NetnsHost
-from testbed.procs import Helper, wait_for
-from testbed.results import read_jsonl, write_json
+from testbed.host.files import read_jsonl, write_json
+from testbed.host.hosts import NetnsHost
+from testbed.host.procs import Helper, wait_for
 from testbed.storage import s3
 from testbed.storage.checkpoints import checkpoint_key
 from testbed.storage.seaweedfs import (
@@ -448,7 +448,7 @@ def plot(entries: list[dict], folder_of: Callable[[dict], Path], out: Path) -> P
     done = [e for e in entries if e.get("checkpoints")]
     if not done:
         return None
-    from testbed.plots import plt, save
+    from testbed.reports.plots import plt, save
 
     fig, axes = plt.subplots(len(done), 1, figsize=(10, 2.8 * len(done)), squeeze=False,
                              sharex=True)

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
-from testbed.chains import helper_env
 from testbed.errors import HostError
-from testbed.hosts import Host
+from testbed.host.hosts import Host
+from testbed.host.procs import python_env
 from traffic.object_reads import CACHE_HEADER, KeyPicker, key_name
 
 #: this client, run as a command inside a host
@@ -189,7 +189,7 @@ def run_in(host: Host, *args: str, timeout: float = 60.0) -> list[dict]:
     """Run this client inside ``host`` (``command`` and its arguments, as on the command
     line) and return what it printed; HostError with its stderr if it failed."""
     done = subprocess.run(host.argv([*CLIENT, *args]), capture_output=True, text=True,
-                          timeout=timeout, env=helper_env())
+                          timeout=timeout, env=python_env())
     if done.returncode:
         raise HostError(f"{host.name}: s3 {args[0]}: {done.stderr.strip()[-300:]}")
     return [json.loads(line) for line in done.stdout.splitlines()]

@@ -37,10 +37,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from testbed.chains import helper_env
 from testbed.errors import BringUpError, HostError
-from testbed.hosts import Host
-from testbed.procs import Helper, stop_group, wait_for
+from testbed.host.hosts import Host
+from testbed.host.procs import Helper, python_env, stop_group, wait_for
 from testbed.storage import s3
 from topologies.params import Section
 
@@ -171,7 +170,7 @@ def wait_ready(host: Host, helper: Helper, ip: str, log: Path) -> None:
         host.argv([*s3.CLIENT, "ready", f"http://{ip}:{S3_PORT}", BUCKET, "--timeout",
                    f"{READY_S:g}"]),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, env=helper_env(), start_new_session=True)
+        text=True, env=python_env(), start_new_session=True)
     try:
         wait_for(lambda: waiter.poll() is not None or not helper.alive(), READY_S + 10,
                  interval=0.1)

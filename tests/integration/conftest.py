@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.naming import new_run_id, run_prefix
+from testbed.host.naming import new_run_id, run_prefix
 
 
 def leftovers(prefix: str) -> list[str]:
@@ -36,8 +36,8 @@ def small_fabric(tmp_path_factory, name: str, *, controller: dict | None = None,
     (``topology`` overrides), its controller running with ``controller`` (ECMP if None).
     Yields (live fabric, its ExitStack), ``live.out`` its folder; checks for leftovers
     after the teardown."""
-    from testbed.bringup import bring_up
-    from testbed.capabilities import probe
+    from testbed.fabric.bringup import bring_up
+    from testbed.host.capabilities import probe
     from topologies.leafspine import build_fabric
 
     run_id = new_run_id()

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from testbed.backbone.frr.router import PRESETS
+from testbed.core.runner import run_section
+from testbed.host.naming import new_run_id, run_prefix
 from testbed.macsec.decrypt import decrypt_frame, keys_from, receivers
-from testbed.naming import new_run_id, run_prefix
-from testbed.runner import run_section
 from topologies.backbone import small_backbone
 from traffic.pcapfile import read_frames
 

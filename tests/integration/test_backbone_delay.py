@@ -13,8 +13,8 @@ import pytest
 
 from testbed.backbone import secure
 from testbed.backbone.net import BackboneNet
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_dir, run_prefix
+from testbed.host.capabilities import probe
+from testbed.host.naming import new_run_id, run_dir, run_prefix
 from topologies.backbone import Backbone, Link, Pop, Region
 
 pytestmark = [pytest.mark.root, pytest.mark.vm]

@@ -15,7 +15,7 @@ import pytest
 
 from testbed.backbone import secure
 from testbed.backbone.net import BackboneNet
-from testbed.naming import new_run_id, run_dir, run_prefix
+from testbed.host.naming import new_run_id, run_dir, run_prefix
 from topologies.backbone import small_backbone
 
 pytestmark = [pytest.mark.root,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cleanup import clean, netns_processes
-from testbed.naming import new_run_id, register, run_dir, run_prefix
+from testbed.host.cleanup import clean, netns_processes
+from testbed.host.naming import new_run_id, register, run_dir, run_prefix
 
 pytestmark = pytest.mark.root
 
@@ -41,7 +41,7 @@ def test_clean_stops_what_lives_in_a_dead_runs_namespaces():
     prefix = run_prefix(run_id)
     ns, node = f"{prefix}x", f"{prefix}n0"
     # the owner claims the run and dies
-    subprocess.run([sys.executable, "-c", f"from testbed.naming import claim; "
+    subprocess.run([sys.executable, "-c", f"from testbed.host.naming import claim; "
                                           f"claim({run_id!r})"], check=True)
     marker = f"{run_id}{os.getpid()}"  # a sleep length unique to this test
     secs = f"6{int(marker, 16) % 100000}"

@@ -19,9 +19,9 @@ import pytest
 
 from controllers import ecn
 from controllers.telemetry import port_table
-from testbed.procs import wait_for
-from testbed.results import read_jsonl
-from testbed.telemetry_report import port_samples
+from testbed.host.files import read_jsonl
+from testbed.host.procs import wait_for
+from testbed.reports.telemetry import port_samples
 
 from .conftest import small_fabric
 
@@ -158,8 +158,8 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
 
 @pytest.fixture(scope="module")
 def red_live(tmp_path_factory):
-    from testbed.capabilities import probe
-    from testbed.naming import new_run_id
+    from testbed.host.capabilities import probe
+    from testbed.host.naming import new_run_id
 
     if not probe(new_run_id()).red:
         pytest.skip("the kernel has no RED qdisc (sch_red): switch-side ECN marking needs it")
@@ -338,7 +338,7 @@ def test_a_placed_flow_survives_the_death_of_its_uplink(congestion_live):
     """Adaptive rules pin a flow to one uplink; when that uplink dies the flow takes
     another in the datapath (active-backup bundle), not a black hole until the rule idles
     out, which it never would while the flow keeps sending."""
-    from testbed.fabric_faults import FabricFaults
+    from testbed.faults.fabric import FabricFaults
 
     live = congestion_live
     spec = live.spec

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.bringup import bring_up, free_port
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_prefix
-from testbed.procs import Helper, wait_for
+from testbed.fabric.bringup import bring_up, free_port
+from testbed.host.capabilities import probe
+from testbed.host.naming import new_run_id, run_prefix
+from testbed.host.procs import Helper, wait_for
 from topologies.build import build_topology
 
 from .conftest import leftovers
@@ -52,7 +52,7 @@ def test_a_remote_controller_drives_the_switches(tmp_path):
     scenario = mine / "remote.yaml"
     scenario.write_text(json.dumps({"name": "remote", "topology": TOPOLOGY,
                                     "agents": {"enabled": False}}))
-    exported = subprocess.run([sys.executable, "-m", "testbed.cli", "spec", str(scenario),
+    exported = subprocess.run([sys.executable, "-m", "testbed.core.cli", "spec", str(scenario),
                                "-o", str(mine / "spec.json")], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
     assert exported.returncode == 0, exported.stderr  # dpids, ports, IPs as the lab's

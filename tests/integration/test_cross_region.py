@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.chains import helper_env
-from testbed.layout import run_dir as results_dir
-from testbed.naming import OWNER, RUN_ROOT, new_run_id, recorded_pid
-from testbed.procs import wait_for
-from testbed.results import read_jsonl
-from testbed.runner import run_section
+from testbed.core.layout import run_dir as results_dir
+from testbed.core.runner import run_section
+from testbed.host.files import read_jsonl
+from testbed.host.naming import OWNER, RUN_ROOT, new_run_id, recorded_pid
+from testbed.host.procs import python_env, wait_for
 from testbed.storage import seaweedfs
 from testbed.storage.replication import WRITES
 from tests.integration.test_backbone import _leftovers
@@ -147,7 +146,7 @@ def test_stores_and_replication_do_not_outlive_a_stopped_run(tmp_path, sig):
     data (with SIGINT, the run's teardown stops them)."""
     import yaml
 
-    from testbed.cleanup import clean
+    from testbed.host.cleanup import clean
 
     scenario = tmp_path / "xr.yaml"
     scenario.write_text(yaml.safe_dump({
@@ -157,10 +156,10 @@ def test_stores_and_replication_do_not_outlive_a_stopped_run(tmp_path, sig):
     # SIGINT must reach Python's handler even if this test runs with it ignored
     launch = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    proc = subprocess.Popen([sys.executable, "-c", launch, "-m", "testbed.cli", "run",
+    proc = subprocess.Popen([sys.executable, "-c", launch, "-m", "testbed.core.cli", "run",
                              str(scenario), "--out", str(tmp_path / "out")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=helper_env())
+                            env=python_env())
     run_id, pids = None, {}
     try:
         def writing() -> bool:

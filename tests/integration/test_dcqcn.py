@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import wait_for
-from testbed.results import read_jsonl
-from testbed.workloads import TRAFFIC, training_config
+from testbed.host.files import read_jsonl
+from testbed.host.procs import wait_for
+from testbed.workloads.generators import TRAFFIC, training_config
 
 pytestmark = pytest.mark.root
 
@@ -155,7 +155,7 @@ def test_sprayed_out_of_order_message_is_placed_not_lost(live, tmp_path: Path) -
 
 def test_agent_tcp_ecn_is_set_per_namespace(live) -> None:
     """``agents.ecn`` turns on net.ipv4.tcp_ecn=1 inside the host namespaces only."""
-    from testbed.workloads import enable_tcp_ecn
+    from testbed.workloads.generators import enable_tcp_ecn
 
     host = live.spec.hosts[1].name
     sysctl = ["sysctl", "-n", "net.ipv4.tcp_ecn"]

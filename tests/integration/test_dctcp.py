@@ -17,9 +17,9 @@ from contextlib import ExitStack
 
 import pytest
 
-from testbed import workloads
-from testbed.procs import wait_for
-from testbed.scenario import parse
+from testbed.core.scenario import parse
+from testbed.host.procs import wait_for
+from testbed.workloads import generators
 
 from .conftest import small_fabric
 
@@ -33,8 +33,8 @@ SECONDS = 5
 
 @pytest.fixture(scope="module")
 def dctcp_live(tmp_path_factory):
-    from testbed.capabilities import probe
-    from testbed.naming import new_run_id
+    from testbed.host.capabilities import probe
+    from testbed.host.naming import new_run_id
 
     caps = probe(new_run_id())
     if not caps.tcp_dctcp:
@@ -117,7 +117,7 @@ def test_hosts_run_dctcp_and_it_reacts_to_the_switch_marks(dctcp_live):
     h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
     variant = parse({"name": "dctcp", "topology": {"planes": 1, "nodes": 4},
                      "agents": {"enabled": False, "congestion_control": "dctcp"}}).variants[0]
-    work = workloads.start(fabric, variant, out=live.out, pid_dir=live.pid_dir,
+    work = generators.start(fabric, variant, out=live.out, pid_dir=live.pid_dir,
                            duration_s=SECONDS, seed=1, stack=stack)
     assert work.congestion_control == "dctcp"
     for host in spec.hosts:  # every route of every host carries it

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_plugin_kind_runs_end_to_end(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
                            "examples/pingmesh.yaml", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -38,7 +38,7 @@ def test_workloads_list_runs_every_entry(tmp_path):
     lasts 7.5 s: the iperf3 pair runs from 2 s for 4 s and then exchanges its results, so
     a 6 s run stopped it before it could exit in two CI rehearsals."""
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
                            "examples/workloads.yaml", "--duration", "7.5", "--out",
                            str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=180)
@@ -64,7 +64,7 @@ def test_workloads_list_runs_every_entry(tmp_path):
 ])
 def test_examples_run(tmp_path, example, check):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run",
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
                            f"examples/{example}.yaml", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import wait_for
+from testbed.host.procs import wait_for
 
 pytestmark = [pytest.mark.ovs, pytest.mark.vm]
 
@@ -97,7 +97,7 @@ def test_links_are_shaped_to_their_rate(live):
 
 
 def test_an_agent_chain_completes(live, tmp_path):
-    from testbed.workloads import SERVICE_PORT, agent_plan
+    from testbed.workloads.generators import SERVICE_PORT, agent_plan
 
     spec = live.spec
     services = {"retriever": 1, "tool": 2, "model": 3, "agent": 3}
@@ -150,9 +150,9 @@ def test_a_small_ovs_send_socket_is_enlarged_in_place(live):
     """ovs-vswitchd's one send socket bounds what all switch queues hold together; one
     created small before a run (208 KB) is raised to 8 MB in place. The kernel datapath
     forwards in the kernel and has no such socket."""
-    from testbed import ovs_socket
-    from testbed.fabric import OVS_SOCKET_BUFFER
-    from testbed.fidelity import ovs_pid
+    from testbed.core.fidelity import ovs_pid
+    from testbed.fabric import ovs_socket
+    from testbed.fabric.net import OVS_SOCKET_BUFFER
 
     pid = ovs_pid()
     assert ovs_socket.send_buffer_bytes([pid]) >= OVS_SOCKET_BUFFER  # bring-up made sure
@@ -188,7 +188,7 @@ def test_the_hosts_own_stack_takes_no_part_in_the_lab(live):
     asking by ARP for one of the host's own addresses (whose request every root-side
     port's kernel sees on the userspace datapath) gets no reply (before the ports were
     sealed, the host answered)."""
-    from testbed.fabric import ROOT_PORT_SYSCTLS
+    from testbed.fabric.net import ROOT_PORT_SYSCTLS
 
     spec = live.spec
     ports = [p.ifname for p in spec.switch_ports()]

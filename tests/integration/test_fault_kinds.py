@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from testbed.fabric_faults import FabricFaults
-from testbed.procs import wait_for
+from testbed.faults.fabric import FabricFaults
+from testbed.host.procs import wait_for
 
 from .conftest import small_fabric
 

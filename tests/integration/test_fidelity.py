@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed import fidelity, layout
-from testbed.naming import new_run_id, run_prefix
-from testbed.runner import run
-from testbed.scenario import parse
+from testbed.core import fidelity, layout
+from testbed.core.runner import run
+from testbed.core.scenario import parse
+from testbed.host.naming import new_run_id, run_prefix
 
 # One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (9 Mb/s
 # each, 1 MB a step) overrun its 10 Mb/s uplink, so the uplink queues (1 MB deep) hold

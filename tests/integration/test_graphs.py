@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.procs import wait_for
+from testbed.host.procs import wait_for
 
 from .conftest import leftovers
 from .test_resilience import all_flows_through, events, flows_delivered, restart_controller
@@ -61,9 +61,9 @@ class graph_fabric:  # noqa: N801 (a context manager, named like one)
         self.factory, self.name, self.make = factory, name, make
 
     def __enter__(self) -> tuple:
-        from testbed.bringup import bring_up
-        from testbed.capabilities import probe
-        from testbed.naming import new_run_id, run_prefix
+        from testbed.fabric.bringup import bring_up
+        from testbed.host.capabilities import probe
+        from testbed.host.naming import new_run_id, run_prefix
 
         run_id = new_run_id()
         self.prefix = run_prefix(run_id)
@@ -133,7 +133,7 @@ def test_fat_tree_cut_link_is_repaired(fat_tree, repair):
     """An aggregation-core link of the destination's pod is cut: flows from pod 0 to pod
     3 that hash over it are lost without repair (checked first), and all arrive with
     fast failover (controller dead: the switches alone) or with recompute."""
-    from testbed.fabric_faults import FabricFaults
+    from testbed.faults.fabric import FabricFaults
 
     live, stack = fat_tree
     act = FabricFaults(live, stack).actions()
@@ -164,7 +164,7 @@ def test_fat_tree_cut_link_is_repaired(fat_tree, repair):
 def test_explicit_graph_pings_and_survives_its_cut(explicit):
     """The example's graph: every pair pings; the cut the example schedules (l1-s1) is
     repaired by fast failover with the controller dead."""
-    from testbed.fabric_faults import FabricFaults
+    from testbed.faults.fabric import FabricFaults
 
     live, stack = explicit
     assert every_pair_pings(live) == []

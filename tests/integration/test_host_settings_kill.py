@@ -13,7 +13,7 @@ pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
 SYSCTLS = [Path("/proc/sys/net/core/rmem_default"), Path("/proc/sys/net/core/wmem_default")]
 RAISE = ("import time\n"
-         "from testbed.fabric import socket_buffer_defaults\n"
+         "from testbed.fabric.net import socket_buffer_defaults\n"
          "with socket_buffer_defaults(max(int(open('/proc/sys/net/core/rmem_default').read()),"
          " int(open('/proc/sys/net/core/wmem_default').read())) + 4096):\n"
          "    print('raised', flush=True)\n"
@@ -30,7 +30,7 @@ def test_clean_restores_socket_buffers_after_a_killed_bring_up():
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert [p.read_text() for p in SYSCTLS] != before  # a SIGKILL runs no finally
-        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert "raised host setting net.core.rmem_default" in done.stdout

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import wait_for
+from testbed.host.procs import wait_for
 
 from .conftest import leftovers
 
@@ -32,7 +32,7 @@ SCENARIO = REPO / "tests" / "scenarios" / "lab-small.yaml"
 
 def run_testbed(*args: str, timeout: float = 180, stdin: str | None = None
             ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "testbed.core.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
@@ -43,7 +43,7 @@ def on_terminal(args: list[str], steps: list[tuple[bytes, str | None]],
     pid, fd = pty.fork()
     if pid == 0:  # the child: testbed on the terminal
         os.chdir(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "testbed.cli", *args])
+        os.execv(sys.executable, [sys.executable, "-m", "testbed.core.cli", *args])
     screen, deadline = "", time.monotonic() + timeout
 
     def until(text: str | None) -> bool:

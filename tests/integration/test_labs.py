@@ -2,7 +2,7 @@
 
 Each guide marks its command blocks (``# lab: run-starter`` ...; see labs/README.md).
 Here they run with ``results/`` and ``my-labs/`` moved into the test's folder, the CLI
-as ``python -m testbed.cli``, and ``testbed run`` given a short ``--duration`` (the
+as ``python -m testbed.core.cli``, and ``testbed run`` given a short ``--duration`` (the
 shortest the lab's schedule allows). Then ``testbed check`` grades the real results.
 
 What is judged where (about 7.5 minutes for this file on the 2-core development machine,
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import grading
+from testbed.reports import grading
 
 pytestmark = pytest.mark.ovs
 
@@ -61,16 +61,16 @@ def shell(lines: list[str], tmp: Path, duration: float | None = None,
     ``&&`` as written); returns every result. ``results/`` and ``my-labs/`` become the
     test's folders, given as relative paths, as a student's are (a relative ``--out``
     once broke the lab 9 caches: nginx took its log paths relative to its own prefix)."""
-    cli = f"{shlex.quote(sys.executable)} -m testbed.cli"
+    cli = f"{shlex.quote(sys.executable)} -m testbed.core.cli"
     rel = os.path.relpath(tmp, REPO)
     done = []
     for line in lines:
         cmd = (line.replace(".venv/bin/testbed", cli)
                .replace("results/", f"{rel}/results/").replace("my-labs/", f"{rel}/my-labs/")
                .replace("mkdir -p my-labs", f"mkdir -p {rel}/my-labs"))
-        if " testbed.cli run " in cmd and duration is not None:
+        if " testbed.core.cli run " in cmd and duration is not None:
             cmd += f" --duration {duration:g}"
-        if " testbed.cli up " in cmd:
+        if " testbed.core.cli up " in cmd:
             cmd += f" --results {rel}/results"
         done.append(subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True,
                                    text=True, timeout=timeout))

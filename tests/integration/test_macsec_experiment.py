@@ -1,6 +1,6 @@
 """Root test: the MACsec scenario end to end, short, into a temporary folder.
 
-Runs the macsec kind (:func:`testbed.runner.run_section`) for 5 s with small attack counts and
+Runs the macsec kind (:func:`testbed.core.runner.run_section`) for 5 s with small attack counts and
 checks the summary contract, the attack accounting, the capture (our SecY,
 Scapy and tshark) and that nothing named after the run is left behind.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.core.runner import run_section
+from testbed.host.naming import new_run_id, run_dir, run_prefix
 from testbed.macsec.decrypt import decrypt_pcap, fingerprint, keys_from
 from testbed.macsec.netns import leftovers
-from testbed.naming import new_run_id, run_dir, run_prefix
-from testbed.runner import run_section
 
 pytestmark = pytest.mark.root
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.hosts import NetnsHost
+from testbed.host.hosts import NetnsHost
 from testbed.macsec.attacker import tampered_frame, untagged_frame
 from testbed.macsec.config import LinkConfig, SideConfig
 from testbed.macsec.kernel import (

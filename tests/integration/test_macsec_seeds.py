@@ -23,9 +23,9 @@ def test_no_nonce_repeats_across_seeds(tmp_path: Path) -> None:
     """Two seeds, each protected run with a key rotation: every seed's capture decodes
     with its own keys, and no (SAK, SCI, PN) is seen twice over both (the attacker is
     off: a replayed frame repeats a nonce on purpose)."""
+    from testbed.core.runner import run
+    from testbed.core.scenario import parse as parse_scenario
     from testbed.macsec.frame import is_macsec, parse
-    from testbed.runner import run
-    from testbed.scenario import parse as parse_scenario
     from traffic.pcapfile import read_frames
 
     section = {**SECTION, "bulk_seconds": 1.5,

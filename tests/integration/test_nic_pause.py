@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.naming import new_run_id, register, run_dir, run_prefix
+from testbed.host.naming import new_run_id, register, run_dir, run_prefix
 from traffic.training import NIC_TX_BYTES
 
 pytestmark = pytest.mark.root

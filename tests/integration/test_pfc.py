@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.runner import run
-from testbed.scenario import parse
+from testbed.core.runner import run
+from testbed.core.scenario import parse
 
 from .conftest import leftovers
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from testbed import phantom
+from testbed.fabric import phantom
 
 from .test_congestion import ECT0, NOT_ECT, ROCE, _fabric, receiver, result, sender
 
@@ -30,8 +30,8 @@ CONTROLLER = {
 
 @pytest.fixture(scope="module")
 def phantom_live(tmp_path_factory):
-    from testbed.capabilities import probe
-    from testbed.naming import new_run_id
+    from testbed.host.capabilities import probe
+    from testbed.host.naming import new_run_id
 
     if not probe(new_run_id()).nftables:
         pytest.skip("nftables is missing: the phantom-queue marker needs it")

@@ -1,6 +1,6 @@
 """The phantom-queue rules in the kernel, frame by frame: thresholds and joint counting.
 
-A veth pair in a throw-away namespace carries the ruleset of :mod:`testbed.phantom` on
+A veth pair in a throw-away namespace carries the ruleset of :mod:`testbed.fabric.phantom` on
 one end, for a 1 Mb/s link (the buckets drain 119 bytes a millisecond, a quantum in
 4 ms). Bursts of 4160-byte frames (8 or 9 quanta each), sent back to back through a
 packet socket as ovs-vswitchd sends, fill the buckets far faster than they drain, so
@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from controllers.config import EcnClass
-from testbed import phantom
-from testbed.naming import new_run_id, run_prefix
+from testbed.fabric import phantom
+from testbed.host.naming import new_run_id, run_prefix
 
 pytestmark = pytest.mark.root
 

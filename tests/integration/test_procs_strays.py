@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from testbed.procs import netns_inode, stop_strays, wait_for
+from testbed.host.procs import netns_inode, stop_strays, wait_for
 
 pytestmark = pytest.mark.root
 

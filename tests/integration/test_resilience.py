@@ -2,7 +2,7 @@
 
 One 2-plane, 4-node fabric (2 leaves and 2 spines a plane) for the module; each test
 (re)starts the controller with the flags it needs, acts a fault with the same actions
-the scenarios use (:class:`testbed.fabric_faults.FabricFaults`), checks, and undoes it.
+the scenarios use (:class:`testbed.faults.fabric.FabricFaults`), checks, and undoes it.
 The link that is cut or degraded is ``p0l0-p0s1``; traffic (and ARP) from the hosts of
 leaf ``p0l1`` to those of ``p0l0`` hashes over spine ``p0s1``, whose downlink to
 ``p0l0`` is the dead one. Negative controls: the
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fabric_faults import FabricFaults
-from testbed.faults import Fault, Schedule
-from testbed.procs import Helper, wait_for
-from testbed.results import read_jsonl
+from testbed.faults.fabric import FabricFaults
+from testbed.faults.schedule import Fault, Schedule
+from testbed.host.files import read_jsonl
+from testbed.host.procs import Helper, wait_for
 
 from .conftest import small_fabric
 
@@ -192,7 +192,7 @@ def test_controller_restart_resyncs_without_loss(fab):
     assert wait_for(lambda: len(installed_since(live, restarted)) >= n, 20)
     for h, _ in files:
         h.wait(15)
-    from testbed.resilience import probe_streams
+    from testbed.faults.accounting import probe_streams
     streams = probe_streams(rec for _, p in files for rec in read_jsonl(p))
     assert len(streams) == 4
     # both ends of a pair start their probe process at once, and a probe sent before
@@ -244,8 +244,8 @@ def test_health_monitor_drains_degraded_link(fab):
 def test_host_multipath_survives_plane_failure(fab):
     """Agent chains with host multipath while plane 1 fails: no chain fails, and some
     hops did move to plane 0."""
-    from testbed import workloads
-    from testbed.scenario import parse
+    from testbed.core.scenario import parse
+    from testbed.workloads import generators
 
     live, stack, faults, out = fab
     if not live.controller.alive():
@@ -263,12 +263,12 @@ def test_host_multipath_survives_plane_failure(fab):
     wdir = out / "multipath"
     wdir.mkdir()
     with ExitStack() as work_stack:
-        work = workloads.start(live.fabric, variant, out=wdir, pid_dir=live.pid_dir,
+        work = generators.start(live.fabric, variant, out=wdir, pid_dir=live.pid_dir,
                                duration_s=6, seed=1, stack=work_stack)
         sched = Schedule([Fault(2.0, "plane_fail", "p1"), Fault(4.5, "plane_restore", "p1")],
                          faults.actions())
         sched.start(work.start_at)
-        workloads.wait_done(work, 6, lambda *_: None)
+        generators.wait_done(work, 6, lambda *_: None)
         sched.join(10)
     assert all(r.ok for r in sched.records)
     chains = list(read_jsonl(work.chains_file))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.procs import wait_for
+from testbed.host.procs import wait_for
 
 from .conftest import leftovers
 
@@ -22,13 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "testbed.cli", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "testbed.core.cli", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def no_testbed_leftovers() -> list[str]:
     """Anything on the host that a testbed run (tb + 4 hex digits) created."""
-    from testbed.naming import is_owned
+    from testbed.host.naming import is_owned
 
     return [x for x in leftovers("tb")
             if "mininet:tb" in x or is_owned(x.rsplit(":", 1)[-1].split("/")[-1])]
@@ -121,7 +121,7 @@ def test_run_survives_a_killed_controller_and_cleans_up(tmp_path):
 
 
 def test_clean_removes_only_what_the_testbed_made(tmp_path):
-    from testbed.naming import REGISTRAR, new_run_id, pid_record, register, run_dir, run_prefix
+    from testbed.host.naming import REGISTRAR, new_run_id, pid_record, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
@@ -159,7 +159,7 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
         # the names were registered by this (live) test process: make the run a dead one
         (run_dir(rid) / REGISTRAR).unlink()
 
-        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert wait_for(lambda: helper.poll() is not None, 5)
@@ -200,7 +200,7 @@ def test_macsec_scenario_through_the_cli(tmp_path):
 
 
 def test_clean_leaves_a_live_run_alone_unless_forced():
-    from testbed.naming import claim, new_run_id, register, run_dir, run_prefix
+    from testbed.host.naming import claim, new_run_id, register, run_dir, run_prefix
 
     rid = new_run_id()
     prefix = run_prefix(rid)
@@ -209,14 +209,14 @@ def test_clean_leaves_a_live_run_alone_unless_forced():
                     f"{prefix}y1"], check=True)
     register(rid, "link", f"{prefix}y0")
     try:
-        done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "clean"], cwd=REPO,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert f"left alone: run {rid}" in done.stdout
         assert f"{prefix}y0" in leftovers(prefix) and run_dir(rid).exists()
         # forced, but for this run only: ``testbed clean --force`` would also remove the
         # live runs of everybody else on a shared host
-        from testbed.cleanup import clean
+        from testbed.host.cleanup import clean
 
         removed, _ = clean(force=True, only={rid})
         assert f"interface {prefix}y0" in removed

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.chains import helper_env
-from testbed.procs import wait_for
+from testbed.host.procs import python_env, wait_for
 
 from .conftest import small_fabric
 
@@ -127,8 +126,8 @@ def test_chains_whose_retriever_reads_through_the_cache(lab, tmp_path):
     hop reads a Zipf-popular object through the node's cache; hot keys hit."""
     from contextlib import ExitStack
 
-    from testbed.chains import Service, start_driver, start_services
     from testbed.storage import s3
+    from testbed.workloads.chains import Service, start_driver, start_services
     from traffic.object_reads import key_name
     from traffic.stats import summary
 
@@ -210,9 +209,9 @@ RUN = """
 import sys, time
 from contextlib import ExitStack
 from pathlib import Path
-from testbed.bringup import bring_up
-from testbed.capabilities import probe
-from testbed.naming import new_run_id, run_prefix
+from testbed.fabric.bringup import bring_up
+from testbed.host.capabilities import probe
+from testbed.host.naming import new_run_id, run_prefix
 from testbed.storage.cache import start_cache
 from testbed.storage.seaweedfs import start_store
 from topologies.leafspine import build_fabric
@@ -239,13 +238,13 @@ with ExitStack() as stack:
 def test_store_does_not_outlive_a_stopped_run(tmp_path, sig):
     """Ctrl-C: the run's own teardown stops store and cache; SIGKILL: they outlive the
     run until ``testbed clean`` (of that run alone) stops them and removes the data."""
-    from testbed.cleanup import clean
-    from testbed.naming import run_prefix
+    from testbed.host.cleanup import clean
+    from testbed.host.naming import run_prefix
 
     from .conftest import leftovers
 
     proc = subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=helper_env())
+                            stderr=subprocess.PIPE, text=True, env=python_env())
     try:
         line = proc.stdout.readline().split()
         assert len(line) == 4, proc.communicate(timeout=60)[1][-2000:]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.chains import helper_env
-from testbed.naming import run_prefix
+from testbed.host.naming import run_prefix
+from testbed.host.procs import python_env
 
 from .conftest import leftovers
 
@@ -31,9 +31,9 @@ def test_storage_cache_scenario_runs_end_to_end(tmp_path):
                            objects={"keys": 20, "sizes_kb": [64], "zipf": 1.0})
     scenario, out = tmp_path / "s.yaml", tmp_path / "out"
     scenario.write_text(yaml.safe_dump(data))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario),
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run", str(scenario),
                            "--duration", "3", "--out", str(out)], capture_output=True,
-                          text=True, timeout=300, env=helper_env())
+                          text=True, timeout=300, env=python_env())
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     runs = {r["name"]: r for r in summary["runs"]}

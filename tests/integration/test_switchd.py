@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.procs import wait_for
+from testbed.host.procs import wait_for
 
 from .conftest import small_fabric
 
@@ -59,8 +59,8 @@ def test_lab_processes_forward_through_the_shaped_veths(tmp_path_factory):
                                                  capture_output=True, text=True).stdout
         # every process's send socket raised, also of those that had not sent during
         # bring-up (each was made to send one frame)
-        from testbed import ovs_socket
-        from testbed.fabric import OVS_SOCKET_BUFFER
+        from testbed.fabric import ovs_socket
+        from testbed.fabric.net import OVS_SOCKET_BUFFER
 
         sockets = ovs_socket.send_sockets()
         assert all(sockets[pid][1] >= OVS_SOCKET_BUFFER for pid in pids), sockets
@@ -110,7 +110,7 @@ SCENARIO = textwrap.dedent("""\
 def test_a_killed_labs_switch_processes_are_found_by_clean(tmp_path):
     scenario = tmp_path / "killed.yaml"
     scenario.write_text(SCENARIO)
-    up = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario), "--name",
+    up = subprocess.run([sys.executable, "-m", "testbed.core.cli", "up", str(scenario), "--name",
                          "killed-lab", "--results", str(tmp_path / "results")], cwd=REPO,
                         capture_output=True, text=True, timeout=120)
     assert up.returncode == 0, up.stderr[-500:]
@@ -125,7 +125,7 @@ def test_a_killed_labs_switch_processes_are_found_by_clean(tmp_path):
     assert wait_for(lambda: not Path(f"/proc/{supervisor}").exists()
                     or "Z" in Path(f"/proc/{supervisor}/stat").read_text().split()[2], 5)
     assert sorted(_vswitchds(run_id)) == sorted(switches)  # a SIGKILL runs no finally
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "clean"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert _vswitchds(run_id) == []
@@ -136,7 +136,7 @@ def test_a_killed_labs_switch_processes_are_found_by_clean(tmp_path):
 def test_other_config_reaches_the_database_before_the_process_starts(tmp_path):
     """A probe's settings (``other_config``) are in a lab process's database when its
     ovs-vswitchd starts, and it runs the binary it was given."""
-    from testbed.switchd import SwitchDaemons
+    from testbed.fabric.switchd import SwitchDaemons
 
     daemons = SwitchDaemons([["tbprobe0"]], folder=tmp_path / "switch",
                             binary="/usr/sbin/ovs-vswitchd",

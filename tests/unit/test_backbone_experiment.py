@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from testbed.errors import ConfigError
-from testbed.experiments.backbone import validate
+from testbed.experiments.backbone.run import validate
 from topologies.backbone import small_backbone
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "backbone-failover.yaml"
@@ -111,7 +111,7 @@ def test_degrade_link_accepted():
 
 
 def test_loss_rule_rendered():
-    from testbed.nft import loss_rules
+    from testbed.host.nft import loss_rules
 
     text = loss_rules("tb1a2bloss4", "tb1a2bl4b", 0.1)
     assert text.startswith("table inet tb1a2bloss4 {")

@@ -197,7 +197,7 @@ def test_entry_point_defaults_and_inference():
 
 
 def test_scenario_variant_may_switch_builder():
-    from testbed.scenario import parse
+    from testbed.core.scenario import parse
 
     sc = parse({"name": "x", "agents": {"enabled": False},
                 "topology": {"builder": "fat-tree", "k": 4, "link_mbps": 10},

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from testbed.cli import main
+from testbed.core.cli import main
 from topologies.calculator import calculate
 from topologies.spec import TopologyError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import cli
+from testbed.core import cli
 
 
 @pytest.mark.parametrize("argv", [["doctor"], ["run", "agents-vs-training", "--duration", "5"]])

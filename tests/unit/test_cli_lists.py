@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fault_kinds import KINDS
+from testbed.faults.kinds import KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "testbed.core.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -154,7 +154,7 @@ def test_sample_joins_counters_and_queue(spec):
 
 
 def test_summary_and_report_section(tmp_path):
-    from testbed.telemetry_report import section, summarize
+    from testbed.reports.telemetry import section, summarize
 
     vdir = tmp_path / "variants" / "adaptive"
     vdir.mkdir(parents=True)
@@ -188,9 +188,9 @@ def test_config_defaults_and_auto_ecn():
 
 
 def test_switch_ecn_without_red_is_refused_before_anything_starts(spec, tmp_path):
-    from testbed.bringup import controller_config
-    from testbed.capabilities import Capabilities
     from testbed.errors import BringUpError
+    from testbed.fabric.bringup import controller_config
+    from testbed.host.capabilities import Capabilities
 
     caps = Capabilities(kernel="x", ovs_kernel_datapath=False, netem=False, htb=True,
                         red=False, fq_codel=False, macsec=False, nftables=True)
@@ -203,7 +203,7 @@ def test_switch_ecn_without_red_is_refused_before_anything_starts(spec, tmp_path
 
 
 def test_red_queue_line(spec):
-    from testbed.fabric import Fabric
+    from testbed.fabric.net import Fabric
 
     fabric = Fabric(spec, caps=None, run_id="0000", controller_port=1,
                     red={"min_kb": 20, "max_kb": 60, "probability": 0.1})
@@ -295,10 +295,10 @@ def test_the_controller_reads_the_model_the_scenario_validates(spec, tmp_path):
     value is refused there, naming the field, before any process starts) and read back
     with it in the controller."""
     from controllers.schema import Controller
-    from testbed.bringup import controller_config
-    from testbed.capabilities import Capabilities
     from testbed.errors import BringUpError
-    from testbed.experiments import fabric_schema
+    from testbed.experiments.fabric import schema as fabric_schema
+    from testbed.fabric.bringup import controller_config
+    from testbed.host.capabilities import Capabilities
 
     assert fabric_schema.Controller is Controller and issubclass(ControllerConfig, Controller)
     caps = Capabilities(kernel="x", ovs_kernel_datapath=False, netem=False, htb=True,

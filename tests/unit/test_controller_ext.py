@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.core.scenario import parse
 from testbed.errors import ConfigError
-from testbed.scenario import parse
 
 REPO = Path(__file__).resolve().parents[2]
 

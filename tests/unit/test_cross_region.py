@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.core.scenario import parse
 from testbed.errors import ConfigError
-from testbed.experiments.backbone import check_timing, validate, variant_plan
-from testbed.scenario import parse
+from testbed.experiments.backbone.run import check_timing, validate, variant_plan
 from testbed.storage.checkpoints import checkpoint_key, listed_keys
 from testbed.storage.replication import around_faults, in_flight, lags, reads_agree, sync_argv
 
@@ -81,7 +81,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, edit, words):
     data["backbone"]["checkpoints"].update(edit)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)],
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "validate", str(path)],
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -20,11 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("testbed", "traffic", "controllers", "topologies")
 
-RUN_CORE = ("testbed.cli", "testbed.runner", "testbed.scenario", "testbed.schema",
-            "testbed.experiments", "testbed.lab", "testbed.bringup", "testbed.fault_run",
-            "testbed.report", "testbed.tools", "testbed.grading")
-HOST_LAYER = ("testbed.errors", "testbed.procs", "testbed.naming", "testbed.cleanup",
-              "testbed.capabilities", "testbed.host_settings", "testbed.nft")
+RUN_CORE = ("testbed.core", "testbed.experiments", "testbed.lab", "testbed.faults",
+            "testbed.reports", "testbed.fabric.bringup")
+HOST_LAYER = ("testbed.errors", "testbed.host")
 
 #: (the part, what it must not import, why)
 CONTRACTS = [
@@ -34,7 +32,8 @@ CONTRACTS = [
     (("controllers",), ("testbed", "traffic"), "the controller is its own process"),
     (("testbed",), ("os_ken", "ryu"), "the testbed process does not load os-ken"),
     (HOST_LAYER, (*RUN_CORE, "testbed.macsec", "testbed.backbone", "testbed.fabric",
-                  "testbed.storage"), "the host layer knows nothing of what runs on it"),
+                  "testbed.storage", "testbed.workloads"),
+     "the host layer knows nothing of what runs on it"),
     (("testbed.macsec", "testbed.backbone"), RUN_CORE,
      "MACsec and backbone depend on the host layer, not on the run core"),
 ]
@@ -93,14 +92,16 @@ def test_the_intended_dependencies_hold():
 
 @pytest.mark.parametrize("where, line", [
     ("traffic/planted.py", "from testbed import naming\n"),
-    ("testbed/macsec/planted.py", "def later():\n    from testbed.runner import run\n"),
+    ("testbed/macsec/planted.py", "def later():\n    from testbed.core.runner import run\n"),
     ("testbed/procs_planted.py", "import os_ken.base.app_manager\n"),
     ("testbed/backbone/planted.py", "from ..experiments import base\n"),
+    ("testbed/host/planted.py", "from testbed.fabric import qos\n"),
 ])
 def test_a_planted_forbidden_import_fails(tmp_path, where, line):
     for package in PACKAGES:
         (tmp_path / package).mkdir()
     (tmp_path / "testbed" / "macsec").mkdir()
     (tmp_path / "testbed" / "backbone").mkdir()
+    (tmp_path / "testbed" / "host").mkdir()
     (tmp_path / where).write_text(line)
     assert len(violations(tmp_path)) == 1, violations(tmp_path)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import reference
-from testbed.cli import build_parser
+from testbed.core import reference
+from testbed.core.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).with_name("mkdocs")
@@ -167,7 +167,7 @@ def test_the_readme_is_short():
 
 
 def test_every_scenario_key_has_a_description():
-    from testbed.schema import scenario_schema
+    from testbed.core.schema import scenario_schema
 
     schema = scenario_schema()
     assert len(list(reference.properties(schema))) > 250  # nested keys and list items too

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import drops
+from testbed.fabric import drops
 
 #: /proc/net/dev's layout (its two header lines shortened here)
 DEV = """Inter-|   Receive  |  Transmit
@@ -76,7 +76,7 @@ def test_unreadable_ss_output_counts_nothing(text):
 
 
 def test_switch_unsent_is_what_the_switches_read_and_no_queue_took():
-    from testbed.drops import delta
+    from testbed.fabric.drops import delta
 
     base = {"switch_sockets": 0, "interfaces": {}, "host_udp": 0, "host_ip": 0, "backlog": 0}
     before = {**base, "switch_received": 100, "switch_intake": 90}

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from testbed import cli, errors
+from testbed import errors
+from testbed.core import cli
 from testbed.macsec import errors as macsec_errors
 
 

@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from testbed import experiments
+from testbed.core.scenario import load, parse
+from testbed.core.schema import scenario_schema
 from testbed.errors import ConfigError
 from testbed.experiments.base import Experiment
-from testbed.scenario import load, parse
-from testbed.schema import scenario_schema
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([*REPO.glob("scenarios/*.yaml"), *REPO.glob("examples/*.yaml")])
@@ -93,7 +93,7 @@ def test_schema_refuses_what_validate_refuses(bad):
 
 
 def test_schema_command_prints_the_schema():
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "schema"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "schema"], cwd=REPO,
                           capture_output=True, text=True)
     assert done.returncode == 0
     assert json.loads(done.stdout)["properties"]["name"]["type"] == "string"
@@ -112,14 +112,14 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("library", ["testbed/macsec", "testbed/backbone", "topologies"])
 def test_libraries_import_nothing_of_the_runner(library):
-    runner_side = ("testbed.runner", "testbed.experiments", "testbed.scenario",
-                   "testbed.report", "testbed.cli", "testbed.workloads")
+    runner_side = ("testbed.core.runner", "testbed.experiments", "testbed.core.scenario",
+                   "testbed.reports.report", "testbed.core.cli", "testbed.workloads.generators")
     for path in (REPO / library).rglob("*.py"):
         bad = [m for m in _imports(path) if m.startswith(runner_side)]
         assert not bad, (path, bad)
 
 
 def test_the_runner_names_no_kind():
-    text = (REPO / "testbed" / "runner.py").read_text()
+    text = (REPO / "testbed" / "core" / "runner.py").read_text()
     for word in ("fabric", "macsec", "backbone", "FabricExperiment"):
         assert f'"{word}"' not in text and f"import {word}" not in text

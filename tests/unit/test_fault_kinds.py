@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import fault_kinds
-from testbed.capabilities import Capabilities
+from testbed.core.scenario import parse
 from testbed.errors import ConfigError
-from testbed.fabric_faults import needs, parse_faults
-from testbed.scenario import parse
+from testbed.faults import kinds
+from testbed.faults.fabric import needs, parse_faults
+from testbed.host.capabilities import Capabilities
 from topologies.build import build_topology
 
 SPEC = build_topology({"planes": 1, "nodes": 4}, "tbdoc0")
@@ -17,9 +17,9 @@ SPEC = build_topology({"planes": 1, "nodes": 4}, "tbdoc0")
 def test_every_kind_is_registered_with_its_target():
     assert {"link_down", "link_flap", "switch_fail", "plane_fail", "rail_fail",
             "controller_kill", "degrade", "delay", "delay_restore", "rate",
-            "rate_restore"} <= set(fault_kinds.KINDS)
-    assert fault_kinds.KINDS["plane_fail"].TARGET == "plane"
-    assert fault_kinds.KINDS["controller_restart"].TARGET is None
+            "rate_restore"} <= set(kinds.KINDS)
+    assert kinds.KINDS["plane_fail"].TARGET == "plane"
+    assert kinds.KINDS["controller_restart"].TARGET is None
 
 
 def test_delay_and_rate_carry_their_parameters():
@@ -46,7 +46,7 @@ def test_delay_and_rate_carry_their_parameters():
     ({"at_s": 1, "action": "no.such:Kind", "target": "p0l0-p0s1"}, "faults[0].action",
      "no module 'no'"),
     ({"at_s": 1, "action": "json:loads", "target": "p0l0-p0s1"}, "faults[0].action",
-     "not a testbed.fault_kinds.FaultKind"),
+     "not a testbed.faults.kinds.FaultKind"),
 ])
 def test_bad_parameters_name_the_field(entry, field, words, plugins_load):
     with pytest.raises(ConfigError) as err:
@@ -54,11 +54,11 @@ def test_bad_parameters_name_the_field(entry, field, words, plugins_load):
     assert err.value.field == field and words in err.value.reason, str(err.value)
 
 
-class Blackhole(fault_kinds.FaultKind):
+class Blackhole(kinds.FaultKind):
     """A plug-in kind (named by dotted path in the test below)."""
 
     NAME = "blackhole"
-    PARAMS = fault_kinds.LossParams
+    PARAMS = kinds.LossParams
 
     def apply(self, faults, target, **params):
         return faults.degrade(target, params["loss"])
@@ -69,7 +69,7 @@ def test_a_plugin_kind_by_dotted_path_with_params(plugins_load):
     faults = parse_faults([{"at_s": 1, "action": path, "target": "p0l0-p0s1",
                             "params": {"loss": 1.0}}], SPEC)
     assert faults[0].action == "blackhole" and faults[0].params == {"loss": 1.0}
-    assert fault_kinds.KINDS.pop("blackhole") is Blackhole
+    assert kinds.KINDS.pop("blackhole") is Blackhole
 
 
 def test_a_kernel_without_netem_refuses_delay_before_anything_starts():

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from testbed.errors import ConfigError, HostError
-from testbed.faults import Fault, Schedule
+from testbed.faults.schedule import Fault, Schedule
 
 
 def test_runs_in_time_order_with_timestamps():

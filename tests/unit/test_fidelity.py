@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed import fidelity, report, runner
-from testbed.fidelity import Thresholds, WatchedLink, link_sample, owed, verdict
-from testbed.seeds import combine
+from testbed.core import fidelity, runner
+from testbed.core.fidelity import Thresholds, WatchedLink, link_sample, owed, verdict
+from testbed.core.seeds import combine
+from testbed.reports import report
 
 # A /proc/stat as Linux 6.1 writes it: ten fields a CPU (guest time inside user).
 PROC_STAT = """\

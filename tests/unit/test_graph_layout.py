@@ -3,7 +3,7 @@ leaf switch, so no host link crosses another's."""
 
 from __future__ import annotations
 
-from testbed import graph
+from testbed.reports import graph
 from topologies.build import build_topology
 
 

@@ -1,4 +1,4 @@
-"""A helper starts only once its pid file exists (``testbed.procs.Helper``'s gate)."""
+"""A helper starts only once its pid file exists (``testbed.host.procs.Helper``'s gate)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from testbed import procs
-from testbed.naming import recorded_pid
+from testbed.host import procs
+from testbed.host.naming import recorded_pid
 
 
 def test_the_pid_file_names_the_program_itself(tmp_path):

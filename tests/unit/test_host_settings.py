@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import host_settings, naming
+from testbed.host import naming
+from testbed.host import sysctls as host_settings
 
 NAMES = ("net.core.rmem_default", "net.core.wmem_default")
 BIG = {name: 8388608 for name in NAMES}
@@ -46,7 +47,7 @@ def test_overlapping_runs_leave_the_host_as_it_was(host):
 
 
 def test_fabric_uses_the_shared_settings(host):
-    from testbed.fabric import socket_buffer_defaults
+    from testbed.fabric.net import socket_buffer_defaults
 
     with socket_buffer_defaults(4194304), socket_buffer_defaults(8388608):
         assert values() == [8388608, 8388608]
@@ -58,10 +59,10 @@ def _killed_inside(sys_root: Path, run_root: Path) -> None:
     code = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from testbed import host_settings, naming
+        from testbed.host import sysctls as host_settings, naming
         host_settings.SYSCTL_ROOT = Path({str(sys_root)!r})
         naming.RUN_ROOT = Path({str(run_root)!r})
-        from testbed.fabric import socket_buffer_defaults
+        from testbed.fabric.net import socket_buffer_defaults
         with socket_buffer_defaults(8388608):
             print("raised", flush=True)
             time.sleep(60)
@@ -96,7 +97,7 @@ def test_clean_leaves_settings_a_live_run_holds(host):
 def test_fast_rcu_is_held_and_put_back_like_a_sysctl(host, tmp_path, monkeypatch):
     """RCU expedited for a fabric's bring-up and teardown: a /sys knob, shared between
     runs, back to the host's value after the last; no knob, nothing done."""
-    from testbed import fabric
+    from testbed.fabric import net as fabric
 
     sysfs = tmp_path / "sysfs"
     knob = sysfs / "kernel" / "rcu_expedited"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.cli import main
+from testbed.core.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "name: h\nagents: {enabled: false}\n"
@@ -96,7 +96,7 @@ def test_the_expansion_bound_stops_a_billion_laughs_in_a_fresh_process(tmp_path)
     timeout only keeps a regression from hanging the suite)."""
     path = tmp_path / "lol.yaml"
     path.write_text("name: h\n" + laughs(9) + "description: *l9\n")
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)],
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "validate", str(path)],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2 and "aliases expanded" in done.stderr, done.stderr
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import graph
+from testbed.core.scenario import parse
 from testbed.errors import ConfigError
 from testbed.lab import state
 from testbed.macsec.attacker import tampered_frame, untagged_frame
@@ -19,7 +19,7 @@ from testbed.macsec.config import LinkConfig
 from testbed.macsec.decrypt import decrypt_to_pcap, key_reference, keys_from
 from testbed.macsec.forwarder import build_secy
 from testbed.macsec.wireshark import uat_text
-from testbed.scenario import parse
+from testbed.reports import graph
 from topologies.backbone import small_backbone
 from topologies.leafspine import build_fabric
 from traffic.pcapfile import read_records, write_records
@@ -87,8 +87,8 @@ def test_mermaid_and_png(tmp_path: Path) -> None:
 
 def test_a_storage_scenario_draws_its_fabric() -> None:
     """storage-cache's GPU nodes on their leaves and the store alone on its own."""
-    from testbed import scenario
-    from testbed.cli import scenario_path
+    from testbed.core import scenario
+    from testbed.core.cli import scenario_path
 
     g, title = graph.scenario_graph(scenario.load(scenario_path("storage-cache")))
     assert title == "storage-cache"
@@ -99,7 +99,7 @@ def test_a_storage_scenario_draws_its_fabric() -> None:
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     """``testbed ARGS`` in this process (its exit status, stdout and stderr)."""
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

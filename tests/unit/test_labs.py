@@ -1,4 +1,4 @@
-"""The lab guides (labs/) and their grading (testbed/grading.py), without root.
+"""The lab guides (labs/) and their grading (testbed/reports/grading.py), without root.
 
 Labs 2 and 7 (design tasks) are graded here on the real starter and solution files;
 the other labs' checks are fed synthetic summary.json files shaped like real runs
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import grading, scenario
-from testbed.cli import main
+from testbed.core import scenario
+from testbed.core.cli import main
 from testbed.errors import ConfigError
-from testbed.experiments.backbone import validate as validate_backbone
+from testbed.experiments.backbone.run import validate as validate_backbone
+from testbed.reports import grading
 
 LABS = grading.all_labs()
 
@@ -426,7 +427,7 @@ def test_a_class_is_graded_in_one_table(tmp_path):
     empty = tmp_path / "cy"
     empty.mkdir()
     table = tmp_path / "class.csv"
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "check", "1", str(good),
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "check", "1", str(good),
                            str(weak), str(empty), "--csv", str(table)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr  # not every folder passes

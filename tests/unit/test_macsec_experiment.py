@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from testbed.errors import ConfigError
-from testbed.experiments.macsec import (
+from testbed.experiments.macsec.run import (
     MacsecSection,
     attack_entry,
     check_timing,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from testbed import cleanup, naming
+from testbed.host import cleanup, naming
 
 
 @pytest.fixture

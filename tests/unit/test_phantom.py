@@ -7,10 +7,10 @@ import re
 import pytest
 
 from controllers.config import ControllerConfig, EcnClass
-from testbed import phantom
-from testbed.capabilities import Capabilities
+from testbed.core.scenario import parse
 from testbed.errors import ConfigError
-from testbed.scenario import parse
+from testbed.fabric import phantom
+from testbed.host.capabilities import Capabilities
 from topologies.leafspine import build_fabric
 
 TUNED = {"collective": EcnClass(min_kb=8, max_kb=24, probability=0.5),
@@ -185,7 +185,7 @@ def test_phantom_needs_nftables():
 
 
 def test_clean_finds_only_tables_that_a_gone_run_registered(monkeypatch):
-    from testbed import cleanup
+    from testbed.host import cleanup
 
     listing = ('{"nftables": [{"metainfo": {}}, '
                '{"table": {"family": "netdev", "name": "tb1a2becn", "handle": 1}}, '

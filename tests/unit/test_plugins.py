@@ -56,14 +56,14 @@ def validate(folder: Path, scenario: dict, *, fresh: bool = False
     path.write_text(yaml.safe_dump(scenario))
     if fresh:
         env = {**os.environ, "TMPDIR": str(folder / "tmp"), "PYTHONPATH": str(REPO)}
-        return subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)],
+        return subprocess.run([sys.executable, "-m", "testbed.core.cli", "validate", str(path)],
                               cwd=folder, env=env, capture_output=True, text=True,
                               timeout=60)
     import contextlib
     import io
     import tempfile
 
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     here, tmp = os.getcwd(), tempfile.tempdir
@@ -146,7 +146,7 @@ def test_a_validating_process_refuses_to_import(folder, monkeypatch):
 
 
 def test_a_run_loads_plugins_and_reports_a_failing_one_in_one_line(folder, monkeypatch):
-    from testbed.scenario import parse
+    from testbed.core.scenario import parse
 
     (folder / "evil" / "crash.py").write_text("raise RuntimeError('boom' * 50)\n")
     monkeypatch.chdir(folder)
@@ -187,7 +187,7 @@ def test_a_plugin_beside_its_scenario_is_found_from_any_folder(tmp_path):
     env = {"PYTHONPATH": str(REPO)}
 
     def validate(path):
-        return subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(path)],
+        return subprocess.run([sys.executable, "-m", "testbed.core.cli", "validate", str(path)],
                               cwd=tmp_path, capture_output=True, text=True, timeout=60,
                               env={**os.environ, **env})
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.resilience import probe_outcome, probe_streams
+from testbed.faults.accounting import probe_outcome, probe_streams
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def test_a_stalled_senders_burst_is_stamped_late(tmp_path):
 
 
 def test_repair_is_given_with_the_probe_resolution():
-    from testbed.resilience import ProbeStream
+    from testbed.faults.accounting import ProbeStream
 
     s = ProbeStream(t0=0.0, rate=100, sent=1000, received=set(range(1000)) - {200, 201, 202})
     s.sent_at = {q: q / 100 for q in s.received}

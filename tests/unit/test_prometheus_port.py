@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 
 from controllers.telemetry import PrometheusExporter
-from testbed.bringup import _metrics_url
+from testbed.core.scenario import parse
 from testbed.errors import BringUpError
-from testbed.scenario import parse
+from testbed.fabric.bringup import _metrics_url
 
 
 def test_auto_is_valid_and_reaches_the_controller_as_auto():

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import qos
+from testbed.core.scenario import load, parse
 from testbed.errors import ConfigError
-from testbed.pfc import parse_pfc, pfc_frame, quanta
-from testbed.scenario import load, parse
+from testbed.fabric import qos
+from testbed.fabric.pfc import parse_pfc, pfc_frame, quanta
 
 REPO = Path(__file__).resolve().parents[2]
 LOSSLESS = REPO / "scenarios" / "lossless.yaml"
@@ -129,7 +129,7 @@ def test_validate_cli_exits_2_on_bad_qos(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(scenario({"classes": CLASSES,
                                             "pfc": {"enabled": True, "xon_kb": 99}})))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(bad)],
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "validate", str(bad)],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "qos.pfc.xon_kb" in done.stderr
@@ -147,7 +147,8 @@ def test_a_storm_needs_pfc():
 
 def test_qos_figure_and_entry_from_records(tmp_path):
     """The agent's records as it writes them: the figure, and the summary entry."""
-    from testbed import layout, qos_plot
+    from testbed.core import layout
+    from testbed.reports import qos as qos_plot
 
     lines = [{"classes": ["cnp", "roce", "lossy"], "fields": ["bytes", "drops", "backlog"]}]
     for t in range(20):
@@ -202,7 +203,7 @@ def _agent(tmp_path, backlog: dict):
     """An agent over one leaf (uplink up, downlinks d0 and d1 to hosts h0, h1) whose
     queues read ``backlog`` (port -> bytes of the lossless class)."""
     from controllers.telemetry import Queue
-    from testbed.pfc import Agent, ClassState, Port
+    from testbed.fabric.pfc import Agent, ClassState, Port
 
     class Reader:
         def read_leaves(self):
@@ -232,7 +233,7 @@ def _agent(tmp_path, backlog: dict):
 
 
 def _pauses(agent, port: str) -> list[int]:
-    from testbed.pfc import parse_pfc
+    from testbed.fabric.pfc import parse_pfc
 
     return [parse_pfc(f)[3] for f in agent.ports[port].tx.sent if parse_pfc(f)]
 
@@ -258,7 +259,7 @@ def test_pfc_agent_pauses_the_feeders_of_a_hot_queue_and_resumes_them(tmp_path):
 
 
 def test_pfc_agent_reaction_point_and_watchdog(tmp_path):
-    from testbed.pfc import pfc_frame
+    from testbed.fabric.pfc import pfc_frame
 
     agent = _agent(tmp_path, {})
     h0 = agent.ports["h0"]

@@ -8,10 +8,10 @@ from controllers.config import ControllerConfig
 from controllers.failover import IN_PORT, link_edges, plan_failover
 from controllers.health import HealthMonitor, decode_probe, encode_probe
 from controllers.paths import ECMP_GROUP, plan_switch
-from testbed import resilience
+from testbed.core.scenario import parse
 from testbed.errors import ConfigError
-from testbed.fabric_faults import find_link, parse_faults
-from testbed.scenario import parse
+from testbed.faults import accounting as resilience
+from testbed.faults.fabric import find_link, parse_faults
 from topologies.leafspine import build_fabric
 
 P = "tb0000"
@@ -147,8 +147,8 @@ def test_scenario_faults_per_variant_and_health_fields():
 def test_one_controller_config_file_carries_everything(spec, tmp_path):
     """bring_up writes one file; the controller reads everything from it (no
     environment variables, no other flags)."""
-    from testbed.bringup import controller_config
-    from testbed.capabilities import Capabilities
+    from testbed.fabric.bringup import controller_config
+    from testbed.host.capabilities import Capabilities
 
     caps = Capabilities(kernel="test", ovs_kernel_datapath=False, netem=False, htb=True,
                         red=False, fq_codel=False, macsec=False, nftables=True)

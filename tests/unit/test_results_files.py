@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import stat
 
-from testbed.results import write_json, write_text
-from testbed.runner import default_out, link_latest
+from testbed.core.runner import default_out, link_latest
+from testbed.host.files import write_json, write_text
 
 
 def test_two_runs_in_one_second_get_two_folders(tmp_path, monkeypatch):
@@ -48,7 +48,7 @@ def test_files_are_written_whole_and_keys_are_private(tmp_path):
 def test_a_full_disk_is_one_line(monkeypatch, capsys):
     import errno
 
-    from testbed import cli
+    from testbed.core import cli
 
     def full(_args):
         raise OSError(errno.ENOSPC, "No space left on device", "results/x/summary.json")

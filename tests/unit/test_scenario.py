@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.core.scenario import load, parse
 from testbed.errors import ConfigError
-from testbed.scenario import load, parse
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "scenarios" / "agents-vs-training.yaml"
@@ -94,7 +94,7 @@ def test_validate_cli_one_line_exit_2_and_nothing_created(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(mutate("topology.spines_per_plane", -1)))
     before = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(bad)],
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "validate", str(bad)],
                           capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -110,7 +110,7 @@ def _names(links: str) -> set[str]:
 
 def _live_names() -> set[str]:
     """Names of links that live runs (other tests, other labs) may create meanwhile."""
-    from testbed.naming import live_runs, run_prefix
+    from testbed.host.naming import live_runs, run_prefix
 
     out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     return {n for n in _names(out) for r in live_runs() if n.startswith(run_prefix(r))}
@@ -121,7 +121,7 @@ def test_validate_runs_no_program_and_opens_no_netlink(tmp_path, monkeypatch, ca
     netlink socket (so nothing on the host can change)."""
     import pyroute2
 
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"validate touched the host: {args[:1]}")
@@ -135,7 +135,7 @@ def test_validate_runs_no_program_and_opens_no_netlink(tmp_path, monkeypatch, ca
 
 
 def test_validate_cli_accepts_the_default(capsys):
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     assert main(["validate", str(DEFAULT)]) == 0
     assert "3 variants" in capsys.readouterr().out
@@ -143,7 +143,7 @@ def test_validate_cli_accepts_the_default(capsys):
 
 @pytest.mark.parametrize("text", ["name: [unclosed", "- just\n- a list\n"])
 def test_malformed_yaml_is_one_line(tmp_path, text, capsys):
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     f = tmp_path / "x.yaml"
     f.write_text(text)
@@ -152,7 +152,7 @@ def test_malformed_yaml_is_one_line(tmp_path, text, capsys):
 
 
 def test_run_with_bad_duration_exits_2_before_touching_the_host(capsys):
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     assert main(["run", "agents-vs-training", "--duration", "abc"]) == 2
     assert "DURATION" in capsys.readouterr().err
@@ -167,7 +167,7 @@ def test_seeds_from_the_command_line_replace_the_files():
         with pytest.raises(ConfigError) as err:
             load(DEFAULT, seeds_override=bad)
         assert err.value.field.startswith(field), err.value
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(DEFAULT),
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run", str(DEFAULT),
                            "--seeds", "1,x"], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
     assert "SEEDS" in done.stderr

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.core.scenario import load, parse
 from testbed.errors import ConfigError
-from testbed.scenario import load, parse
 
 REPO = Path(__file__).resolve().parents[2]
 

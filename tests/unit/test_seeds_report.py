@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed import comparison, report
-from testbed.capabilities import Capabilities
+from testbed.core.scenario import parse
+from testbed.core.seeds import combine, median_entry
 from testbed.errors import ConfigError
-from testbed.scenario import parse
-from testbed.seeds import combine, median_entry
+from testbed.host.capabilities import Capabilities
+from testbed.reports import comparison, report
 
 
 def entry(name: str, seed: int, goodput: float, p99: float | None, **extra) -> dict:

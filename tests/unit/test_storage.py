@@ -17,7 +17,7 @@ from testbed.storage.seaweedfs import StoreSize, private_tmp, weed_argv
     ({"volumes": 0}, "storage.store.volumes"),
 ])
 def test_impossible_store_sizes_name_their_field(kwargs, field):
-    from testbed.experiments.storage import validate
+    from testbed.experiments.storage.run import validate
 
     with pytest.raises(ConfigError) as err:
         validate({"store": kwargs})
@@ -25,7 +25,7 @@ def test_impossible_store_sizes_name_their_field(kwargs, field):
 
 
 def test_the_store_size_is_the_scenarios_store_section():
-    from testbed.experiments.storage import validate
+    from testbed.experiments.storage.run import validate
 
     size = validate({"store": {"volume_mb": 8, "volumes": 20}}).store
     assert isinstance(size, StoreSize) and size.capacity_mb == 160
@@ -66,7 +66,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_scenario_validates():
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     assert main(["validate", str(REPO / "scenarios" / "storage-cache.yaml")]) == 0
 
@@ -85,7 +85,7 @@ def test_the_scenario_validates():
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
     import yaml
 
-    from testbed.cli import main
+    from testbed.core.cli import main
 
     data = yaml.safe_load((REPO / "scenarios" / "storage-cache.yaml").read_text())
     data["storage"].update(change)
@@ -97,7 +97,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
 
 def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypatch):
     from testbed.errors import HostError
-    from testbed.experiments.storage import StorageExperiment
+    from testbed.experiments.storage.run import StorageExperiment
     from testbed.storage import cache
 
     experiment = StorageExperiment({"storage": {}}, name="s", seed=1, seeds=(1,),
@@ -108,7 +108,7 @@ def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypa
 
 
 def test_the_storage_node_sits_alone_behind_its_own_leaf():
-    from testbed.experiments.storage import STORAGE_NODE, gpu_names, storage_topology, validate
+    from testbed.experiments.storage.run import STORAGE_NODE, gpu_names, storage_topology, validate
     from topologies.build import build_topology
 
     section = validate({})
@@ -125,7 +125,7 @@ def test_the_storage_node_sits_alone_behind_its_own_leaf():
 def _experiment(change: dict | None = None):
     import yaml
 
-    from testbed.experiments.storage import StorageExperiment
+    from testbed.experiments.storage.run import StorageExperiment
 
     data = yaml.safe_load((REPO / "scenarios" / "storage-cache.yaml").read_text())
     data["storage"].update(change or {})
@@ -134,7 +134,7 @@ def _experiment(change: dict | None = None):
 
 
 def _free(monkeypatch, mb: float) -> None:
-    from testbed.experiments import storage
+    from testbed.experiments.storage import run as storage
 
     monkeypatch.setattr(storage, "weed_binary", lambda: "weed")
     monkeypatch.setattr(storage, "nginx_binary", lambda: "nginx")
@@ -204,7 +204,7 @@ def test_a_cache_that_exits_names_its_log_which_outlives_the_run(tmp_path, monke
     from contextlib import ExitStack
 
     from testbed.errors import BringUpError
-    from testbed.hosts import Host
+    from testbed.host.hosts import Host
     from testbed.storage import cache
 
     class Stub(Host):
@@ -234,7 +234,7 @@ def test_a_store_that_exits_fails_at_once_with_its_log(tmp_path, monkeypatch):
     from contextlib import ExitStack
 
     from testbed.errors import BringUpError
-    from testbed.hosts import Host
+    from testbed.host.hosts import Host
     from testbed.storage import seaweedfs
 
     class Stub(Host):
@@ -259,7 +259,7 @@ def test_a_store_that_exits_fails_at_once_with_its_log(tmp_path, monkeypatch):
 
 
 def test_the_retriever_and_the_caches_count_the_same_reads_as_hits():
-    from testbed.experiments.storage import read_entry
+    from testbed.experiments.storage.run import read_entry
 
     verdicts = ["MISS", "HIT", "STALE", "REVALIDATED", "UPDATING", "EXPIRED", "BYPASS"]
     retriever = [{"status": 200, "cache": v, "seconds": 0.01, "bytes": 8} for v in verdicts]
@@ -268,7 +268,7 @@ def test_the_retriever_and_the_caches_count_the_same_reads_as_hits():
 
 
 def test_the_report_says_whose_reads_each_hit_ratio_covers():
-    from testbed.experiments.storage import StorageExperiment, cache_entry, read_entry
+    from testbed.experiments.storage.run import StorageExperiment, cache_entry, read_entry
 
     reads = read_entry([{"status": 200, "cache": "HIT", "seconds": 0.002}])
     caches = cache_entry([[{"cache": "MISS", "bytes": 1}, {"cache": "HIT", "bytes": 1},

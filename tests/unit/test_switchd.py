@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.cli import main
-from testbed.switchd import AUTO_SHARDS, SwitchSettings, plan, tunables
+from testbed.core.cli import main
+from testbed.fabric.switchd import AUTO_SHARDS, SwitchSettings, plan, tunables
 from topologies.build import build_topology
 from topologies.leafspine import build_fabric
 

@@ -9,11 +9,11 @@ from contextlib import ExitStack
 
 import pytest
 
-from testbed import workloads
-from testbed.capabilities import Capabilities, format_report
+from testbed.core.scenario import parse
 from testbed.errors import BringUpError, ConfigError
-from testbed.scenario import parse
-from testbed.workloads import congctl_route, set_congestion_control
+from testbed.host.capabilities import Capabilities, format_report
+from testbed.workloads import generators
+from testbed.workloads.generators import congctl_route, set_congestion_control
 from topologies.leafspine import build_fabric
 
 TOPO = {"planes": 2, "nodes": 4, "leaves_per_plane": 2, "spines_per_plane": 2}
@@ -158,7 +158,7 @@ def test_start_sets_it_in_every_host_and_records_it(tmp_path, algorithm, recorde
     variant = parse({"name": "t", "topology": TOPO, "agents": {
         "enabled": False, "congestion_control": algorithm}}).variants[0]
     with ExitStack() as stack:
-        work = workloads.start(fabric, variant, out=tmp_path, pid_dir=tmp_path,
+        work = generators.start(fabric, variant, out=tmp_path, pid_dir=tmp_path,
                                duration_s=1, seed=1, stack=stack)
     assert work.congestion_control == recorded
     replaced = {argv[5] for _, argv in fabric.commands if "replace" in argv}

@@ -16,8 +16,8 @@ from controllers.telemetry import (
     make_sample,
     poll_interval_ms,
 )
-from testbed.results import read_jsonl
-from testbed.telemetry_report import port_samples, summarize
+from testbed.host.files import read_jsonl
+from testbed.reports.telemetry import port_samples, summarize
 
 
 def _samples(t: float, busy: dict[int, int], ports: int = 8, switch: str = "l0"):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.core.scenario import load, parse
 from testbed.errors import ConfigError
-from testbed.scenario import load, parse
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = {"planes": 2, "nodes": 4, "leaves_per_plane": 2, "spines_per_plane": 2}
@@ -99,7 +99,7 @@ def test_workloads_in_a_variant_name_the_variant():
 
 
 def test_elephants_entry_and_its_flows():
-    from testbed.workloads import elephant_flows, elephant_label
+    from testbed.workloads.generators import elephant_flows, elephant_label
 
     sc = parse(scenario({"kind": "elephants", "pattern": "stride", "stride": 1}))
     entry, = sc.variants[0].workloads

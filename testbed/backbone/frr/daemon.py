@@ -14,7 +14,7 @@ from string import Template
 from typing import ClassVar
 
 from testbed.errors import HostError, TestbedError
-from testbed.procs import Helper
+from testbed.host.procs import Helper
 
 from .router import Router, RouterPaths
 

@@ -1,0 +1,271 @@
+"""``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
+(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt;
+check (grading a results folder against a lab guide, :mod:`testbed.reports.grading`).
+
+Bad input ends with one line naming the field and the problem, exit status 2; a host
+that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
+the teardown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import sys
+from pathlib import Path
+
+from testbed import REPO
+from testbed.errors import ConfigError, HostError, Interrupted, TestbedError
+from topologies.params import ParamError
+
+
+def scenario_path(name: str) -> Path:
+    """A scenario given by name (``scenarios/NAME.yaml``) or by path."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    for base in (Path.cwd() / "scenarios", REPO / "scenarios"):
+        if (base / f"{name}.yaml").exists():
+            return base / f"{name}.yaml"
+    known = sorted(p.stem for p in (REPO / "scenarios").glob("*.yaml"))
+    raise ConfigError("SCENARIO", f"no scenario named {name!r} (known: {', '.join(known)})")
+
+
+def cmd_validate(args) -> int:
+    from testbed.core import scenario
+
+    name, found = scenario.validate(scenario_path(args.file))
+    print(f"{name}: {found}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from testbed.core.schema import scenario_schema
+
+    text = json.dumps(scenario_schema(), indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from testbed.core import runner, scenario
+    from testbed.reports import report
+    from topologies import plugins
+
+    plugins.allow()  # a run runs the code its scenario names (validate does not)
+
+    duration = None
+    if args.duration not in (None, ""):
+        try:
+            duration = float(args.duration)
+        except ValueError:
+            raise ConfigError(
+                "DURATION", f"must be a number of seconds, got {args.duration!r}") from None
+    seeds = None
+    if args.seeds not in (None, ""):
+        try:
+            seeds = [int(s) for s in args.seeds.split(",")]
+        except ValueError:
+            raise ConfigError("SEEDS", "must be integers separated by commas, got "
+                                       f"{args.seeds!r}") from None
+    sc = scenario.load(scenario_path(args.scenario), duration_override=duration,
+                       seeds_override=seeds)
+    if os.geteuid() != 0:
+        raise HostError("running a scenario needs root (namespaces, Open vSwitch)")
+    results_root = Path(args.results)
+    out = Path(args.out) if args.out else runner.default_out(results_root, sc.name)
+    if args.out and out.exists() and any(out.iterdir()):
+        raise ConfigError("OUT", f"{out} exists and is not empty")
+    summary = runner.run(sc, out, monitor=not args.no_fidelity)
+    if not args.out:
+        runner.link_latest(results_root, out)
+    print()
+    print(report.table(summary))
+    for line in report.untrusted(summary):  # the fidelity monitor's flags, for every kind
+        print(f"warning: {line}")
+    print()
+    print(f"results: {out}  (report.md, summary.json and plots)")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from testbed.host.capabilities import format_report, probe
+
+    if os.geteuid() != 0:
+        raise HostError("doctor needs root (the probe creates a test namespace)")
+    caps = probe()
+    print(json.dumps(caps.to_dict(), indent=2) if args.json else format_report(caps))
+    return 0
+
+
+def cmd_calc(args) -> int:
+    from topologies.calculator import calculate, format_table
+
+    result = calculate(switch_tbps=args.switch_tbps, gpu_gbps=args.gpu_gbps, planes=args.planes,
+                       lane_gbps=args.lane_gbps)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from testbed.host.cleanup import clean
+    from testbed.lab.state import all_labs
+
+    only = set(args.run) if args.run else None
+    removed, live = clean(dry_run=args.dry_run, force=args.force, only=only)
+    verb = "would remove" if args.dry_run else "removed"
+    for item in removed:
+        print(f"{verb} {item}")
+    labs = {r["run_id"]: r["name"] for r in all_labs()}
+    for run_id, pid in sorted(live.items()):
+        what = f"lab {labs[run_id]} (run {run_id})" if run_id in labs else f"run {run_id}"
+        print(f"left alone: {what}, still running (process {pid}); --force removes it")
+    print(f"{len(removed)} testbed leftovers {verb}" if removed else "nothing to clean")
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ai-fabric-testbed")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="testbed", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A network lab for AI datacenter fabrics: run scenarios, keep labs up "
+                    "and step into them, grade lab guides.",
+        epilog="examples:\n  testbed run                      # the default scenario\n"
+               "  testbed scenarios                # what else there is\n"
+               "  testbed COMMAND -h               # one command's options and examples\n"
+               "\nBad input: one line naming the field, exit status 2; a host that cannot "
+               "run the\nrequest: exit status 1; Ctrl-C: 130, after the teardown.")
+    parser.add_argument("--version", action="version", version=f"testbed {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a scenario and write its results")
+    p.add_argument("scenario", nargs="?", default="agents-vs-training",
+                   help="scenario name (scenarios/NAME.yaml) or file")
+    p.add_argument("--duration", help="seconds of traffic per variant (overrides the file)")
+    p.add_argument("--seeds", help="comma-separated seeds, each variant once per seed "
+                                   "(overrides the file: judge on seeds it was not tuned on)")
+    p.add_argument("--out", help="write results straight into this folder")
+    p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--no-fidelity", action="store_true",
+                   help="run without the fidelity monitor (to measure what it costs)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a scenario file without touching the host")
+    p.add_argument("file", help="scenario file (or the name of a shipped scenario)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
+    p.add_argument("-o", "--out", help="write it to this file instead")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("doctor", help="kernel features, versions and chosen backends")
+    p.add_argument("--json", action="store_true", help="the probe's findings as JSON")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics")
+    p.add_argument("--switch-tbps", type=float, required=True, help="switch capacity, Tb/s")
+    p.add_argument("--gpu-gbps", type=float, required=True, help="bandwidth per GPU, Gb/s")
+    p.add_argument("--planes", type=int, required=True,
+                   help="planes the GPU's bandwidth is split over")
+    p.add_argument("--lane-gbps", type=float, default=200.0,
+                   help="SerDes lane speed, the smallest port (default 200)")
+    p.add_argument("--json", action="store_true", help="every figure as JSON")
+    p.set_defaults(func=cmd_calc)
+
+    p = sub.add_parser("clean", help="remove what testbed runs left behind (what runs "
+                                     "registered or tagged)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say what would be removed, remove nothing")
+    p.add_argument("--force", action="store_true",
+                   help="also remove runs whose process is still alive")
+    p.add_argument("--run", action="append", metavar="ID",
+                   help="only this run (its 4-hex-digit id; may repeat)")
+    p.set_defaults(func=cmd_clean)
+
+    from testbed.core.tools import add_parsers as add_tool_parsers
+    from testbed.lab.commands import add_parsers as add_lab_parsers
+    from testbed.reports.compare import add_parsers as add_compare_parsers
+    from testbed.reports.grading import add_parsers as add_grading_parsers
+
+    add_lab_parsers(sub)
+    add_tool_parsers(sub)
+    add_grading_parsers(sub)
+    add_compare_parsers(sub)
+    for name, sub_parser in sub.choices.items():
+        sub_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        sub_parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+    return parser
+
+
+#: what ``testbed COMMAND -h`` shows under "examples" (every command has some)
+EXAMPLES = {
+    "run": ["testbed run                                  # agents-vs-training",
+            "testbed run fat-tree --duration 10 --seeds 4,5",
+            "testbed run my-scenario.yaml --out /tmp/r1"],
+    "validate": ["testbed validate scenarios/lossless.yaml", "testbed validate my.yaml"],
+    "schema": ["testbed schema -o scenario.schema.json    # for an editor's YAML support"],
+    "doctor": ["testbed doctor", "testbed doctor --json"],
+    "calc": ["testbed calc --switch-tbps 102.4 --gpu-gbps 1600 --planes 8"],
+    "clean": ["testbed clean --dry-run", "testbed clean", "testbed clean --run 1a2b"],
+    "up": ["testbed up link-faults --variant cut-recompute --name lf",
+           "testbed up agents-vs-training --traffic --duration 20",
+           "testbed up backbone-failover --variant fast --name wan"],
+    "ls": ["testbed ls", "testbed ls --json"],
+    "inspect": ["testbed inspect lf", "testbed inspect lf --json > lf.json"],
+    "exec": ["testbed exec lf n0 -- ping -c3 10.0.0.8", "testbed exec lf n0   # a shell",
+             "testbed exec wan us-east -- ip route"],
+    "cli": ["testbed cli lf                 # Mininet's CLI", "testbed cli lf -c pingall",
+            "testbed cli wan nyc -c 'show ip ospf neighbor'"],
+    "fault": ["testbed fault --list", "testbed fault lf link_down p0l0-p0s1",
+              "testbed fault lf degrade p0l0-p0s1 --loss 0.2",
+              "testbed fault wan cut_link nyc-lon-1"],
+    "capture": ["testbed capture lf p0l0e3 --seconds 5",
+                "testbed capture wan nyc-lon-1:b --count 100 -o wire.pcap"],
+    "down": ["testbed down lf"],
+    "graph": ["testbed graph fat-tree -o ft.png", "testbed graph lossless --format mermaid"],
+    "scenarios": ["testbed scenarios", "testbed scenarios --json"],
+    "spec": ["testbed spec fat-tree -o ft.json",
+             "testbed spec agents-vs-training --variant training-4to1"],
+    "decrypt": ["testbed decrypt results/latest/wire.pcap --keys "
+                "results/latest/macsec-keys.json -o plain.pcap"],
+    "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest"],
+    "compare": ["testbed compare results/before results/after   # same scenario, two runs"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ParamError) as exc:
+        print(f"testbed: error: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted):
+        print("testbed: interrupted; everything the run created was removed", file=sys.stderr)
+        return 130
+    except TestbedError as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"testbed: no space left writing {exc.filename or 'a result file'}: what it "
+              "was writing is incomplete (a run tore down what it created)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

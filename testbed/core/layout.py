@@ -1,0 +1,92 @@
+"""The results folder of a run: one owner of its layout and of every record file's name.
+
+::
+
+    OUT/summary.json, manifest.json, report.md, *.png
+    OUT/variants/NAME/            one variant (one seed)
+    OUT/variants/NAME/seedN/      one variant and seed, when the scenario has several seeds
+
+The runner asks :meth:`Layout.variant` where a variant's records go and writes the
+relative folder into its ``runs`` entry (``dir``); reports, fault analysis and
+re-analysis find the folders again with :func:`run_dirs`, from summary.json alone, so a
+results folder can be re-rendered anywhere.
+
+>>> lay = Layout(Path("/r"), seeds=(1, 2))
+>>> lay.relative("ecmp", 2), lay.variant("ecmp", 2)
+('variants/ecmp/seed2', PosixPath('/r/variants/ecmp/seed2'))
+>>> Layout(Path("/r")).relative("ecmp", 7)
+'variants/ecmp'
+>>> [str(p) for p in run_dirs({"name": "a", "seeds": [{"dir": "variants/a/seed1"},
+...                                                  {"dir": "variants/a/seed2"}]}, Path("/r"))]
+['/r/variants/a/seed1', '/r/variants/a/seed2']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+VARIANTS = "variants"
+SUMMARY = "summary.json"
+MANIFEST = "manifest.json"
+REPORT = "report.md"
+
+# record files inside a variant folder (written by generators, the controller, the runner)
+CHAINS = "chains.jsonl"
+HOPS = "hops.jsonl"
+AGENT_PLAN = "agent-plan.json"
+DRIVER_SUMMARY = "driver-summary.json"
+TELEMETRY = "telemetry.jsonl"
+CONTROLLER_EVENTS = "controller-events.jsonl"
+CONTROLLER_LOG = "controller.log"
+CONTROLLER_CONFIG = "controller.json"
+SPEC = "spec.json"
+FAULTS = "faults.json"
+TRAINING_CONFIG = "training.json"
+RANK_GLOB = "training-rank*.jsonl"
+PROBE_GLOB = "probe-*.jsonl"
+FIDELITY = "fidelity.jsonl"  # the fidelity monitor's samples (testbed/core/fidelity.py)
+PFC = "pfc.json"  # per-class counters and PFC (testbed/fabric/pfc.py)
+PFC_EVENTS = "pfc-events.jsonl"
+PFC_STORMS = "pfc-storm"  # a file per host NIC that storms PAUSE
+CLASS_TELEMETRY = "class-telemetry.jsonl"
+QOS_PLOT = "qos.png"
+PFC_CONFIG = "pfc-config.json"  # the PFC agent's configuration, as the run gave it
+PFC_LOG = "pfc.log"
+TELEMETRY_PLOT = "telemetry.png"
+MACSEC_KEYS = "macsec-keys.json"  # the SAKs of a protected run, mode 0600
+
+
+def rank_file(rank: int) -> str:
+    """Per-iteration records of one training rank."""
+    return f"training-rank{rank}.jsonl"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's records go: ``root`` and the seeds the scenario runs."""
+
+    root: Path
+    seeds: Sequence[int] = ()
+
+    def relative(self, name: str, seed: int | None = None) -> str:
+        """A variant's folder relative to the root (a seed subfolder with several seeds)."""
+        folder = f"{VARIANTS}/{name}"
+        if len(self.seeds) > 1 and seed is not None:
+            folder += f"/seed{seed}"
+        return folder
+
+    def variant(self, name: str, seed: int | None = None) -> Path:
+        return self.root / self.relative(name, seed)
+
+
+def run_dirs(run: dict, root: Path) -> list[Path]:
+    """Every folder of a ``runs`` entry: one per seed (its ``seeds`` entries), else its own."""
+    entries = run.get("seeds") or [run]
+    return [root / e.get("dir", f"{VARIANTS}/{run['name']}") for e in entries]
+
+
+def run_dir(run: dict, root: Path) -> Path:
+    """The first folder of a ``runs`` entry (with several seeds: the first seed's)."""
+    return root / run.get("dir", f"{VARIANTS}/{run['name']}")

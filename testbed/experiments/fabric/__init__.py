@@ -1,0 +1,1 @@
+"""The fabric experiment kind: its section schema, its run, its report."""

@@ -1,0 +1,1 @@
+"""The MACsec experiment kind."""

@@ -1,0 +1,1 @@
+"""The storage experiment kind: caches, checkpoints, replication."""

@@ -1,0 +1,132 @@
+"""The send buffer of ovs-vswitchd's shared packet socket, read from the host (read only).
+
+With the userspace datapath, ovs-vswitchd sends every frame of every switch through one
+AF_PACKET socket, created on its first send after it started. Every frame waiting in any
+switch port's qdisc is charged to that socket, so its send buffer bounds the bytes that
+all egress queues of all switches hold together; beyond it sends fail with EAGAIN
+("error sending Ethernet packet ... Resource temporarily unavailable" in
+ovs-vswitchd.log), drops that no queue counts. :mod:`testbed.fabric.net` raises
+``wmem_default`` while a fabric comes up so the socket is created large, but if another
+bridge sent first after ovs-vswitchd started, it keeps the host default (208 KB).
+:func:`enlarge` then raises it in place: it takes a duplicate of ovs-vswitchd's socket
+descriptor (``pidfd_getfd``, root) and sets ``SO_SNDBUFFORCE`` on it, which acts on the
+socket itself. A run records the size it measured on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+#: the unbound packet socket of ovs-vswitchd (the per-port receive sockets name a device)
+_SEND_SOCKET = re.compile(
+    r"^p_raw\s.*\s\[0\]:\*\s.*\"ovs-vswitchd\",pid=(\d+),fd=(\d+).*\btb(\d+)\b", re.M)
+SYS_PIDFD_GETFD = 438  # the same number on every architecture Linux has
+SO_SNDBUFFORCE = 32
+
+
+def parse_ss(text: str) -> dict[int, tuple[int, int]]:
+    """Each ovs-vswitchd's unbound packet socket in ``ss -0amp``: pid -> (fd, send buffer).
+
+    >>> parse_ss('p_raw UNCONN 0 0 [0]:* * users:(("ovs-vswitchd",pid=7,fd=45)) '
+    ...          'skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d0)\\n'
+    ...          'p_raw UNCONN 0 0 *:tb1a2bp0l0e1 * users:(("ovs-vswitchd",pid=7,fd=40)) '
+    ...          'skmem:(r0,rb8388608,t0,tb212992,f0,w0,o176,bl0,d0)')
+    {7: (45, 212992)}
+    >>> parse_ss("")
+    {}
+    """
+    return {int(m.group(1)): (int(m.group(2)), int(m.group(3)))
+            for m in _SEND_SOCKET.finditer(text)}
+
+
+#: where the host's Open vSwitch keeps ovs-vswitchd's pid
+HOST_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
+                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
+
+
+def host_pid(files: tuple[Path, ...] = HOST_PID_FILES,
+             proc: Path = Path("/proc")) -> int | None:
+    """The host's ovs-vswitchd (from its pid file, running in ``proc``), or None."""
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (proc / text).exists():
+            return int(text)
+    return None
+
+
+def packet_sockets() -> str | None:
+    """``ss -0 -a -m -p`` now: every packet socket with its owner and buffers (None
+    without ``ss``)."""
+    if shutil.which("ss") is None:
+        return None
+    done = subprocess.run(["ss", "-0", "-a", "-m", "-p"], capture_output=True, text=True,
+                          timeout=10)
+    return done.stdout if done.returncode == 0 else None
+
+
+def send_sockets() -> dict[int, tuple[int, int]]:
+    """Every ovs-vswitchd's shared send socket now: pid -> (fd, send buffer); empty
+    without ``ss`` (a process that has not sent yet has none)."""
+    text = packet_sockets()
+    return parse_ss(text) if text is not None else {}
+
+
+def send_buffer_bytes(pids: list[int] | None = None) -> int | None:
+    """The smallest send buffer of the processes ``pids`` (None: any ovs-vswitchd) now,
+    or None if none can be read."""
+    found = send_sockets()
+    sizes = [size for pid, (_, size) in found.items() if pids is None or pid in pids]
+    return min(sizes, default=None)
+
+
+def enlarge(size: int, pids: list[int] | None = None) -> str | None:
+    """Raise the send socket buffer of each of ``pids`` (None: every ovs-vswitchd) to
+    ``size`` bytes where it is smaller; None when all are that large now, else why not
+    (the caller warns and records the size)."""
+    found = send_sockets()
+    targets = {p: v for p, v in found.items() if pids is None or p in pids}
+    if not targets:
+        return "ovs-vswitchd's send socket not found (no ss, or it has not sent yet)"
+    problems = []
+    for pid, (fd, now) in sorted(targets.items()):
+        if now < size:
+            problem = set_size(pid, fd, size)
+            if problem:
+                problems.append(problem)
+    after = send_buffer_bytes(list(targets))
+    if problems:
+        return problems[0]
+    return None if after is not None and after >= size else \
+        f"still {after} bytes after SO_SNDBUFFORCE"
+def set_size(pid: int, fd: int, size: int) -> str | None:
+    """Set the send buffer of socket ``fd`` of process ``pid`` to ``size`` bytes (through a
+    duplicate of the descriptor); None, or why it failed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        return f"pidfd_open({pid}): {exc.strerror}"
+    try:
+        dup = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if dup < 0:
+            return f"pidfd_getfd(fd {fd} of {pid}): {os.strerror(ctypes.get_errno())}"
+        sock = socket.socket(fileno=dup)
+        try:  # the kernel doubles the value, as for SO_SNDBUF
+            sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size // 2)
+        except OSError as exc:
+            return f"SO_SNDBUFFORCE: {exc.strerror}"
+        finally:
+            sock.detach()
+            os.close(dup)
+    finally:
+        os.close(pidfd)
+    return None

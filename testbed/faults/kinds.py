@@ -1,0 +1,336 @@
+"""Fault kinds of a fabric: a registry, one small class a kind.
+
+A kind says what it takes as a target (a link, a switch, a plane, a rail, or nothing:
+the controller), which parameters it takes (a pydantic model), which kernel feature it
+needs (a :class:`~testbed.host.capabilities.Capabilities` field, e.g. ``netem``), and what it
+does to a live fabric (:meth:`FaultKind.apply`, given the run's
+:class:`~testbed.faults.fabric.FabricFaults`). A scenario names a kind by its name
+(``action: delay``), or a kind of its own by dotted path
+(``action: package.module:ClassName``, parameters under ``params:``), so a new kind is
+one class:
+
+>>> class Blackhole(FaultKind):
+...     '''Drop every frame leaving the link (a silent failure: carrier stays up).'''
+...     NAME = "blackhole"
+...     def apply(self, faults, target, **params):
+...         return faults.degrade(target, 1.0)
+>>> _ = register(Blackhole)
+>>> kind("blackhole").TARGET, "blackhole" in KINDS
+('link', True)
+>>> del KINDS["blackhole"]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+from testbed.errors import ConfigError
+from testbed.faults.schedule import Fault
+from topologies import plugins
+from topologies.params import ParamError, Section, parse
+
+
+class FaultKind:
+    """One kind of fault; subclasses set the class constants and :meth:`apply`."""
+
+    NAME: ClassVar[str] = ""
+    #: "link", "switch", "plane", "rail", or None (the run's controller)
+    TARGET: ClassVar[str | None] = "link"
+    #: the parameters it takes (None: none)
+    PARAMS: ClassVar[type[BaseModel] | None] = None
+    #: a Capabilities field that must be true on the host (e.g. "netem")
+    NEEDS: ClassVar[str | None] = None
+
+    def expand(self, at_s: float, target: str, params: dict) -> list[Fault]:
+        """The scheduled actions of one fault entry (one, unless a kind repeats)."""
+        return [Fault(at_s, self.NAME, target, params=params)]
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        """Do it to the live fabric; ``args`` are the parameters given by position
+        (``degrade(target, 0.3)``), in the order of :attr:`PARAMS`' fields."""
+        raise NotImplementedError
+
+    def given(self, args: tuple, params: dict) -> dict:
+        """Positional parameters by their names, merged with the named ones."""
+        names = list(self.PARAMS.model_fields) if self.PARAMS else []
+        return {**dict(zip(names, args, strict=False)), **params}
+
+
+KINDS: dict[str, type[FaultKind]] = {}
+
+
+def register(cls: type[FaultKind]) -> type[FaultKind]:
+    """Make a kind known by its NAME (usable as a class decorator)."""
+    KINDS[cls.NAME] = cls
+    return cls
+
+
+DOTTED = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def kind(name: str, where: str = "action") -> type[FaultKind]:
+    """The kind named ``name`` (registered, or ``package.module:Class``)."""
+    if name in KINDS:
+        return KINDS[name]
+    if not isinstance(name, str) or not DOTTED.fullmatch(name):
+        raise ConfigError(where, f"unknown action {name!r} (known: {', '.join(KINDS)}, or "
+                                 "package.module:Class)")
+    module_name, _, attr = name.partition(":")
+    try:
+        cls = getattr(plugins.load(module_name, where), attr, None)
+    except ParamError as exc:
+        raise ConfigError(where, exc.reason) from None
+    if not (isinstance(cls, type) and issubclass(cls, FaultKind)):
+        raise ConfigError(where, f"{name} is not a testbed.faults.kinds.FaultKind")
+    if KINDS.get(cls.NAME, cls) is not cls:
+        raise ConfigError(where, f"{name} is named {cls.NAME!r}, which another kind has")
+    return register(cls)  # from now on known by its NAME (the records use that)
+
+
+def parameters(cls: type[FaultKind], entry: dict, where: str) -> dict:
+    """A fault entry's parameters for its kind: the built-in keys of the entry (e.g.
+    ``loss``) or, for a plug-in kind, its ``params:`` mapping; checked by its model."""
+    known = {"at_s", "action", "target", "params"} | {
+        f for k in KINDS.values() if k.PARAMS for f in k.PARAMS.model_fields}
+    for key in entry:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}",
+                              f"unknown field (known: {', '.join(sorted(known))})")
+    given = dict(entry.get("params") or {})
+    given.update({k: v for k, v in entry.items()
+                  if k not in ("at_s", "action", "target", "params")})
+    if cls.PARAMS is None:
+        if given:
+            key = next(iter(given))
+            raise ConfigError(f"{where}.{key}", f"not used by {cls.NAME}")
+        return {}
+    try:
+        model = parse(cls.PARAMS, given, where)
+    except ParamError as exc:
+        field = exc.field
+        if "unknown field" in exc.reason:
+            raise ConfigError(field, f"not used by {cls.NAME}") from None
+        raise ConfigError(field, exc.reason) from None
+    return model.model_dump()
+
+
+# -- the built-in kinds ----------------------------------------------------------------
+class _Links(FaultKind):
+    UP: ClassVar[bool] = False
+
+    def links(self, faults: Any, target: str) -> list:
+        return [faults.link(target)]
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.set_links(self.links(faults, target), up=self.UP)
+
+
+@register
+class LinkDown(_Links):
+    """Both ends of a link down: both lose carrier."""
+
+    NAME = "link_down"
+
+
+@register
+class LinkUp(_Links):
+    NAME = "link_up"
+    UP = True
+
+
+class FlapParams(Section):
+    period_s: float = Field(1.0, ge=0.05, le=60)
+    count: int = Field(3, ge=1, le=100)
+
+
+@register
+class LinkFlap(FaultKind):
+    """``count`` down/up cycles of ``period_s``; one record per transition."""
+
+    NAME = "link_flap"
+    PARAMS = FlapParams
+
+    def expand(self, at_s: float, target: str, params: dict) -> list[Fault]:
+        out = []
+        for n in range(params["count"]):
+            t = round(at_s + n * params["period_s"], 6)
+            out.append(Fault(t, "link_down", target))
+            out.append(Fault(round(t + params["period_s"] / 2, 6), "link_up", target))
+        return out
+
+
+@register
+class SwitchFail(_Links):
+    """Every link of a switch down (its neighbours see carrier gone on every port)."""
+
+    NAME = "switch_fail"
+    TARGET = "switch"
+
+    def links(self, faults: Any, target: str) -> list:
+        return faults.switch_links(target)
+
+
+@register
+class SwitchRestore(SwitchFail):
+    NAME = "switch_restore"
+    UP = True
+
+
+@register
+class PlaneFail(_Links):
+    """Every switch of a plane."""
+
+    NAME = "plane_fail"
+    TARGET = "plane"
+
+    def links(self, faults: Any, target: str) -> list:
+        return faults.plane_links(target)
+
+
+@register
+class PlaneRestore(PlaneFail):
+    NAME = "plane_restore"
+    UP = True
+
+
+@register
+class RailFail(_Links):
+    """One NIC of a node (``n2p0r0``)."""
+
+    NAME = "rail_fail"
+    TARGET = "rail"
+
+
+@register
+class RailRestore(RailFail):
+    NAME = "rail_restore"
+    UP = True
+
+
+@register
+class ControllerKill(FaultKind):
+    """SIGKILL to the controller's process group: a crash, not a shutdown."""
+
+    NAME = "controller_kill"
+    TARGET = None
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.kill_controller()
+
+
+@register
+class ControllerRestart(ControllerKill):
+    """The same controller again (same argv and port); the switches reconnect."""
+
+    NAME = "controller_restart"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.restart_controller()
+
+
+@register
+class PfcStorm(FaultKind):
+    """A host NIC (``n2p0r0``) that stops draining: it sends PAUSE for every lossless
+    priority without end (needs ``qos.pfc.enabled``; :mod:`testbed.fabric.pfc` sends them)."""
+
+    NAME = "pfc_storm"
+    TARGET = "rail"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.pfc_storm(target, on=True)
+
+
+@register
+class PfcStormStop(PfcStorm):
+    """The NIC drains again (``pfc_storm`` undone)."""
+
+    NAME = "pfc_storm_stop"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.pfc_storm(target, on=False)
+
+
+class LossParams(Section):
+    loss: float = Field(ge=0.001, le=1.0, description="fraction of frames dropped")
+
+
+@register
+class Degrade(FaultKind):
+    """nftables drops ``loss`` of the frames leaving every end of the link."""
+
+    NAME = "degrade"
+    PARAMS = LossParams
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.degrade(target, self.given(args, params)["loss"])
+
+
+@register
+class Restore(FaultKind):
+    """Undo ``degrade``."""
+
+    NAME = "restore"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.restore(target)
+
+
+class DelayParams(Section):
+    delay_ms: float = Field(ge=0, le=10000, description="one-way delay added")
+    jitter_ms: float = Field(0, ge=0, le=10000, description="netem jitter (uniform)")
+
+
+@register
+class Delay(FaultKind):
+    """netem delay (and jitter) in every end's egress queue of the link, in place of its
+    FIFO (the link's rate and buffer stay); needs netem in the kernel."""
+
+    NAME = "delay"
+    PARAMS = DelayParams
+    NEEDS = "netem"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        p = self.given(args, params)
+        return faults.delay(target, p["delay_ms"], p.get("jitter_ms", 0.0))
+
+
+@register
+class DelayRestore(FaultKind):
+    """The link's own queue again (its FIFO, or its configured propagation delay)."""
+
+    NAME = "delay_restore"
+    NEEDS = "netem"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.undelay(target)
+
+
+class RateParams(Section):
+    rate_mbps: float = Field(gt=0, le=100000, description="the link's new rate")
+
+
+@register
+class Rate(FaultKind):
+    """The link's rate changed in place (the HTB class of every end): a degraded optic,
+    a lane that trained down."""
+
+    NAME = "rate"
+    PARAMS = RateParams
+    NEEDS = "htb"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.set_rate(target, self.given(args, params)["rate_mbps"])
+
+
+@register
+class RateRestore(FaultKind):
+    """The link's configured rate again."""
+
+    NAME = "rate_restore"
+    NEEDS = "htb"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.set_rate(target, None)

@@ -1,0 +1,193 @@
+"""Helper processes in their own process groups, stopped by group.
+
+Each process gets a pid file in the run folder, with its start time, so that ``testbed
+clean`` can find it even after the runner itself was killed, and can tell it from a
+later process that got the same pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from testbed import REPO
+from testbed.errors import Interrupted
+from testbed.host.naming import pid_record
+
+#: the start gate of a helper (see :class:`Helper`): one line on stdin, then the program
+#: with stdin from /dev/null
+GATE = 'read -r _ || exit 97; exec "$@" </dev/null'
+
+
+def python_env() -> dict[str, str]:
+    """The environment of a Python helper process (a generator, forwarder, agent): this
+    checkout first on PYTHONPATH, so ``python -m`` finds the lab's own packages."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class Helper:
+    """A long-running process (controller, generator) in its own process group."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        pid_dir: Path,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
+        stdout_pipe: bool = False,
+        stdout_file: Path | None = None,
+    ):
+        self.name = name
+        self.argv = list(argv)
+        self.pid_file = pid_dir / f"{name}.pid"
+        self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+        self._out = open(stdout_file, "wb") if stdout_file else None  # noqa: SIM115
+        if stdout_pipe:
+            stdout = subprocess.PIPE
+        else:
+            stdout = self._out or self._log
+        # the helper waits at a gate until its pid file exists (a starter killed before
+        # writing it leaves no process that clean cannot find: the gate's read sees EOF
+        # and the helper never starts); the gate is a shell that then execs the program,
+        # so the pid, its start time and the process group stay the program's
+        gate_r, gate_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", GATE, self.argv[0], *self.argv],
+                stdin=gate_r,
+                stdout=stdout,
+                stderr=self._log,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            os.close(gate_r)
+        try:
+            pid_dir.mkdir(parents=True, exist_ok=True)
+            self.pid_file.write_text(pid_record(self.proc.pid))
+            os.write(gate_w, b"go\n")
+        finally:
+            os.close(gate_w)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace: float = 3.0) -> int | None:
+        """SIGTERM to the group, a bounded wait, then SIGKILL; returns the exit code."""
+        stop_group(self.proc.pid, grace, lambda: self.proc.poll() is not None)
+        try:
+            code = self.proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        for f in (self._log, self._out):
+            if hasattr(f, "close"):
+                f.close()
+        self.pid_file.unlink(missing_ok=True)
+        return code
+
+
+def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) -> None:
+    """Stop process group ``pgid``: SIGTERM, wait up to ``grace`` s, then SIGKILL."""
+
+    def group_gone() -> bool:
+        if gone:
+            gone()  # reaps the leader, whose zombie would keep the group alive
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        if wait_for(group_gone, wait, interval=0.02):
+            return
+
+
+def netns_inode(pid: int | str) -> int | None:
+    """The inode of process ``pid``'s network namespace, or None when it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def stop_strays(shells: Sequence[int], grace: float = 1.0) -> list[int]:
+    """Stop every process that shares a network namespace with one of ``shells`` (the
+    namespaces' own processes, say Mininet's host shells), the shells left running:
+    what a user started there by hand and detached (``iperf3 -s -D``) would keep the
+    namespace alive after the shells end. Never the host's own namespace (pid 1's).
+    SIGTERM, up to ``grace`` s, then SIGKILL; returns the pids found."""
+    spaces = {netns_inode(pid) for pid in shells} - {None, netns_inode(1)}
+    keep = set(shells) | {os.getpid()}
+    strays = [int(e.name) for e in os.scandir("/proc")
+              if e.name.isdigit() and int(e.name) not in keep
+              and netns_inode(e.name) in spaces]
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
+        alive = [pid for pid in strays if netns_inode(pid) in spaces]
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if not alive or wait_for(lambda alive=alive: all(
+                netns_inode(p) not in spaces for p in alive), wait, interval=0.02):
+            break
+    return strays
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``condition`` until true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted`, so ExitStacks unwind as on Ctrl-C.
+
+    Does nothing off the main thread or when a caller already installed a handler.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

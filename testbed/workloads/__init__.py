@@ -1,0 +1,1 @@
+"""Workloads: the generators of a fabric variant and the agent chains."""
