@@ -6,7 +6,7 @@ The cache's size is graded from the run's own record of its scenario (manifest.j
 ``scenario_source``, parsed with the storage kind's validator), against the popularity
 arithmetic of the objects the run stored.
 
->>> from testbed.experiments.storage.run import validate
+>>> from testbed.experiments.storage.schema import validate
 >>> s = validate({"objects": {"keys": 100, "sizes_kb": [16, 64, 64, 256], "zipf": 1.0}})
 >>> fewest_keys(s.objects, 0.75), round(share(s.objects, 27), 3), top_kb(s.objects, 27)
 (27, 0.75, 2652)
@@ -20,7 +20,7 @@ import json
 import math
 
 from testbed.core import layout
-from testbed.experiments.storage.run import Objects, StorageSection, validate
+from testbed.experiments.storage.schema import Objects, StorageSection, validate
 from testbed.reports.grading import Missing, Results, Verdict, host_kept_up, verdict
 from traffic.object_reads import KeyPicker
 

@@ -14,7 +14,7 @@ from testbed.backbone.frr import Timers
 from testbed.backbone.net import BackboneNet
 from testbed.core import layout
 from testbed.errors import ConfigError
-from testbed.experiments.backbone.run import ACTIONS, LOSS_ACTIONS, _targets, macsec_backend
+from testbed.experiments.backbone.schema import ACTIONS, LOSS_ACTIONS, fault_targets, macsec_backend
 from testbed.host.capabilities import probe
 from testbed.host.files import write_json
 from testbed.host.naming import claim, run_dir, run_prefix
@@ -101,7 +101,7 @@ class BackboneLab:
               period_s: float | None = None, count: int | None = None) -> str:
         self.check_fault_kind(kind)
         what = ACTIONS[kind]
-        targets = _targets(self.bb, what)
+        targets = fault_targets(self.bb, what)
         if target not in targets:
             raise ConfigError("TARGET", f"no {what} {target!r} (known: "
                                         f"{', '.join(sorted(targets))})")

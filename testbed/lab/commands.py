@@ -419,7 +419,7 @@ FLAGS = {"period_s": "--period"}
 def fault_kinds_lines() -> list[str]:
     """What ``testbed fault --list`` prints: every fault kind of a fabric lab (target and
     parameters) and every action of a backbone lab."""
-    from testbed.experiments.backbone.run import ACTIONS, LOSS_ACTIONS
+    from testbed.experiments.backbone.schema import ACTIONS, LOSS_ACTIONS
     from testbed.faults.kinds import KINDS
 
     targets = {"link": "LINK (p0l0-p0s1, n0-p0l0)", "switch": "SWITCH (p0s1)",

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from testbed.errors import ConfigError
-from testbed.experiments.backbone.run import validate
+from testbed.experiments.backbone.schema import validate
 from topologies.backbone import small_backbone
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "backbone-failover.yaml"

@@ -134,7 +134,7 @@ def test_bgp_without_bfdd_has_no_bfd_lines():
 ])
 def test_daemon_lists_are_checked(daemons, words):
     from testbed.errors import ConfigError
-    from testbed.experiments.backbone.run import validate
+    from testbed.experiments.backbone.schema import validate
 
     with pytest.raises(ConfigError) as err:
         validate({"topology": "small", "daemons": daemons})
@@ -142,7 +142,7 @@ def test_daemon_lists_are_checked(daemons, words):
 
 
 def test_daemon_list_is_put_in_start_order():
-    from testbed.experiments.backbone.run import validate
+    from testbed.experiments.backbone.schema import validate
 
     assert validate({"topology": "small", "daemons": ["bgpd", "zebra"]})["daemons"] == [
         "zebra", "bgpd"]

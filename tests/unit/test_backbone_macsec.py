@@ -10,7 +10,7 @@ import pytest
 from testbed.backbone import secure
 from testbed.backbone.net import BackboneNet
 from testbed.errors import BringUpError, ConfigError
-from testbed.experiments.backbone.run import macsec_backend, validate
+from testbed.experiments.backbone.schema import macsec_backend, validate
 from testbed.host.nft import port_loss_rules as wire_loss_rules
 from testbed.macsec.decrypt import decrypt_frame, receivers
 from testbed.macsec.forwarder import build_secy
@@ -119,7 +119,7 @@ def test_wire_loss_hooks_the_wire_egress():
 
 
 def test_totals_and_report_lines():
-    from testbed.experiments.backbone.run import _macsec_lines
+    from testbed.experiments.backbone.report import _macsec_lines
 
     counters = {"l": {"a": {"InPktsOK": 5, "InPktsNotValid": 0},
                       "b": {"InPktsOK": 7, "InPktsLate": 1}}}

@@ -12,7 +12,8 @@ import yaml
 
 from testbed.core.scenario import parse
 from testbed.errors import ConfigError
-from testbed.experiments.backbone.run import check_timing, validate, variant_plan
+from testbed.experiments.backbone.run import variant_plan
+from testbed.experiments.backbone.schema import check_timing, validate
 from testbed.storage.checkpoints import checkpoint_key, listed_keys
 from testbed.storage.replication import around_faults, in_flight, lags, reads_agree, sync_argv
 

@@ -19,7 +19,7 @@ import yaml
 from testbed.core import scenario
 from testbed.core.cli import main
 from testbed.errors import ConfigError
-from testbed.experiments.backbone.run import validate as validate_backbone
+from testbed.experiments.backbone.schema import validate as validate_backbone
 from testbed.reports import grading
 
 LABS = grading.all_labs()

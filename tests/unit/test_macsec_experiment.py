@@ -11,13 +11,8 @@ import pytest
 import yaml
 
 from testbed.errors import ConfigError
-from testbed.experiments.macsec.run import (
-    MacsecSection,
-    attack_entry,
-    check_timing,
-    closing_note,
-    validate,
-)
+from testbed.experiments.macsec.run import attack_entry, closing_note
+from testbed.experiments.macsec.schema import MacsecSection, check_timing, validate
 from testbed.macsec.attacker import tampered_frame, untagged_frame
 from testbed.macsec.config import LinkConfig
 from testbed.macsec.decrypt import decrypt_pcap

@@ -17,7 +17,7 @@ from testbed.storage.seaweedfs import StoreSize, private_tmp, weed_argv
     ({"volumes": 0}, "storage.store.volumes"),
 ])
 def test_impossible_store_sizes_name_their_field(kwargs, field):
-    from testbed.experiments.storage.run import validate
+    from testbed.experiments.storage.schema import validate
 
     with pytest.raises(ConfigError) as err:
         validate({"store": kwargs})
@@ -25,7 +25,7 @@ def test_impossible_store_sizes_name_their_field(kwargs, field):
 
 
 def test_the_store_size_is_the_scenarios_store_section():
-    from testbed.experiments.storage.run import validate
+    from testbed.experiments.storage.schema import validate
 
     size = validate({"store": {"volume_mb": 8, "volumes": 20}}).store
     assert isinstance(size, StoreSize) and size.capacity_mb == 160
@@ -108,7 +108,8 @@ def test_a_host_without_weed_or_nginx_is_refused_before_anything_starts(monkeypa
 
 
 def test_the_storage_node_sits_alone_behind_its_own_leaf():
-    from testbed.experiments.storage.run import STORAGE_NODE, gpu_names, storage_topology, validate
+    from testbed.experiments.storage.run import STORAGE_NODE, gpu_names, storage_topology
+    from testbed.experiments.storage.schema import validate
     from topologies.build import build_topology
 
     section = validate({})
