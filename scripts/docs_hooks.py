@@ -28,10 +28,9 @@ DRAWN = ("agents-vs-training", "ecmp-vs-adaptive", "fat-tree", "lossless",
 def drawing(name: str, folder: Path) -> bytes:
     """The PNG ``testbed graph NAME -o FILE.png`` draws (first variant)."""
     from testbed.core import scenario
-    from testbed.core.cli import scenario_path
     from testbed.reports import graph
 
-    g, title = graph.scenario_graph(scenario.load(scenario_path(name)))
+    g, title = graph.scenario_graph(scenario.load(scenario.path_of(name)))
     return graph.to_png(g, title, folder / f"{name}.png").read_bytes()
 
 

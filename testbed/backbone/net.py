@@ -22,15 +22,11 @@ wire; the protected interface follows the wire's carrier.
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import NamedTuple
 
-from testbed.errors import BringUpError, HostError
+from testbed.errors import BringUpError
+from testbed.host.commands import cmd, in_netns, ip, run_commands
 from testbed.host.naming import register_owned
 from testbed.host.nft import loss_rules, port_loss_rules
 from topologies.backbone import Backbone, Link
@@ -53,100 +49,8 @@ FAIL_TABLE = "tbfail"
 PROBE_NET = "172.16.{r}.0/24"
 
 
-def _run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` whose time-out or missing program is a :class:`HostError`."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, input=stdin, timeout=30)
-    except subprocess.TimeoutExpired:
-        raise HostError(f"{' '.join(argv)}: no answer in 30 s") from None
-    except OSError as exc:
-        raise HostError(f"{' '.join(argv)}: {exc}") from None
 
 
-def _ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
-    argv = ["ip"] + (["-n", netns] if netns else []) + args
-    done = _run(argv)
-    if check and done.returncode:
-        raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-class Cmd(NamedTuple):
-    """One ``ip`` or ``tc`` command in a namespace (``None``: the root one), as an argv.
-
-    A name is one argument whatever it holds: no command is ever text that a shell or
-    ``ip -batch`` would split. ``secret`` commands carry key material, which must not
-    show in ``/proc/PID/cmdline``: they go to ``ip -batch`` on standard input, each
-    argument checked to be the one word ``ip`` reads back (:func:`batch_word`).
-    """
-
-    ns: str | None
-    argv: tuple[str, ...]
-    secret: bool = False
-
-
-def batch_word(arg: str) -> str:
-    """``arg`` as one word of an ``ip -batch`` line, or ValueError: ``ip`` splits lines at
-    blanks and reads quotes, backslashes and ``#`` specially, so only plain words pass.
-
-    >>> batch_word("tb1a2bl0a")
-    'tb1a2bl0a'
-    >>> batch_word("p1 link del dev eth0 #")
-    Traceback (most recent call last):
-    ...
-    ValueError: not one ip -batch word: 'p1 link del dev eth0 #'
-    """
-    if not _BATCH_WORD.fullmatch(arg):
-        raise ValueError(f"not one ip -batch word: {arg[:40]!r}")
-    return arg
-
-
-_BATCH_WORD = re.compile(r"[A-Za-z0-9_.:/+-]+")
-
-
-def _one(tool: str, cmd: Cmd) -> str | None:
-    """Run ``cmd``; its error text, or None when it succeeded."""
-    head = [tool] + (["-n", cmd.ns] if cmd.ns else [])
-    if cmd.secret:
-        done = _run([*head, "-batch", "-"],
-                    stdin=" ".join(batch_word(a) for a in cmd.argv) + "\n")
-        shown = " ".join([*head, *cmd.argv[:4], "..."])
-    else:
-        done = _run([*head, *cmd.argv])
-        shown = " ".join([*head, *cmd.argv])
-    return f"{shown}: {done.stderr.strip()}" if done.returncode else None
-
-
-def _commands(cmds: Iterable[Cmd], tool: str = "ip") -> None:
-    """Run every command, each namespace's in order and the namespaces side by side (so
-    the ends of a link change state together); all of them even when one fails, then
-    one :class:`HostError` naming the failures."""
-    per_ns: dict[str | None, list[Cmd]] = {}
-    for cmd in cmds:
-        per_ns.setdefault(cmd.ns, []).append(cmd)
-    if not per_ns:
-        return
-
-    def run_all(seq: list[Cmd]) -> list[str]:
-        return [err for cmd in seq if (err := _one(tool, cmd))]
-
-    with ThreadPoolExecutor(max_workers=min(16, len(per_ns))) as pool:
-        errors = [err for errs in pool.map(run_all, per_ns.values()) for err in errs]
-    if errors:
-        raise HostError(f"{tool}: {'; '.join(errors[:5])}"
-                        + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""))
-
-
-def _cmd(ns: str | None, *argv: str, secret: bool = False) -> Cmd:
-    return Cmd(ns, argv, secret)
-
-
-def _in_ns(netns: str, argv: list[str], check: bool = True,
-           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    done = _run(["ip", "netns", "exec", netns, *argv], stdin)
-    if check and done.returncode:
-        raise HostError(f"{netns}: {' '.join(argv)}: {done.stderr.strip()}")
-    return done
 
 
 class BackboneNet:
@@ -212,11 +116,11 @@ class BackboneNet:
         """
         for node in self.bb.nodes:
             ns = self.ns(node)
-            _ip(["netns", "add", ns])
+            ip(["netns", "add", ns])
             register_owned("netns", ns)
-            self.stack.callback(_ip, ["netns", "del", ns], None, False)
+            self.stack.callback(ip, ["netns", "del", ns], None, False)
         for node in self.bb.nodes:
-            _in_ns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
+            in_netns(self.ns(node), ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
                                    "net.ipv4.conf.all.rp_filter=0",
                                    "net.ipv4.conf.default.rp_filter=0",
                                    "net.ipv4.fib_multipath_hash_policy=1",
@@ -226,30 +130,30 @@ class BackboneNet:
         cmds = []
         for node in self.bb.nodes:
             ns = self.ns(node)
-            cmds += [_cmd(ns, "link", "set", "lo", "up"),
-                     _cmd(ns, "addr", "add", f"{self.loopback(node)}/32", "dev", "lo")]
+            cmds += [cmd(ns, "link", "set", "lo", "up"),
+                     cmd(ns, "addr", "add", f"{self.loopback(node)}/32", "dev", "lo")]
         for r, region in enumerate(self.bb.regions):
             ns = self.ns(region.name)
             # the site LAN: a veth whose peer stays in the namespace (no dummy module here)
-            cmds += [_cmd(ns, "link", "add", SITE_IF, "type", "veth", "peer", "name", SITE_PEER),
-                     _cmd(ns, "addr", "add", f"172.16.{r}.1/24", "dev", SITE_IF),
-                     _cmd(ns, "link", "set", SITE_PEER, "up"),
-                     _cmd(ns, "link", "set", SITE_IF, "up")]
+            cmds += [cmd(ns, "link", "add", SITE_IF, "type", "veth", "peer", "name", SITE_PEER),
+                     cmd(ns, "addr", "add", f"172.16.{r}.1/24", "dev", SITE_IF),
+                     cmd(ns, "link", "set", SITE_PEER, "up"),
+                     cmd(ns, "link", "set", SITE_IF, "up")]
         veths = []
         for name, (_, lk) in self.links.items():
             pa, pb = self.phys(name, "a"), self.phys(name, "b")
             na, nb = self.ns(lk.a), self.ns(lk.b)
-            veths.append(_cmd(None, "link", "add", pa, "netns", na, "type", "veth",
+            veths.append(cmd(None, "link", "add", pa, "netns", na, "type", "veth",
                               "peer", "name", pb, "netns", nb))
             for side, ns, ifn in (("a", na, self.ifname(name, "a")),
                                   ("b", nb, self.ifname(name, "b"))):
                 addr = self.link_addr(name, side)
                 self.addr_owner[addr] = (lk.a if side == "a" else lk.b, ifn)
                 if not self.secure:
-                    cmds += [_cmd(ns, "addr", "add", f"{addr}/30", "dev", ifn),
-                             _cmd(ns, "link", "set", ifn, "up")]
-        _commands(veths)
-        _commands(cmds + (self.secure.commands() if self.secure else []))
+                    cmds += [cmd(ns, "addr", "add", f"{addr}/30", "dev", ifn),
+                             cmd(ns, "link", "set", ifn, "up")]
+        run_commands(veths)
+        run_commands(cmds + (self.secure.commands() if self.secure else []))
         if shape or delay:
             self._qdiscs(shape, delay)
         if self.secure and not delay and self.secure.backend == "userspace":
@@ -264,13 +168,13 @@ class BackboneNet:
             for side, node in (("a", lk.a), ("b", lk.b)):
                 dev = ("qdisc", "add", "dev", self.phys(name, side), "root")
                 if delay:
-                    cmds.append(_cmd(self.ns(node), *dev, "netem", "delay", f"{lk.delay_ms}ms",
+                    cmds.append(cmd(self.ns(node), *dev, "netem", "delay", f"{lk.delay_ms}ms",
                                      "rate", f"{lk.capacity_mbps}mbit", "limit", "100000"))
                 else:
-                    cmds.append(_cmd(self.ns(node), *dev, "tbf", "rate",
+                    cmds.append(cmd(self.ns(node), *dev, "tbf", "rate",
                                      f"{lk.capacity_mbps}mbit", "burst", "64kb",
                                      "latency", "50ms"))
-        _commands(cmds, tool="tc")
+        run_commands(cmds, tool="tc")
         self.shaped, self.netem = True, delay
         self.delay_by = "netem" if delay else None
 
@@ -334,7 +238,7 @@ class BackboneNet:
     def converged(self) -> bool:
         """Every region has a route to every other region's site prefix."""
         for r, region in enumerate(self.bb.regions):
-            table = _ip(["-j", "route", "show"], self.ns(region.name), check=False)
+            table = ip(["-j", "route", "show"], self.ns(region.name), check=False)
             routes = {x.get("dst") for x in json.loads(table or "[]")}
             for k in range(len(self.bb.regions)):
                 if k != r and f"172.16.{k}.0/24" not in routes:
@@ -345,7 +249,7 @@ class BackboneNet:
         """Every router's kernel routes (destination, gateways): to see routing settle."""
         tables = {}
         for node in self.bb.nodes:
-            table = _ip(["-j", "route", "show"], self.ns(node), check=False)
+            table = ip(["-j", "route", "show"], self.ns(node), check=False)
             tables[node] = sorted(
                 (r.get("dst"), r.get("gateway"), r.get("dev"),
                  tuple(sorted((h.get("gateway"), h.get("dev")) for h in r.get("nexthops", []))))
@@ -466,8 +370,8 @@ class BackboneNet:
     # faults ----------------------------------------------------------------
     def _set_link(self, name: str, state: str) -> None:
         _, lk = self.links[name]
-        _commands([_cmd(self.ns(lk.a), "link", "set", self.phys(name, "a"), state),
-                   _cmd(self.ns(lk.b), "link", "set", self.phys(name, "b"), state)])
+        run_commands([cmd(self.ns(lk.a), "link", "set", self.phys(name, "a"), state),
+                   cmd(self.ns(lk.b), "link", "set", self.phys(name, "b"), state)])
 
     def cut_link(self, name: str) -> None:
         self._set_link(name, "down")
@@ -485,19 +389,19 @@ class BackboneNet:
         cmds = []
         for link in self.bb.group(name).links:
             _, lk = self.links[link]
-            cmds += [_cmd(self.ns(lk.a), "link", "set", self.phys(link, "a"), state),
-                     _cmd(self.ns(lk.b), "link", "set", self.phys(link, "b"), state)]
-        _commands(cmds)
+            cmds += [cmd(self.ns(lk.a), "link", "set", self.phys(link, "a"), state),
+                     cmd(self.ns(lk.b), "link", "set", self.phys(link, "b"), state)]
+        run_commands(cmds)
 
     def fail_pop(self, name: str) -> None:
         rules = (f"table inet {FAIL_TABLE} {{\n"
                  + "".join(f" chain {h} {{ type filter hook {h} priority -400; policy drop; }}\n"
                            for h in ("prerouting", "input", "forward", "output"))
                  + "}\n")
-        _in_ns(self.ns(name), ["nft", "-f", "-"], stdin=rules)
+        in_netns(self.ns(name), ["nft", "-f", "-"], stdin=rules)
 
     def restore_pop(self, name: str) -> None:
-        _in_ns(self.ns(name), ["nft", "delete", "table", "inet", FAIL_TABLE])
+        in_netns(self.ns(name), ["nft", "delete", "table", "inet", FAIL_TABLE])
 
     def loss_table(self, link: str) -> str:
         """Name of the nftables table that degrades ``link`` (one per link and run)."""
@@ -519,14 +423,14 @@ class BackboneNet:
         table, family = self.loss_table(name), self._loss_family
         rules = port_loss_rules if self.secure else loss_rules
         for ns, ifn in self._ends(name):
-            _in_ns(ns, ["nft", "-f", "-"], stdin=rules(table, ifn, loss))
-            self.stack.callback(_in_ns, ns, ["nft", "delete", "table", family, table], False)
+            in_netns(ns, ["nft", "-f", "-"], stdin=rules(table, ifn, loss))
+            self.stack.callback(in_netns, ns, ["nft", "delete", "table", family, table], False)
 
     def _set_netem_loss(self, name: str, loss: float) -> None:
         """Both ends' netem root qdiscs: the link's delay and rate, and ``loss``."""
         _, lk = self.links[name]
         tail = ("loss", f"{loss * 100:g}%") if loss else ()
-        _commands([_cmd(ns, "qdisc", "change", "dev", ifn, "root", "netem", "delay",
+        run_commands([cmd(ns, "qdisc", "change", "dev", ifn, "root", "netem", "delay",
                         f"{lk.delay_ms}ms", "rate", f"{lk.capacity_mbps}mbit", "limit", "100000",
                         *tail)
                    for ns, ifn in self._ends(name)], tool="tc")
@@ -536,7 +440,7 @@ class BackboneNet:
             self._set_netem_loss(name, 0.0)
             return
         for ns, _ifn in self._ends(name):
-            _in_ns(ns, ["nft", "delete", "table", self._loss_family, self.loss_table(name)])
+            in_netns(ns, ["nft", "delete", "table", self._loss_family, self.loss_table(name)])
 
     @property
     def delay_applied(self) -> bool:
@@ -568,7 +472,7 @@ class BackboneNet:
             args = ["-j", "route", "get", d_addr, "from", s_addr]
             if iif:
                 args += ["iif", iif]
-            out = _ip(args, self.ns(node), check=False)
+            out = ip(args, self.ns(node), check=False)
             try:
                 route = json.loads(out)[0]
             except (json.JSONDecodeError, IndexError):

@@ -26,15 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import BringUpError, ConfigError
+from testbed.host.commands import Cmd
 from testbed.host.procs import Helper, python_env, wait_for
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import OVERHEAD, LinkConfig, SideConfig
 from testbed.macsec.errors import BackendError
 from testbed.macsec.forwarder import control_path
 from testbed.macsec.kernel import parse_ip_macsec_stats, secy_commands
-from testbed.macsec.link import _ctl_request
-
-from .net import Cmd
+from testbed.macsec.link import ctl_request
 
 if TYPE_CHECKING:
     from .net import BackboneNet
@@ -214,7 +213,7 @@ class SecureLinks:
         try:
             for name in self.configs:
                 for s in "ab":
-                    _ctl_request(control_path(self.link_dir(name), s), {"op": "ping"}, 0.5)
+                    ctl_request(control_path(self.link_dir(name), s), {"op": "ping"}, 0.5)
         except BackendError:
             return False
         return True
@@ -233,7 +232,7 @@ class SecureLinks:
                         run(["ip", "-s", "macsec", "show", me.tap], netns=me.netns).stdout)
                 else:
                     try:
-                        stats = _ctl_request(control_path(self.link_dir(name), s),
+                        stats = ctl_request(control_path(self.link_dir(name), s),
                                              {"op": "stats"})["stats"]
                     except BackendError:
                         out[name][s] = {}

@@ -16,27 +16,14 @@ import os
 import sys
 from pathlib import Path
 
-from testbed import REPO
 from testbed.errors import ConfigError, HostError, Interrupted, TestbedError
 from topologies.params import ParamError
-
-
-def scenario_path(name: str) -> Path:
-    """A scenario given by name (``scenarios/NAME.yaml``) or by path."""
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path
-    for base in (Path.cwd() / "scenarios", REPO / "scenarios"):
-        if (base / f"{name}.yaml").exists():
-            return base / f"{name}.yaml"
-    known = sorted(p.stem for p in (REPO / "scenarios").glob("*.yaml"))
-    raise ConfigError("SCENARIO", f"no scenario named {name!r} (known: {', '.join(known)})")
 
 
 def cmd_validate(args) -> int:
     from testbed.core import scenario
 
-    name, found = scenario.validate(scenario_path(args.file))
+    name, found = scenario.validate(scenario.path_of(args.file))
     print(f"{name}: {found}")
     return 0
 
@@ -73,7 +60,7 @@ def cmd_run(args) -> int:
         except ValueError:
             raise ConfigError("SEEDS", "must be integers separated by commas, got "
                                        f"{args.seeds!r}") from None
-    sc = scenario.load(scenario_path(args.scenario), duration_override=duration,
+    sc = scenario.load(scenario.path_of(args.scenario), duration_override=duration,
                        seeds_override=seeds)
     if os.geteuid() != 0:
         raise HostError("running a scenario needs root (namespaces, Open vSwitch)")

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from testbed import experiments
+from testbed import REPO, experiments
 from testbed.errors import ConfigError
 from testbed.experiments.base import Experiment
 from testbed.experiments.fabric.schema import Name
@@ -27,6 +27,18 @@ from topologies.params import ParamError, Section, clip
 from topologies.params import parse as parse_section
 
 MAX_SEEDS = 10
+
+
+def path_of(name: str) -> Path:
+    """A scenario given by name (``scenarios/NAME.yaml``) or by path."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    for base in (Path.cwd() / "scenarios", REPO / "scenarios"):
+        if (base / f"{name}.yaml").exists():
+            return base / f"{name}.yaml"
+    known = sorted(p.stem for p in (REPO / "scenarios").glob("*.yaml"))
+    raise ConfigError("SCENARIO", f"no scenario named {name!r} (known: {', '.join(known)})")
 
 
 class Head(Section):
@@ -62,6 +74,17 @@ class Scenario:
     @property
     def run_seeds(self) -> tuple[int, ...]:
         return self.seeds
+
+    def variant(self, name: str | None) -> Any:
+        """The variant called ``name`` (None: the first); ConfigError naming ``--variant``
+        otherwise."""
+        if name is None:
+            return self.variants[0]
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise ConfigError("--variant", f"no variant {name!r} in {self.name} (variants: "
+                                       f"{', '.join(v.name for v in self.variants)})")
 
 
 def _head(data: dict, duration_override: float | None) -> Head:

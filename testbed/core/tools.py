@@ -14,12 +14,11 @@ TEXT_FORMATS = ("dot", "mermaid")
 
 def cmd_graph(args) -> int:
     from testbed.core import scenario
-    from testbed.core.cli import scenario_path
     from testbed.reports import graph
     from topologies import plugins
 
     plugins.allow()  # the drawing is of what a plug-in builder returns
-    sc = scenario.load(scenario_path(args.scenario))
+    sc = scenario.load(scenario.path_of(args.scenario))
     out = Path(args.out) if args.out else None
     fmt = args.format
     if fmt is None:
@@ -59,7 +58,7 @@ def scenario_rows(folder: Path) -> list[tuple[str, str, str, str]]:
 
 
 def cmd_scenarios(args) -> int:
-    from testbed.core.cli import REPO
+    from testbed import REPO
 
     rows = scenario_rows(REPO / "scenarios")
     if args.json:
@@ -75,16 +74,14 @@ def cmd_scenarios(args) -> int:
 
 def cmd_spec(args) -> int:
     from testbed.core import scenario
-    from testbed.core.cli import scenario_path
-    from testbed.lab.commands import _variant
     from topologies import plugins
 
     plugins.allow()  # the spec is what a plug-in builder returns
-    sc = scenario.load(scenario_path(args.scenario))
+    sc = scenario.load(scenario.path_of(args.scenario))
     if sc.kind != "fabric":
         raise ConfigError("SCENARIO", f"a {sc.kind} scenario has no fabric spec (fabric "
                                       "scenarios do; testbed graph draws a backbone)")
-    spec = _variant(sc, args.variant).fabric(SPEC_PREFIX)
+    spec = sc.variant(args.variant).fabric(SPEC_PREFIX)
     text = json.dumps(spec.to_dict(), indent=1) + "\n"
     if args.out:
         Path(args.out).write_text(text)

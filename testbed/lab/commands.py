@@ -52,19 +52,8 @@ def _request(record: dict, message: dict, timeout: float | None = 120) -> dict:
 
 
 # -- up --------------------------------------------------------------------------------
-def _variant(sc, name: str | None):
-    if name is None:
-        return sc.variants[0]
-    for v in sc.variants:
-        if v.name == name:
-            return v
-    raise ConfigError("--variant", f"no variant {name!r} in {sc.name} (variants: "
-                                   f"{', '.join(v.name for v in sc.variants)})")
-
-
 def cmd_up(args) -> int:
     from testbed.core import scenario
-    from testbed.core.cli import scenario_path
     from testbed.core.layout import Layout
     from testbed.core.runner import default_out
     from topologies import plugins
@@ -77,12 +66,12 @@ def cmd_up(args) -> int:
             duration = float(args.duration)
         except ValueError:
             raise ConfigError("--duration", f"must be seconds, got {args.duration!r}") from None
-    path = scenario_path(args.scenario).resolve()
+    path = scenario.path_of(args.scenario).resolve()
     sc = scenario.load(path, duration_override=duration)
     if sc.kind not in ("fabric", "backbone"):
         raise ConfigError("SCENARIO", f"a {sc.kind} scenario cannot be kept up as a lab "
                                       "(fabric and backbone scenarios can)")
-    variant = _variant(sc, args.variant)
+    variant = sc.variant(args.variant)
     if args.traffic and sc.kind != "fabric":
         raise ConfigError("--traffic", "only a fabric lab starts its scenario's workloads")
     labs = state.all_labs()

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 
 
-def _ctl_request(path: Path, msg: dict[str, object], timeout: float = 5.0) -> dict[str, object]:
+def ctl_request(path: Path, msg: dict[str, object], timeout: float = 5.0) -> dict[str, object]:
     """Send one JSON command to a forwarder's control socket and return the reply."""
     with tempfile.TemporaryDirectory(prefix="tbctl") as tmp:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -172,7 +172,7 @@ class UserspaceLink:
     # control ---------------------------------------------------------------
     def request(self, side: str, msg: dict[str, object], timeout: float = 5.0) -> dict[str, object]:
         """Send a control command to one side's forwarder."""
-        return _ctl_request(control_path(self.workdir, side), msg, timeout)
+        return ctl_request(control_path(self.workdir, side), msg, timeout)
 
     def stats(self, side: str) -> dict[str, object]:
         """Live stats of a side: ``io`` (forwarding) and ``counters`` (SecY)."""

@@ -256,13 +256,12 @@ def scenario_graph(sc, variant: str | None = None) -> tuple[nx.MultiGraph, str]:
     """The topology a loaded scenario runs on, and a title: a fabric scenario's variant
     (the first unless named), a backbone's PoPs and regions, a storage run's fabric."""
     from testbed.errors import ConfigError
-    from testbed.lab.commands import _variant
 
     if sc.kind == "fabric":
-        chosen = _variant(sc, variant)
+        chosen = sc.variant(variant)
         return fabric_graph(chosen.fabric("tb0000")), f"{sc.name}/{chosen.name}"
     if variant is not None:
-        _variant(sc, variant)  # the variants share one topology
+        sc.variant(variant)  # the variants share one topology
     if sc.kind == "backbone":
         return backbone_graph(sc.experiment.bb), sc.name
     if sc.kind == "storage":

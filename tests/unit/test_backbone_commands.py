@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from testbed.backbone import net
 from testbed.errors import HostError
+from testbed.host import commands
 
 
 @pytest.fixture
@@ -20,13 +20,13 @@ def calls(monkeypatch):
         failed = "fail" in argv
         return subprocess.CompletedProcess(argv, 1 if failed else 0, "", "boom" if failed else "")
 
-    monkeypatch.setattr(net, "_run", fake_run)
+    monkeypatch.setattr(commands, "run", fake_run)
     return seen
 
 
 def test_a_hostile_name_stays_one_argument(calls):
     hostile = "p1 link del dev eth0 #"
-    net._commands([net._cmd("tbx" + hostile, "link", "set", hostile, "up")])
+    commands.run_commands([commands.cmd("tbx" + hostile, "link", "set", hostile, "up")])
     (argv, stdin), = calls
     assert argv == ["ip", "-n", "tbx" + hostile, "link", "set", hostile, "up"]
     assert stdin is None
@@ -34,22 +34,22 @@ def test_a_hostile_name_stays_one_argument(calls):
 
 def test_secret_commands_go_to_stdin_and_refuse_what_ip_would_split(calls):
     key = "00112233445566778899aabbccddeeff"
-    net._commands([net._cmd("tbxp1", "macsec", "add", "tbxl0a", "tx", "sa", "0", "on",
+    commands.run_commands([commands.cmd("tbxp1", "macsec", "add", "tbxl0a", "tx", "sa", "0", "on",
                             "key", "00", key, secret=True)])
     (argv, stdin), = calls
     assert argv == ["ip", "-n", "tbxp1", "-batch", "-"]
     assert key not in " ".join(argv) and stdin.split() == [
         "macsec", "add", "tbxl0a", "tx", "sa", "0", "on", "key", "00", key]
     with pytest.raises(ValueError, match="not one ip -batch word"):
-        net._commands([net._cmd("tbxp1", "link", "set", "a b", "up", secret=True)])
+        commands.run_commands([commands.cmd("tbxp1", "link", "set", "a b", "up", secret=True)])
 
 
 def test_every_command_runs_and_the_failures_are_named(calls):
-    cmds = [net._cmd("tbxp1", "link", "set", "fail", "up"),
-            net._cmd("tbxp1", "link", "set", "x", "up"),
-            net._cmd("tbxp2", "link", "set", "y", "up")]
+    cmds = [commands.cmd("tbxp1", "link", "set", "fail", "up"),
+            commands.cmd("tbxp1", "link", "set", "x", "up"),
+            commands.cmd("tbxp2", "link", "set", "y", "up")]
     with pytest.raises(HostError, match="ip -n tbxp1 link set fail up: boom"):
-        net._commands(cmds, tool="ip")
+        commands.run_commands(cmds, tool="ip")
     assert len(calls) == 3
     # one namespace's commands keep their order
     order = [argv[-2] for argv, _ in calls if argv[2] == "tbxp1"]

@@ -42,13 +42,13 @@ def test_macsec_commands_that_hang_or_are_missing_are_backend_errors(monkeypatch
 
 
 def test_backbone_commands_that_hang_are_host_errors(monkeypatch):
-    from testbed.backbone import net
+    from testbed.host import commands
 
     def hang(*args, **kwargs):
         raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"))
 
-    monkeypatch.setattr(net.subprocess, "run", hang)
+    monkeypatch.setattr(commands.subprocess, "run", hang)
     with pytest.raises(errors.HostError, match="no answer"):
-        net._ip(["link"])
+        commands.ip(["link"])
     with pytest.raises(errors.HostError, match="no answer"):
-        net._in_ns("tb1a2bnyc", ["true"])
+        commands.in_netns("tb1a2bnyc", ["true"])

@@ -88,9 +88,8 @@ def test_mermaid_and_png(tmp_path: Path) -> None:
 def test_a_storage_scenario_draws_its_fabric() -> None:
     """storage-cache's GPU nodes on their leaves and the store alone on its own."""
     from testbed.core import scenario
-    from testbed.core.cli import scenario_path
 
-    g, title = graph.scenario_graph(scenario.load(scenario_path("storage-cache")))
+    g, title = graph.scenario_graph(scenario.load(scenario.path_of("storage-cache")))
     assert title == "storage-cache"
     hosts = {n for n, d in g.nodes(data=True) if d["kind"] == "host"}
     assert hosts == {f"g{i}" for i in range(1, 9)} | {"st"}
