@@ -98,6 +98,7 @@ from typing import Any
 from controllers.telemetry import QueueReader
 from testbed.fabric.ovs_socket import HOST_PID_FILES, host_pid
 from testbed.host.naming import OWNER, RUN_ROOT
+from traffic.stats import percentiles
 
 log = logging.getLogger(__name__)
 
@@ -270,15 +271,13 @@ def helper_pids(folders: Iterable[Path]) -> set[int]:
 
 # -- the verdict (pure) ------------------------------------------------------------------
 def _pct(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1, nearest rank), or None without values.
+    """The ``q`` quantile (0..1) by the lab's one definition (:func:`traffic.stats.percentiles`,
+    linear interpolation), or None without values.
 
     >>> _pct([5, 1, 4, 2, 3], 0.1), _pct([5, 1, 4, 2, 3], 0.9), _pct([], 0.5)
-    (1, 5, None)
+    (1.4, 4.6, None)
     """
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+    return percentiles(values, [q * 100])[0] if values else None
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
