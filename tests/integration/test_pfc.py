@@ -72,8 +72,14 @@ def test_pfc_delays_no_roce_packet_past_its_step_over_seeds(tmp_path):
         "topology": {**TOPOLOGY, "oversubscription": 4},
         "agents": {"enabled": True, "driver": 0, "concurrency": 8,
                    "services": {"retriever": 1, "tool": 2, "model": 3, "agent": 1}},
+        # a step's tail waits for at most one host pause (none over 90 ms on three seeds
+        # on a 2-core VM) and its drain; the default 500 ms time-out left a margin that a
+        # stall of a loaded 2-core host once exceeded (8 packets of one step late), so the
+        # time-out here is 1 s and the check is of the mechanism, not of the host's
+        # scheduling (lossless.yaml keeps the default)
         "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 1_000_000,
-                     "compute_ms": 40, "rate_mbps": 12, "payload": 4096},
+                     "compute_ms": 40, "rate_mbps": 12, "payload": 4096,
+                     "step_timeout_ms": 1000},
         "variants": [{"name": "pfc", "qos": {"classes": "roce", "pfc": {"enabled": True}}}],
     }, duration_s=8)
     (run,) = summary["runs"]
@@ -83,7 +89,7 @@ def test_pfc_delays_no_roce_packet_past_its_step_over_seeds(tmp_path):
         assert r["qos"]["pfc_frames"]["xoff_tx"] > 0, r["qos"]  # the fabric did pause
         assert r["qos"]["per_class"]["roce"]["drops"] == 0, r["qos"]["per_class"]
         assert t["iterations"] >= 2 and t["bytes"] > 0, t
-        assert t["packets_late"] == 0, (r["seed"], t, r["fabric"]["unseen_drops"])
+        assert t["packets_late"] == 0, (r["seed"], t, r["fidelity"])
         unseen = r["fabric"]["unseen_drops"]
         if "switch_unsent" in unseen:  # userspace datapath: lost only where counted
             assert t["packets_lost"] <= unseen["switch_unsent"], (r["seed"], t, unseen)
