@@ -175,7 +175,8 @@ def first_error(model: type[BaseModel], exc: ValidationError, where: str = "",
     loc = tuple(error["loc"]) if data is None else _data_path(tuple(error["loc"]), data)
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
         ctx = error.get("ctx") or {}
-        key = str(ctx.get("discriminator", "kind")).strip("'")
+        # a callable discriminator is named after the field it reads (``kind()``)
+        key = str(ctx.get("discriminator", "kind")).strip("'").removesuffix("()")
         if error["type"] == "union_tag_not_found":
             return ParamError(join(where, (*loc, key)), "missing: required")
         return ParamError(join(where, (*loc, key)),

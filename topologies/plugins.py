@@ -31,6 +31,7 @@ import importlib.machinery
 import os
 import re
 import sys
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -207,3 +208,80 @@ def relative(path: Path) -> str:
     except ValueError:
         return str(path)
 
+
+
+#: ``package.module:Name``: a class of one's own named where a registry's name would be
+DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
+class Registry(Mapping):
+    """The extensions of one axis (fault kinds, workload kinds, ...), one shape for all:
+    classes of one base class, each known by its ``NAME``. The built-in ones register
+    themselves (:meth:`register`, usable as a class decorator); a scenario names one of
+    its own by ``package.module:Class``, which :meth:`resolve` loads (:func:`load`: refused
+    in a validation) and registers under its NAME, which the records then use.
+
+    >>> class Shape:
+    ...     NAME = ""
+    >>> shapes = Registry("shape", Shape)
+    >>> @shapes.register
+    ... class Ring(Shape):
+    ...     NAME = "ring"
+    >>> shapes.resolve("ring", "shape") is Ring, "ring" in shapes, list(shapes)
+    (True, True, ['ring'])
+    >>> try:
+    ...     shapes.resolve("star", "topology.shape")
+    ... except ParamError as exc:
+    ...     print(exc)
+    topology.shape: unknown shape 'star' (known: ring, or package.module:Class)
+    """
+
+    def __init__(self, axis: str, base: type) -> None:
+        self.axis, self.base = axis, base
+        self._entries: dict[str, type] = {}
+
+    def register(self, cls: type) -> type:
+        """Make ``cls`` known by its NAME; returns it (a class decorator)."""
+        if not getattr(cls, "NAME", ""):
+            raise TypeError(f"{cls.__qualname__} has no NAME")
+        self._entries[cls.NAME] = cls
+        return cls
+
+    def resolve(self, name: object, where: str) -> type:
+        """The class registered as ``name``, or the class ``package.module:Class`` names
+        (loaded and registered); one-line ParamError otherwise."""
+        if isinstance(name, str) and name in self._entries:
+            return self._entries[name]
+        if not isinstance(name, str) or not DOTTED.fullmatch(name):
+            raise ParamError(where, f"unknown {self.axis} {clip(str(name), 60)!r} (known: "
+                                    f"{', '.join(self._entries)}, or package.module:Class)")
+        module, _, attr = name.partition(":")
+        cls = getattr(load(module, where), attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise ParamError(where, f"{name} is not a {self.base.__module__}."
+                                    f"{self.base.__qualname__}")
+        if not getattr(cls, "NAME", ""):
+            raise ParamError(where, f"{name} has no NAME")
+        if self._entries.get(cls.NAME, cls) is not cls:
+            raise ParamError(where, f"{name} is named {cls.NAME!r}, which another "
+                                    f"{self.axis} has")
+        return self.register(cls)
+
+    def is_reference(self, name: object) -> bool:
+        """``name`` names a class of one's own (not a registered name)."""
+        return isinstance(name, str) and name not in self._entries \
+            and DOTTED.fullmatch(name) is not None
+
+    # the registered classes by name, a read-only mapping
+    def __iter__(self):
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, name: str) -> type:
+        return self._entries[name]
+
+    def forget(self, name: str) -> type | None:
+        """Drop ``name`` (a test's own class, after the test); the class it was."""
+        return self._entries.pop(name, None)

@@ -247,7 +247,7 @@ def load(path: Path | str, duration_override: float | None = None,
 def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
     """(field, reference) of every plug-in a scenario document names: a dotted ``kind``,
     a ``package.module:function`` builder, controller ``apps``, a ``package.module:Class``
-    fault action, wherever they are (variants included)."""
+    fault action or workload kind, wherever they are (variants included)."""
     from testbed.faults import kinds
 
     found: list[tuple[str, str]] = []
@@ -256,6 +256,9 @@ def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
             field = f"{where}.{key}" if where else str(key)
             if key == "kind" and not where and isinstance(value, str) \
                     and value not in experiments.KINDS:
+                found.append((field, value))
+            elif key == "kind" and where and isinstance(value, str) \
+                    and plugins.DOTTED.fullmatch(value):  # a workload kind of one's own
                 found.append((field, value))
             elif key == "builder" and isinstance(value, str) and ":" in value:
                 found.append((field, value))

@@ -17,12 +17,11 @@ one class:
 >>> _ = register(Blackhole)
 >>> kind("blackhole").TARGET, "blackhole" in KINDS
 ('link', True)
->>> del KINDS["blackhole"]
+>>> _ = KINDS.forget("blackhole")
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -59,35 +58,19 @@ class FaultKind:
         return {**dict(zip(names, args, strict=False)), **params}
 
 
-KINDS: dict[str, type[FaultKind]] = {}
-
-
-def register(cls: type[FaultKind]) -> type[FaultKind]:
-    """Make a kind known by its NAME (usable as a class decorator)."""
-    KINDS[cls.NAME] = cls
-    return cls
-
-
-DOTTED = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+#: the fault kinds by name (:class:`topologies.plugins.Registry`, the shape every
+#: extension axis has)
+KINDS = plugins.Registry("fault kind", FaultKind)
+register = KINDS.register
+DOTTED = plugins.DOTTED
 
 
 def kind(name: str, where: str = "action") -> type[FaultKind]:
     """The kind named ``name`` (registered, or ``package.module:Class``)."""
-    if name in KINDS:
-        return KINDS[name]
-    if not isinstance(name, str) or not DOTTED.fullmatch(name):
-        raise ConfigError(where, f"unknown action {name!r} (known: {', '.join(KINDS)}, or "
-                                 "package.module:Class)")
-    module_name, _, attr = name.partition(":")
     try:
-        cls = getattr(plugins.load(module_name, where), attr, None)
+        return KINDS.resolve(name, where)
     except ParamError as exc:
-        raise ConfigError(where, exc.reason) from None
-    if not (isinstance(cls, type) and issubclass(cls, FaultKind)):
-        raise ConfigError(where, f"{name} is not a testbed.faults.kinds.FaultKind")
-    if KINDS.get(cls.NAME, cls) is not cls:
-        raise ConfigError(where, f"{name} is named {cls.NAME!r}, which another kind has")
-    return register(cls)  # from now on known by its NAME (the records use that)
+        raise ConfigError(exc.field, exc.reason) from None
 
 
 def parameters(cls: type[FaultKind], entry: dict, where: str) -> dict:

@@ -9,23 +9,21 @@ planes the way a multi-plane NIC spreads it.
 from __future__ import annotations
 
 import json
-import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from testbed.core import layout
 from testbed.errors import BringUpError
 from testbed.fabric.net import Fabric
-from testbed.faults.schedule import Fault, Schedule
-from testbed.host.procs import Helper, python_env, wait_for
+from testbed.host.procs import Helper, wait_for
 from testbed.workloads import chains
 from testbed.workloads.chains import SERVICE_PORT, SERVICES, TRAFFIC, Service
 from topologies.spec import FabricSpec
 from traffic.agent_plan import default_plan
-from traffic.patterns import destinations, hedera
+from traffic.patterns import destinations
 
 __all__ = ["SERVICE_PORT", "TRAFFIC", "Workload", "agent_plan", "congctl_route",
            "enable_tcp_ecn", "set_congestion_control", "start", "training_config", "wait_done"]
@@ -230,199 +228,6 @@ def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
-# -- the generic workloads list: commands, iperf3 pairs, replays, elephants ---------------
-OUTPUT = {"command": "command.out", "iperf3": "iperf3.json", "replay": "replay.json",
-          "elephants": "flow0.json"}
-PLACEHOLDER = re.compile(r"\{n(\d+)(?:\.p(\d+))?\}")
-IPERF_BASE_PORT = 5201
-#: elephants entry k, flow i listens on ELEPHANT_BASE_PORT + 1000 k + i
-ELEPHANT_BASE_PORT = 20000
-#: elephants end this long before the run does by default: iperf3's client learns what
-#: its server received only in the exchange after the test, which a stop would cut off
-ELEPHANT_MARGIN_S = 2.0
-
-
-def elephant_label(entry: dict) -> str:
-    """The pattern as Hedera's figures name it: stride4, stag(0.2,0.3), rand, randbij,
-    hotspot.
-
-    >>> elephant_label({"pattern": "stride", "stride": 4})
-    'stride4'
-    >>> elephant_label({"pattern": "staggered", "edge_p": 0.5, "pod_p": 0.3})
-    'stag(0.5,0.3)'
-    """
-    p = entry["pattern"]
-    if p == "stride":
-        return f"stride{entry['stride']}"
-    if p == "staggered":
-        return f"stag({entry['edge_p']:g},{entry['pod_p']:g})"
-    return {"random": "rand", "bijection": "randbij"}.get(p, p)
-
-
-def elephant_flows(entry: dict, n_hosts: int, seed: int) -> list[tuple[int, int]]:
-    """(sender, receiver) node indices of an elephants entry's flows, drawn from ``seed``.
-
-    >>> elephant_flows({"pattern": "stride", "stride": 2, "hosts": [0, 1, 4, 5]}, 8, 1)
-    [(0, 4), (1, 5), (4, 0), (5, 1)]
-    """
-    hosts = entry.get("hosts") or list(range(n_hosts))
-    dest = hedera(entry["pattern"], len(hosts), stride=entry.get("stride", 1),
-                  edge_hosts=entry.get("edge_hosts", 1), pod_hosts=entry.get("pod_hosts", 1),
-                  edge_p=entry.get("edge_p", 0.0), pod_p=entry.get("pod_p", 0.0),
-                  hotspots=entry.get("hotspots", 1), hot_flows=entry.get("hot_flows", 1),
-                  seed=seed)
-    return [(hosts[i], hosts[j]) for i, j in enumerate(dest)]
-
-
-def expand(arg: str, spec: FabricSpec) -> str:
-    """``{n5}`` -> host n5's address on plane 0 (rail 0), ``{n5.p1}`` on plane 1.
-
-    >>> from topologies.leafspine import build_fabric
-    >>> spec = build_fabric(prefix="tbdoc0", planes=2, nodes=4)
-    >>> expand("ping -c1 {n3} {n2.p1}", spec)
-    'ping -c1 10.0.0.4 10.1.0.3'
-    """
-    def address(match: re.Match) -> str:
-        node, plane = int(match.group(1)), int(match.group(2) or 0)
-        return spec.hosts[node].interface(plane, 0).ip
-    return PLACEHOLDER.sub(address, arg)
-
-
-@dataclass
-class Started:
-    """One workload entry and the processes that run it."""
-
-    index: int
-    entry: dict
-    procs: list[Helper] = field(default_factory=list)
-    started: float | None = None
-    error: str | None = None
-
-
-class ExtraWorkloads:
-    """The ``workloads:`` entries other than agents and training, started on time."""
-
-    def __init__(self, fabric: Fabric, entries: list[dict], *, out: Path, pid_dir: Path,
-                 stack: ExitStack, seed: int, duration_s: float) -> None:
-        self.fabric, self.out, self.pid_dir, self.stack = fabric, out, pid_dir, stack
-        self.seed, self.duration_s = seed, duration_s
-        self.items = [Started(i, e) for i, e in enumerate(entries)]
-        self.schedule: Schedule | None = None
-        #: elephants entries: their flows, (sender, receiver) node indices
-        self.flows = {i: elephant_flows(e, len(fabric.spec.hosts), seed)
-                      for i, e in enumerate(entries) if e["kind"] == "elephants"}
-
-    def _host(self, index: int):
-        return self.fabric.host(self.fabric.spec.hosts[index].name)
-
-    def _spawn(self, item: Started, name: str, host: int, argv: list[str],
-               stdout_file: Path | None = None) -> Helper:
-        proc = self._host(host).spawn(
-            f"wl{item.index}-{name}", argv, pid_dir=self.pid_dir,
-            log=self.out / f"workload-{item.index}-{name}.log", env=python_env(),
-            stdout_file=stdout_file)
-        self.stack.callback(proc.stop)
-        item.procs.append(proc)
-        return proc
-
-    def start(self, t0: float) -> None:
-        """iperf3 servers now; every entry's own process at ``t0 + at_s``."""
-        spec = self.fabric.spec
-        for item in self.items:
-            e = item.entry
-            if e["kind"] == "iperf3":
-                server = spec.hosts[e["server"]].interface(e["plane"], 0).ip
-                self._spawn(item, "server", e["server"],
-                            ["iperf3", "-s", "-1", "-B", server, "-p",
-                             str(IPERF_BASE_PORT + item.index)])
-            for k, (_, dst) in enumerate(self.flows.get(item.index, ())):
-                server = spec.hosts[dst].interface(e["plane"], 0).ip
-                self._spawn(item, f"flow{k}-server", dst,
-                            ["iperf3", "-s", "-1", "-B", server, "-p",
-                             str(ELEPHANT_BASE_PORT + 1000 * item.index + k)])
-        faults = [Fault(item.entry["at_s"], "start", str(item.index)) for item in self.items]
-        self.schedule = Schedule(faults, {"start": lambda i: self._start(self.items[int(i)])})
-        self.schedule.start(t0)
-
-    def _start(self, item: Started) -> None:
-        e, spec = item.entry, self.fabric.spec
-        item.started = time.time()
-        if e["kind"] == "command":
-            self._spawn(item, "command", e["host"], [expand(a, spec) for a in e["argv"]],
-                        stdout_file=self.out / f"workload-{item.index}-command.out")
-        elif e["kind"] == "iperf3":
-            server = spec.hosts[e["server"]].interface(e["plane"], 0).ip
-            client = spec.hosts[e["client"]].interface(e["plane"], 0).ip
-            argv = ["iperf3", "-c", server, "-B", client, "-p",
-                    str(IPERF_BASE_PORT + item.index), "-t", f"{e['seconds']:g}", "-J",
-                    "-P", str(e["parallel"]), "--connect-timeout", "3000"]
-            if e["udp"]:
-                argv.append("-u")
-            if e["rate_mbps"]:
-                argv += ["-b", f"{e['rate_mbps']:g}M"]
-            self._spawn(item, "client", e["client"], argv,
-                        stdout_file=self.out / f"workload-{item.index}-iperf3.json")
-        elif e["kind"] == "elephants":
-            seconds = e["seconds"] or max(1.0, self.duration_s - e["at_s"] - ELEPHANT_MARGIN_S)
-            for k, (src, dst) in enumerate(self.flows[item.index]):
-                argv = ["iperf3", "-c", spec.hosts[dst].interface(e["plane"], 0).ip,
-                        "-B", spec.hosts[src].interface(e["plane"], 0).ip,
-                        "-p", str(ELEPHANT_BASE_PORT + 1000 * item.index + k),
-                        "-t", f"{seconds:g}", "-J", "--connect-timeout", "3000"]
-                self._spawn(item, f"flow{k}", src, argv,
-                            stdout_file=self.out / f"workload-{item.index}-flow{k}.json")
-        elif e["kind"] == "replay":
-            iface = spec.hosts[e["host"]].interface(e["plane"], e["rail"]).name
-            rate = (["--pps", f"{e['pps']:g}"] if e["pps"] else
-                    ["--mbps", f"{e['mbps']:g}"] if e["mbps"] else ["--topspeed"])
-            self._spawn(item, "replay", e["host"],
-                        [*TRAFFIC, "replay", "--iface", iface, "--pcap", e["pcap"],
-                         "--loop", str(e["loop"]), *rate],
-                        stdout_file=self.out / f"workload-{item.index}-replay.json")
-
-    def wait(self, until: float) -> None:
-        """Until every process that ends by itself has ended, or ``until`` (epoch)."""
-        def done() -> bool:
-            started = all(item.started for item in self.items)
-            return started and not any(p.alive() for item in self.items for p in item.procs
-                                       if not p.name.endswith("-server"))
-        wait_for(lambda: time.time() >= until or done(), max(0.0, until - time.time()) + 1,
-                 interval=0.2)
-
-    def stop(self) -> list[dict]:
-        """Stop what still runs and return the ``workloads`` records of the run."""
-        if self.schedule:
-            self.schedule.stop()
-            self.schedule.join(5)
-        return [self._record(item) for item in self.items]
-
-    def _record(self, item: Started) -> dict:
-        e = item.entry
-        main = item.procs[-1] if item.procs and item.started else None
-        ran_out = main is not None and main.alive()
-        code = main.stop() if main is not None else None
-        for proc in item.procs[:-1]:
-            proc.stop()
-        rec = {"index": item.index, "kind": e["kind"], "at_s": e["at_s"],
-               "started": item.started is not None,
-               "exit_status": None if ran_out else code,
-               "stopped_at_end": ran_out}
-        rec.update({k: e[k] for k in ("host", "client", "server") if k in e})
-        result = self.out / f"workload-{item.index}-{OUTPUT[e['kind']]}"
-        if e["kind"] == "iperf3":
-            rec["goodput_mbps"] = _iperf3_goodput(result)
-        elif e["kind"] == "elephants":
-            rec["pattern"] = elephant_label(e)
-            rec["flows"] = [
-                {"src": src, "dst": dst, "goodput_mbps": _iperf3_goodput(
-                    self.out / f"workload-{item.index}-flow{k}.json")}
-                for k, (src, dst) in enumerate(self.flows[item.index])]
-        elif e["kind"] == "replay":
-            rec["replay"] = _last_json(result)
-        rec["output"] = result.name
-        return rec
-
-
 def elephants_summary(records: list[dict], link_mbps: float) -> dict:
     """The run's elephants in one figure: their aggregate goodput (the bisection
     bandwidth the fabric gave that pattern), against what the hosts' NICs allow.
@@ -440,26 +245,3 @@ def elephants_summary(records: list[dict], link_mbps: float) -> dict:
             "flows": len(flows), "measured": len(rates), "aggregate_mbps": total,
             "per_flow_mbps": {"min": min(rates, default=None), "max": max(rates, default=None)},
             "of_nics": round(total / (len(flows) * link_mbps), 3) if flows else None}
-
-
-def _last_json(path: Path) -> dict | None:
-    try:
-        lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
-        return json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        return None
-
-
-def _iperf3_goodput(path: Path) -> float | None:
-    """The client's received goodput, or None: no result, or a test cut short (its
-    ``error``: the server's figures never came back, the 0 it reports is not a rate)."""
-    try:
-        record = json.loads(path.read_text())
-        end = record["end"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if record.get("error"):
-        return None
-    summary = end.get("sum_received") or end.get("sum") or {}
-    bps = summary.get("bits_per_second")
-    return round(bps / 1e6, 3) if bps is not None else None

@@ -61,6 +61,12 @@ def test_workloads_list_runs_every_entry(tmp_path):
     ("fault-kinds", lambda run: [f["fault"] for f in run["faults"]] ==
      ["rate", "rate_restore", "degrade", "restore", "blackhole", "restore"]
      and run["agents"]["chains_completed"] > 0),
+    # a workload kind of one's own: its server and client in the hosts, its record
+    ("workload-kind", lambda run: run["workloads"][0]["kind"] == "udp_echo"
+     and run["workloads"][0]["exit_status"] == 0
+     and (echo := run["workloads"][0]["echo"])["sent"] == 100
+     and echo["received"] + echo["lost"] == 100 and echo["received"] > 0
+     and echo["rtt_ms"]["p50"] > 0),
 ])
 def test_examples_run(tmp_path, example, check):
     out = tmp_path / "out"

@@ -69,7 +69,7 @@ def test_a_plugin_kind_by_dotted_path_with_params(plugins_load):
     faults = parse_faults([{"at_s": 1, "action": path, "target": "p0l0-p0s1",
                             "params": {"loss": 1.0}}], SPEC)
     assert faults[0].action == "blackhole" and faults[0].params == {"loss": 1.0}
-    assert kinds.KINDS.pop("blackhole") is Blackhole
+    assert kinds.KINDS.forget("blackhole") is Blackhole
 
 
 def test_a_kernel_without_netem_refuses_delay_before_anything_starts():

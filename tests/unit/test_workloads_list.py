@@ -99,7 +99,7 @@ def test_workloads_in_a_variant_name_the_variant():
 
 
 def test_elephants_entry_and_its_flows():
-    from testbed.workloads.generators import elephant_flows, elephant_label
+    from testbed.workloads.kinds import elephant_flows, elephant_label
 
     sc = parse(scenario({"kind": "elephants", "pattern": "stride", "stride": 1}))
     entry, = sc.variants[0].workloads

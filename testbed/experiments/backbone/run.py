@@ -54,6 +54,7 @@ from testbed.host.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.host.procs import Helper, python_env, wait_for
 from testbed.macsec.decrypt import key_reference
 from testbed.storage import replication as xregion
+from testbed.workloads import iperf3
 from topologies.backbone import Backbone
 from topologies.backbone_check import design_check
 
@@ -82,9 +83,8 @@ def _route_events(path: Path) -> list[float]:
 
 
 def _iperf(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    data = iperf3.read(path)
+    if data is None:
         return {"goodput_mbps": None, "bytes": 0, "intervals": [], "start": None,
                 "error": "no iperf3 result"}
     start = data.get("start", {}).get("timestamp", {}).get("timesecs")
@@ -264,12 +264,10 @@ class Variant:
             port = IPERF_PORT + i
             dst = net.region_addr(flow["dst"])
             self._helper(stack, f"iperf-s{i}", NetnsHost(net.ns(flow["dst"])).argv(
-                ["iperf3", "-s", "-1", "-B", dst, "-p", str(port)]),
-                log=self.out / f"iperf-s{i}.log")
-            argv = NetnsHost(net.ns(flow["src"])).argv([
-                "iperf3", "-c", dst, "-B", net.region_addr(flow["src"]), "-p", str(port),
-                "-t", str(int(self.duration_s)), "-b", f"{flow['rate_mbps']}M", "-J",
-                "--connect-timeout", "3000"])
+                iperf3.server(dst, port)), log=self.out / f"iperf-s{i}.log")
+            argv = NetnsHost(net.ns(flow["src"])).argv(iperf3.client(
+                dst, port, seconds=int(self.duration_s), bind=net.region_addr(flow["src"]),
+                rate_mbps=flow["rate_mbps"]))
             if not wait_for(lambda d=flow["dst"], p=port: _listening(net.ns(d), p), 5):
                 raise BringUpError(f"iperf3 server for replication[{i}] not listening")
             clients.append(self._helper(stack, f"iperf-c{i}", argv,

@@ -50,6 +50,7 @@ from testbed.host.naming import new_run_id, run_prefix
 from testbed.lab import capture
 from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
+from testbed.workloads import kinds as workload_kinds
 from topologies import plugins
 from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
 from topologies.params import ParamError, Section
@@ -318,66 +319,29 @@ class FabricExperiment(base.Experiment):
 
     @staticmethod
     def _resolve_workload(entry: dict, i: int, spec: FabricSpec, prefix: str) -> dict:
-        """Host references as node indices, planes and files checked against the fabric."""
+        """Host references as node indices, the plane checked against the fabric, then
+        what the entry's kind checks (a kind of one's own: its ``params`` too)."""
+        where = f"{prefix}workloads[{i}]"
+        kind = workload_kinds.kind(entry["kind"], f"{where}.kind")
         names = {h.name[len(spec.prefix):]: n for n, h in enumerate(spec.hosts)}
         out = dict(entry)
-        for key in ("host", "client", "server"):
-            if key not in entry:
+        if workload_kinds.KINDS.is_reference(entry["kind"]) or kind.PARAMS is not None:
+            out["params"] = workload_kinds.parameters(type(kind), entry.get("params"),
+                                                      f"{where}.params")
+        for key in kind.HOSTS:
+            if entry.get(key) is None:
                 continue
             ref = entry[key]
             node = ref if isinstance(ref, int) else names.get(ref)
             if node is None or not 0 <= node < len(spec.hosts):
-                raise ConfigError(f"{prefix}workloads[{i}].{key}",
+                raise ConfigError(f"{where}.{key}",
                                   f"no host {ref!r} (hosts n0..n{len(spec.hosts) - 1})")
             out[key] = node
         if entry.get("plane", 0) >= spec.planes:
-            raise ConfigError(f"{prefix}workloads[{i}].plane",
+            raise ConfigError(f"{where}.plane",
                               f"must be below {spec.planes} (the fabric's planes)")
-        if entry["kind"] == "iperf3" and out["client"] == out["server"]:
-            raise ConfigError(f"{prefix}workloads[{i}].server", "must differ from client")
-        if entry["kind"] == "replay":
-            if entry["rail"] >= spec.rails:
-                raise ConfigError(f"{prefix}workloads[{i}].rail",
-                                  f"must be below {spec.rails} (the fabric's rails)")
-            if not Path(entry["pcap"]).is_file():
-                raise ConfigError(f"{prefix}workloads[{i}].pcap", f"no such file {entry['pcap']!r}")
-            if entry["pps"] and entry["mbps"]:
-                raise ConfigError(f"{prefix}workloads[{i}].mbps", "give pps or mbps, not both")
-        if entry["kind"] == "elephants":
-            FabricExperiment._check_elephants(out, len(spec.hosts), f"{prefix}workloads[{i}]")
-        if entry["kind"] == "command":
-            for j, arg in enumerate(entry["argv"]):
-                for m in generators.PLACEHOLDER.finditer(arg):
-                    node, plane = int(m.group(1)), int(m.group(2) or 0)
-                    if node >= len(spec.hosts) or plane >= spec.planes:
-                        raise ConfigError(f"{prefix}workloads[{i}].argv[{j}]",
-                                          f"{m.group(0)} names no host address of this fabric")
+        kind.check(out, spec, where)
         return out
-
-    @staticmethod
-    def _check_elephants(entry: dict, nodes: int, where: str) -> None:
-        hosts = entry["hosts"] or list(range(nodes))
-        for j, node in enumerate(hosts):
-            _check_node(f"{where}.hosts[{j}]", node, nodes)
-        if len(set(hosts)) != len(hosts) or len(hosts) < 2:
-            raise ConfigError(f"{where}.hosts", "needs at least 2 different node indices")
-        if entry["pattern"] == "stride" and entry["stride"] % len(hosts) == 0:
-            raise ConfigError(f"{where}.stride", f"{entry['stride']} sends every host to "
-                                                 f"itself with {len(hosts)} hosts")
-        if entry["edge_p"] + entry["pod_p"] > 1:
-            raise ConfigError(f"{where}.pod_p", "edge_p + pod_p must not exceed 1")
-        if entry["pod_hosts"] % entry["edge_hosts"]:
-            raise ConfigError(f"{where}.pod_hosts", "must be a multiple of edge_hosts")
-        if entry["pattern"] == "staggered" and not (
-                2 <= entry["edge_hosts"] < entry["pod_hosts"] < len(hosts)):
-            raise ConfigError(f"{where}.edge_hosts", "staggered needs edge switches of 2 or "
-                                                     "more hosts, pods of several edges and "
-                                                     "several pods (edge_hosts < pod_hosts "
-                                                     "< hosts)")
-        if entry["pattern"] == "hotspot" and entry["hotspots"] * entry["hot_flows"] >= len(hosts):
-            raise ConfigError(f"{where}.hotspots", f"{entry['hotspots']} x hot_flows "
-                                                   f"{entry['hot_flows']} must be below the "
-                                                   f"{len(hosts)} hosts")
 
     @staticmethod
     def _check_controller(controller: dict, faults: tuple[Fault, ...], prefix: str) -> None:
@@ -488,7 +452,7 @@ class FabricExperiment(base.Experiment):
         elephants = [e for e in variant.workloads if e["kind"] == "elephants"]
         entry: dict = {"name": variant.name, "run_id": run_id, "seed": seed,
                        "reference": variant.reference,
-                       "pattern": (generators.elephant_label(elephants[0]) if elephants
+                       "pattern": (workload_kinds.elephant_label(elephants[0]) if elephants
                                    else variant.training["pattern"])}
         with ExitStack() as stack:
             progress(f"{tag}: starting fabric ({spec.planes} planes, {len(spec.switches)} "
@@ -518,7 +482,7 @@ class FabricExperiment(base.Experiment):
                                    duration_s=duration_s, seed=seed, stack=stack)
             extra = None
             if variant.workloads:
-                extra = generators.ExtraWorkloads(fabric, list(variant.workloads), out=out,
+                extra = workload_kinds.ExtraWorkloads(fabric, list(variant.workloads), out=out,
                                                  pid_dir=live.pid_dir, stack=stack,
                                                  seed=seed, duration_s=duration_s)
                 extra.start(work.start_at)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, WithJsonSchema
+from pydantic import Discriminator, Field, Tag, WithJsonSchema
 
 # the controller section, one model shared with the controller process
 from controllers.schema import (  # noqa: F401
@@ -24,6 +24,7 @@ from controllers.schema import (  # noqa: F401
 from testbed.fabric.qos import Qos
 from testbed.fabric.switchd import SwitchSettings
 from testbed.faults import kinds
+from topologies import plugins
 from topologies.params import Section
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,40}$")]
@@ -207,9 +208,38 @@ class TrainingWorkload(Training):
     enabled: bool = Field(True, description="run it")
 
 
-Workload = Annotated[CommandWorkload | Iperf3Workload | ReplayWorkload | ElephantsWorkload
-                     | AgentsWorkload | TrainingWorkload, Field(discriminator="kind")]
+class PluginWorkload(Section):
+    """A workload kind of one's own (a :class:`testbed.workloads.kinds.WorkloadKind`),
+    named by dotted path; its own fields under ``params:``, checked by its ``PARAMS``
+    when a run loads it."""
+
+    kind: str = Field(pattern=plugins.DOTTED.pattern, description="package.module:Class")
+    host: HostRef | None = Field(None, description="the host it runs in, if it names one")
+    at_s: float = Field(0, ge=0, description="seconds after traffic starts")
+    plane: int = Field(0, ge=0, description="the plane whose NIC it uses")
+    params: dict[str, Any] | None = Field(None, description="the kind's parameters")
+
+
 WORKLOAD_KINDS = ("command", "iperf3", "replay", "elephants", "agents", "training")
+#: the tag of a kind of one's own (what an unknown kind's error lists beside the names)
+PLUGIN_TAG = "package.module:Class"
+
+
+def kind(entry: Any) -> str | None:
+    """The union member of a ``workloads`` entry: its ``kind``, or the plug-in tag
+    (named after the field it reads, as errors name that field)."""
+    kind = entry.get("kind") if isinstance(entry, dict) else getattr(entry, "kind", None)
+    if isinstance(kind, str) and kind not in WORKLOAD_KINDS and plugins.DOTTED.fullmatch(kind):
+        return PLUGIN_TAG
+    return kind
+
+
+Workload = Annotated[
+    Annotated[CommandWorkload, Tag("command")] | Annotated[Iperf3Workload, Tag("iperf3")]
+    | Annotated[ReplayWorkload, Tag("replay")] | Annotated[ElephantsWorkload, Tag("elephants")]
+    | Annotated[AgentsWorkload, Tag("agents")] | Annotated[TrainingWorkload, Tag("training")]
+    | Annotated[PluginWorkload, Tag(PLUGIN_TAG)],
+    Discriminator(kind)]
 
 
 class Workloads(Section):

@@ -45,7 +45,7 @@ from testbed.macsec.link import UserspaceLink
 from testbed.macsec.secy import RX_DELIVERED
 from testbed.macsec.wire import TappedWire, plain_pair, remove_pair, shape
 from testbed.macsec.wireshark import UAT_FILE, write_uat
-from testbed.workloads import chains
+from testbed.workloads import chains, iperf3
 from testbed.workloads.chains import SERVICES, Service
 
 Progress = Callable[[str], None]
@@ -104,8 +104,7 @@ class Traffic:
         where = Service(NetnsHost(b.netns), [b.address])
         chains.start_services(dict.fromkeys(SERVICES, where), out=self.out,
                               pid_dir=self.pid_dir, stack=self.stack)
-        self.helper("iperf-server", b.netns, ["iperf3", "-s", "-B", b.address, "-p",
-                                              str(IPERF_PORT)])
+        self.helper("iperf-server", b.netns, iperf3.server(b.address, IPERF_PORT, once=False))
 
     def start_clients(self) -> None:
         """The chain driver now and the bulk client after :data:`BULK_DELAY_S`."""
@@ -119,9 +118,9 @@ class Traffic:
     def tick(self) -> None:
         """Start the bulk flow when its time has come."""
         if self.bulk is None and self.elapsed() >= BULK_DELAY_S:
-            self.bulk = self.helper("bulk", self.cfg.a.netns, [
-                "iperf3", "-c", self.cfg.b.address, "-p", str(IPERF_PORT), "-t",
-                f"{self.section['bulk_seconds']:g}", "-J"], stdout_file=self.out / "bulk.json")
+            self.bulk = self.helper("bulk", self.cfg.a.netns, iperf3.client(
+                self.cfg.b.address, IPERF_PORT, seconds=self.section["bulk_seconds"]),
+                stdout_file=self.out / "bulk.json")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -148,9 +147,8 @@ class Traffic:
 
     def bulk_entry(self) -> dict:
         """``bulk``: goodput (receiver side) and retransmits of the iperf3 flow."""
-        path = self.out / "bulk.json"
         try:
-            end = json.loads(path.read_text())["end"]
+            end = (iperf3.read(self.out / "bulk.json") or {})["end"]
             return {"goodput_mbps": round(end["sum_received"]["bits_per_second"] / 1e6, 3),
                     "retransmits": end["sum_sent"].get("retransmits", 0),
                     "seconds": round(end["sum_received"]["seconds"], 3)}
