@@ -212,14 +212,19 @@ def relative(path: Path) -> str:
 
 #: ``package.module:Name``: a class of one's own named where a registry's name would be
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+#: ``package.module`` (its default class) or ``package.module:Name``
+MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")
 
 
 class Registry(Mapping):
-    """The extensions of one axis (fault kinds, workload kinds, ...), one shape for all:
-    classes of one base class, each known by its ``NAME``. The built-in ones register
-    themselves (:meth:`register`, usable as a class decorator); a scenario names one of
-    its own by ``package.module:Class``, which :meth:`resolve` loads (:func:`load`: refused
-    in a validation) and registers under its NAME, which the records then use.
+    """The extensions of one axis (experiment kinds, fault kinds, workload kinds), one
+    shape for all: classes of one base class, each known by its name (the class
+    attribute ``key``, ``NAME`` unless said). The built-in ones register themselves
+    (:meth:`register`, usable as a class decorator) or are named by where they live
+    (:meth:`add`, imported when first asked for); a scenario names one of its own by
+    ``package.module:Class`` (``package.module`` alone: its ``default`` attribute),
+    which :meth:`resolve` loads (:func:`load`: refused in a validation) and registers
+    under its name, which the records then use.
 
     >>> class Shape:
     ...     NAME = ""
@@ -236,41 +241,56 @@ class Registry(Mapping):
     topology.shape: unknown shape 'star' (known: ring, or package.module:Class)
     """
 
-    def __init__(self, axis: str, base: type) -> None:
-        self.axis, self.base = axis, base
-        self._entries: dict[str, type] = {}
+    def __init__(self, axis: str, base: type, *, key: str = "NAME",
+                 default: str | None = None) -> None:
+        self.axis, self.base, self.key, self.default = axis, base, key, default
+        self._entries: dict[str, type | str] = {}
+        self.pattern = MODULE if default else DOTTED
+        self.form = "a module's dotted path" if default else "package.module:Class"
 
     def register(self, cls: type) -> type:
-        """Make ``cls`` known by its NAME; returns it (a class decorator)."""
-        if not getattr(cls, "NAME", ""):
-            raise TypeError(f"{cls.__qualname__} has no NAME")
-        self._entries[cls.NAME] = cls
+        """Make ``cls`` known by its name; returns it (a class decorator)."""
+        if not getattr(cls, self.key, ""):
+            raise TypeError(f"{cls.__qualname__} has no {self.key}")
+        self._entries[getattr(cls, self.key)] = cls
         return cls
 
+    def add(self, name: str, where: str) -> None:
+        """Make ``name`` known as the class at ``package.module:Class`` (or the module's
+        ``default``), imported when it is first asked for (a built-in one, or a test's)."""
+        self._entries[name] = where
+
     def resolve(self, name: object, where: str) -> type:
-        """The class registered as ``name``, or the class ``package.module:Class`` names
-        (loaded and registered); one-line ParamError otherwise."""
+        """The class registered as ``name``, or the class a reference names (loaded
+        and registered); one-line ParamError otherwise."""
         if isinstance(name, str) and name in self._entries:
-            return self._entries[name]
-        if not isinstance(name, str) or not DOTTED.fullmatch(name):
+            return self[name]
+        if not isinstance(name, str) or not self.pattern.fullmatch(name):
             raise ParamError(where, f"unknown {self.axis} {clip(str(name), 60)!r} (known: "
-                                    f"{', '.join(self._entries)}, or package.module:Class)")
+                                    f"{', '.join(self._entries)}, or {self.form})")
         module, _, attr = name.partition(":")
-        cls = getattr(load(module, where), attr, None)
-        if not (isinstance(cls, type) and issubclass(cls, self.base)):
-            raise ParamError(where, f"{name} is not a {self.base.__module__}."
-                                    f"{self.base.__qualname__}")
-        if not getattr(cls, "NAME", ""):
-            raise ParamError(where, f"{name} has no NAME")
-        if self._entries.get(cls.NAME, cls) is not cls:
-            raise ParamError(where, f"{name} is named {cls.NAME!r}, which another "
-                                    f"{self.axis} has")
+        cls = self._check(name, getattr(load(module, where), attr or self.default, None),
+                          where)
+        if self._entries.get(getattr(cls, self.key), cls) is not cls:
+            raise ParamError(where, f"{name} is named {getattr(cls, self.key)!r}, which "
+                                    f"another {self.axis} has")
         return self.register(cls)
+
+    def _check(self, name: str, cls: object, where: str) -> type:
+        base = f"{self.base.__module__}.{self.base.__qualname__}"
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            if self.default and ":" not in name:
+                raise ParamError(where, f"{name!r} defines no {self.default} (a subclass "
+                                        f"of {base})")
+            raise ParamError(where, f"{name} is not a {base}")
+        if not getattr(cls, self.key, ""):
+            raise ParamError(where, f"{name} has no {self.key}")
+        return cls
 
     def is_reference(self, name: object) -> bool:
         """``name`` names a class of one's own (not a registered name)."""
         return isinstance(name, str) and name not in self._entries \
-            and DOTTED.fullmatch(name) is not None
+            and self.pattern.fullmatch(name) is not None
 
     # the registered classes by name, a read-only mapping
     def __iter__(self):
@@ -280,8 +300,13 @@ class Registry(Mapping):
         return len(self._entries)
 
     def __getitem__(self, name: str) -> type:
-        return self._entries[name]
+        entry = self._entries[name]
+        if isinstance(entry, str):  # a built-in one, imported now
+            module, _, attr = entry.partition(":")
+            cls = getattr(importlib.import_module(module), attr or self.default or "", None)
+            entry = self._entries[name] = self._check(entry, cls, name)
+        return entry
 
-    def forget(self, name: str) -> type | None:
-        """Drop ``name`` (a test's own class, after the test); the class it was."""
+    def forget(self, name: str) -> type | str | None:
+        """Drop ``name`` (a test's own class, after the test); what it was."""
         return self._entries.pop(name, None)

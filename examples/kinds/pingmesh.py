@@ -3,7 +3,7 @@
 The whole of what a new kind needs, in one module: its section's model, its variants,
 how one variant runs into the folder it is handed, and its report section. Register it
 with ``testbed.experiments.register("pingmesh", "examples.kinds.pingmesh")`` (or one
-line in ``testbed.experiments.KINDS``), then a scenario with a ``pingmesh:`` section
+line ``testbed.experiments.KINDS.add``), then a scenario with a ``pingmesh:`` section
 runs through ``testbed run`` like every other kind.
 """
 

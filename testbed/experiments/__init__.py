@@ -1,60 +1,42 @@
 """The experiment kinds, by name: the runner looks a scenario's kind up here, nowhere else.
 
 Adding a kind: one module with a subclass of :class:`~testbed.experiments.base.Experiment`
-bound to the module-level name ``EXPERIMENT``, and one entry ``"name": "package.module"``
-in :data:`KINDS` (or a call of :func:`register`). A scenario can also name a kind that
+bound to the module-level name ``EXPERIMENT``, and one line ``KINDS.add("name",
+"package.module")`` (or a call of :func:`register`). A scenario can also name a kind that
 lives outside the testbed by its module's dotted path (``kind: examples.kinds.pingmesh``,
 the tiny example kind that ``tests/integration/test_experiments.py`` runs).
 """
 
 from __future__ import annotations
 
-import importlib
-import re
-
 from testbed.errors import ConfigError
+from testbed.experiments.base import Experiment
 from topologies import plugins
 from topologies.params import ParamError
 
-#: kind name -> module whose ``EXPERIMENT`` is the kind's Experiment subclass
-KINDS: dict[str, str] = {
-    "fabric": "testbed.experiments.fabric.run",
-    "macsec": "testbed.experiments.macsec.run",
-    "backbone": "testbed.experiments.backbone.run",
-    "storage": "testbed.experiments.storage.run",
-}
+#: the experiment kinds by name (:class:`topologies.plugins.Registry`, the shape every
+#: extension axis has): the testbed's own are imported when first asked for
+KINDS = plugins.Registry("experiment kind", Experiment, key="KIND", default="EXPERIMENT")
+for _kind in ("fabric", "macsec", "backbone", "storage"):
+    KINDS.add(_kind, f"testbed.experiments.{_kind}.run")
 DEFAULT_KIND = "fabric"
+#: a kind named by the dotted path of its module (a plug-in outside the testbed)
+DOTTED = plugins.MODULE
 
 
 def register(kind: str, module: str) -> None:
-    """Make ``kind`` known (a plug-in or a test's example kind)."""
-    KINDS[kind] = module
+    """Make ``kind`` known as the ``EXPERIMENT`` of ``module`` (a plug-in, or a test's
+    example kind)."""
+    KINDS.add(kind, module)
 
 
-#: a kind named by the dotted path of its module (a plug-in outside the testbed)
-DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
-
-
-def get(kind: str):
+def get(kind: str) -> type[Experiment]:
     """The Experiment subclass of ``kind`` (a registered name, or the dotted path of a
     module that defines ``EXPERIMENT``); ConfigError otherwise."""
-    from testbed.experiments.base import Experiment
-
-    if kind not in KINDS and not DOTTED.fullmatch(kind):
-        raise ConfigError("kind", f"unknown experiment kind {kind!r} (known: "
-                                  f"{', '.join(sorted(KINDS))}, or a module's dotted path)")
-    if kind in KINDS:  # the testbed's own
-        module = importlib.import_module(KINDS[kind])
-    else:
-        try:
-            module = plugins.load(kind, "kind")
-        except ParamError as exc:
-            raise ConfigError("kind", exc.reason) from None
-    cls = getattr(module, "EXPERIMENT", None)
-    if not (isinstance(cls, type) and issubclass(cls, Experiment)):
-        raise ConfigError("kind", f"{kind!r} defines no EXPERIMENT (a subclass of "
-                                  "testbed.experiments.base.Experiment)")
-    return cls
+    try:
+        return KINDS.resolve(kind, "kind")
+    except ParamError as exc:
+        raise ConfigError(exc.field, exc.reason) from None
 
 
 def all_kinds() -> dict[str, type]:

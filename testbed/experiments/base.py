@@ -5,7 +5,7 @@ for its variants and seeds, hands each variant a results folder (from
 :class:`~testbed.core.layout.Layout`), a :class:`RunContext` and an index, collects the
 ``runs`` entries, and lets the kind add its own top-level summary section, report
 section and terminal table. A new kind is one module with one subclass of
-:class:`Experiment`, plus one line in :data:`testbed.experiments.KINDS`.
+:class:`Experiment`, plus one line ``testbed.experiments.KINDS.add(name, module)``.
 """
 
 from __future__ import annotations

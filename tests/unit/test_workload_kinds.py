@@ -11,8 +11,7 @@ import pytest
 from testbed.core.scenario import parse, validate
 from testbed.errors import ConfigError
 from testbed.faults import kinds as fault_kinds
-from testbed.workloads import iperf3
-from testbed.workloads import kinds
+from testbed.workloads import iperf3, kinds
 from topologies import plugins
 from topologies.params import ParamError
 
