@@ -81,7 +81,6 @@ ring all-reduce, 10 s):
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -97,6 +96,7 @@ from typing import Any
 
 from controllers.telemetry import QueueReader
 from testbed.fabric.ovs_socket import HOST_PID_FILES, host_pid
+from testbed.host import netns as namespaces
 from testbed.host.naming import OWNER, RUN_ROOT
 from traffic.stats import percentiles
 
@@ -104,7 +104,6 @@ log = logging.getLogger(__name__)
 
 OVS_PID_FILES = HOST_PID_FILES
 NETNS_DIR = Path("/run/netns")
-CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
 PROC = Path("/proc")
 #: backlog reads per interval (the sample's own and the polls between): what a link's
@@ -390,38 +389,10 @@ def link_sample(link: WatchedLink, before: tuple[int, int], after: tuple[int, in
 
 
 # -- sampling (the host) -------------------------------------------------------------------
-def _setns(fd: int) -> None:
-    """Move the calling thread (only it) into the network namespace open at ``fd``."""
-    if hasattr(os, "setns"):  # Python 3.12
-        os.setns(fd, CLONE_NEWNET)
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def netlink_socket_in(netns: str) -> socket.socket:
-    """A NETLINK_ROUTE socket inside the named namespace, made by the calling thread: it
-    enters the namespace, opens the socket (which stays in that namespace) and comes back.
-
-    pyroute2's ``IPRoute(netns=...)`` forks a child to do this; forked from a process
-    with threads (this monitor beside the runner) the child can hang on a lock another
-    thread held, and the run with it (seen here).
-    """
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        target = os.open(NETNS_DIR / netns, os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                return socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
-            finally:
-                _setns(own)
-        finally:
-            os.close(target)
-    finally:
-        os.close(own)
+def netlink_socket_in(name: str) -> socket.socket:
+    """A NETLINK_ROUTE socket inside the named namespace (:func:`testbed.host.netns.made_in`)."""
+    return namespaces.made_in(NETNS_DIR / name, lambda: socket.socket(
+        socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE))
 
 
 class _Netns:

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from controllers.telemetry import Queue, QueueReader
 from testbed.fabric import qos
+from testbed.host import netns
 from traffic import stats
 
 ETH_P_PAUSE = 0x8808
@@ -71,7 +72,6 @@ PACKET_QDISC_BYPASS = 20
 PACKET_OUTGOING = 4
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
-CLONE_NEWNET = 0x40000000
 SIOCGIFHWADDR = 0x8927
 #: how often queues are read when PFC is off (per-class counters and sampled peaks)
 COUNTER_POLL_S = 0.02
@@ -166,22 +166,7 @@ def quanta(seconds: float, mbps: float) -> int:
 def in_netns(path: str | None, make):
     """``make()`` called inside the network namespace at ``path`` (None: this one);
     sockets keep the namespace they were made in."""
-    if path is None:
-        return make()
-    libc = ctypes.CDLL(None, use_errno=True)
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    target = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(target, CLONE_NEWNET):
-            raise OSError(ctypes.get_errno(), f"setns {path}")
-        try:
-            return make()
-        finally:
-            if libc.setns(own, CLONE_NEWNET):
-                raise OSError(ctypes.get_errno(), "setns back")
-    finally:
-        os.close(own)
-        os.close(target)
+    return netns.made_in(path, make)
 
 
 @dataclass

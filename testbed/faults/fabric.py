@@ -45,12 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.core import layout
 from testbed.errors import ConfigError, HostError
 from testbed.fabric.net import HTB_MINOR, burst_bytes
 from testbed.faults import kinds as fault_kinds
 from testbed.faults.schedule import Fault
+from testbed.host import netns
 from testbed.host.naming import forget, register, run_id_of
 from testbed.host.nft import port_loss_rules
 from testbed.host.procs import Helper
@@ -225,11 +227,18 @@ class FabricFaults:
         for lk in links:
             if lk.kind == "host":
                 by_host.setdefault(lk.a, []).append(lk.a_intf)
-        for host, names in by_host.items():
-            script = " && ".join(f"ip link set dev {n} {state}" for n in names)
-            done = self.live.fabric.run(host, ["sh", "-c", script], timeout=10)
-            if done.returncode:
-                raise HostError(f"{host}: {script}: {done.stderr.strip()}")
+        for host, names in by_host.items():  # netlink made in the host's namespace
+            where = netns.of_pid(self.live.fabric.host_pid(host))
+            with netns.made_in(where, IPRoute) as ipr:
+                for name in names:
+                    index = ipr.link_lookup(ifname=name)
+                    if not index:
+                        raise HostError(f"{host}: its NIC {name} is gone")
+                    try:
+                        ipr.link("set", index=index[0], state=state)
+                    except NetlinkError as exc:
+                        raise HostError(f"{host}: {name} {state}: "
+                                        f"{os.strerror(exc.code)}") from None
 
     # -- controller --------------------------------------------------------------------
     def kill_controller(self) -> int:

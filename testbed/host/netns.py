@@ -1,0 +1,54 @@
+"""Entering a network namespace from one thread, for the sockets made there: a socket
+keeps the namespace it was made in, so a netlink socket (or a pyroute2 ``IPRoute``) made
+inside a host's namespace works on that host's links from anywhere in the process.
+
+pyroute2's ``IPRoute(netns=...)`` forks a child to do this; forked from a process with
+threads (the fidelity monitor beside the runner) the child can hang on a lock another
+thread held, and the run with it. ``setns`` here moves the calling thread only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
+
+
+def setns(fd: int) -> None:
+    """Move the calling thread (only it) into the network namespace open at ``fd``."""
+    if hasattr(os, "setns"):  # Python 3.12
+        os.setns(fd, CLONE_NEWNET)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def made_in(path: str | os.PathLike | None, make: Callable[[], T]) -> T:
+    """``make()`` called inside the network namespace at ``path`` (``/run/netns/NAME``,
+    ``/proc/PID/ns/net``; None: this thread's own), then back."""
+    if path is None:
+        return make()
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(path, os.O_RDONLY)
+        try:
+            setns(target)
+            try:
+                return make()
+            finally:
+                setns(own)
+        finally:
+            os.close(target)
+    finally:
+        os.close(own)
+
+
+def of_pid(pid: int) -> str:
+    """The namespace of process ``pid`` (a Mininet host's shell), as a path."""
+    return f"/proc/{pid}/ns/net"
