@@ -2,8 +2,8 @@
 
 Bring-up (:func:`testbed.fabric.bringup.controller_config`) writes it as ``controller.json``:
 the scenario's validated ``controller`` section plus where things are (the topology
-spec, the status and telemetry files), the seed, the link rate and who marks CE. Both
-sides use one model: :class:`ControllerConfig` is the scenario's
+spec, the status and telemetry files), the seed and who marks CE (the link rate is the
+spec's). Both sides use one model: :class:`ControllerConfig` is the scenario's
 :class:`controllers.schema.Controller` with those keys added, so a default or a range is
 written once; bring-up validates the file before the controller starts, and the
 controller reads it back with the same model (a bare ``{"spec": "spec.json"}`` gives
@@ -54,7 +54,6 @@ class ControllerConfig(Controller):
     status: str | None = Field(None, description="JSON lines of controller events")
     telemetry: str | None = Field(None, description="JSON lines of port samples")
     seed: int = Field(1, ge=0, description="seeds the controller's random draws (ECN)")
-    link_mbps: float = Field(0.0, ge=0, description="the fabric's link rate")
     ecn_backend: Literal["off", "controller", "switch", "phantom"] = Field(
         "off", description="who marks CE, ecn.mode resolved from the host's RED")
     plugin_path: list[str] = Field(default_factory=list, description="folders the apps are "

@@ -74,7 +74,7 @@ class CongestionControl(app_manager.OSKenApp):
         self.status = StatusLog(self.cfg.status)
         self.telemetry_path = self.cfg.telemetry
         self.writer = TelemetryWriter(self.telemetry_path) if self.telemetry_path else None
-        self.link_mbps = self.cfg.link_mbps or self.spec.link_mbps
+        self.link_mbps = self.spec.link_mbps  # the rate the spec's links are shaped to
         self.ports = port_table(self.spec)
         self.plans = {sw.dpid: plan_switch(self.spec, sw.dpid) for sw in self.spec.switches}
         #: per switch: destination -> its ECMP set (routes over several ports)

@@ -63,14 +63,21 @@ class LiveFabric:
 
 def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
                       out: Path, seed: int = 1, telemetry: bool = True) -> dict:
+    """:func:`controller_model` as the file's JSON object."""
+    return controller_model(controller, spec, caps, out=out, seed=seed,
+                            telemetry=telemetry).model_dump(mode="json")
+
+
+def controller_model(controller: dict, spec: FabricSpec, caps: Capabilities, *,
+                     out: Path, seed: int = 1, telemetry: bool = True) -> ControllerConfig:
     """The controller's one configuration file (:mod:`controllers.config`): the variant's
-    controller section plus the spec, status and telemetry files in ``out``, the seed,
-    the link rate and who marks CE (``ecn.mode: auto`` resolved from the host's RED),
+    controller section plus the spec, status and telemetry files in ``out``, the seed
+    and who marks CE (``ecn.mode: auto`` resolved from the host's RED),
     validated with the controller's own model; BringUpError if impossible."""
     config = {**controller, "spec": str(out / layout.SPEC),
               "status": str(out / layout.CONTROLLER_EVENTS),
               "telemetry": str(out / layout.TELEMETRY) if telemetry else None,
-              "seed": seed, "link_mbps": spec.link_mbps,
+              "seed": seed,
               "plugin_path": plugins.folders()}
     ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
     if ecn_mode == "switch" and not caps.red:
@@ -81,7 +88,7 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
                            "and nf_tables in the kernel)")
     config["ecn_backend"] = ecn_backend(ecn_mode, red=caps.red)
     try:  # the model the controller reads it with: refused here, not in its process
-        return ControllerConfig.model_validate(config).model_dump(mode="json")
+        return ControllerConfig.model_validate(config)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"])
@@ -91,7 +98,7 @@ def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
 def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
-             seed: int = 1, qos: dict | None = None,
+             seed: int = 1, qos: Qos | dict | None = None,
              switches: dict | None = None) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
@@ -103,20 +110,20 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     """
     out.mkdir(parents=True, exist_ok=True)
     spec.to_json(out / layout.SPEC)
-    config = controller_config(controller or {"mode": mode or "ecmp"}, spec, caps, out=out,
-                               seed=seed, telemetry=telemetry)
+    model = controller_model(controller or {"mode": mode or "ecmp"}, spec, caps, out=out,
+                             seed=seed, telemetry=telemetry)  # validated once
     settings = SwitchSettings.model_validate(switches or {})
     config_file = out / layout.CONTROLLER_CONFIG
-    write_json(config_file, config)
+    write_json(config_file, model.model_dump(mode="json"))
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
-    if config.get("remote"):
-        return _bring_up_remote(spec, caps, run_id=run_id, remote=config["remote"],
-                                status=Path(config["status"]), pids=pids, stack=stack,
+    if model.remote:
+        return _bring_up_remote(spec, caps, run_id=run_id, remote=model.remote,
+                                status=Path(model.status), pids=pids, stack=stack,
                                 switches=settings, out=out)
     port = free_port()
-    status = Path(config["status"])
+    status = Path(model.status)
     controller_proc = Helper(
         "controller",
         [sys.executable, "-m", "controllers", "--config", str(config_file), "--port", str(port)],
@@ -128,11 +135,10 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         raise BringUpError(f"controller did not start (see {out / 'controller.log'})")
 
     red = None
-    model = ControllerConfig.from_dict(config)
     if model.ecn_backend == "switch":  # the class that marks earliest sets the queue
         classes = model.ecn.classes.by_name().values()
         red = min(classes, key=lambda c: c.min_kb).model_dump()
-    qos_section = Qos.model_validate(qos or {})
+    qos_section = qos if isinstance(qos, Qos) else Qos.model_validate(qos or {})
     classes = classes_of(qos_section)
     fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red, classes=classes,
                     switches=settings, log_dir=out)
@@ -146,11 +152,11 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
                 f"controller installed paths on {len(installed())} of {n} switches in 30 s")
 
     times = fabric.start(await_paths)
-    metrics_url = _metrics_url(status, config.get("prometheus_port"))
+    metrics_url = _metrics_url(status, model.prometheus_port)
     if classes and caps.htb:  # per-class counters, and PFC if asked for
         start_pfc_agent(fabric, qos_section, out=out, pid_dir=pids, stack=stack)
     table = None
-    if config["ecn_backend"] == "phantom":  # per-packet marking in the ports' egress path
+    if model.ecn_backend == "phantom":  # per-packet marking in the ports' egress path
         table = phantom.install(spec, model.ecn.classes.by_name(), model.ecn.drain, stack)
     return LiveFabric(fabric=fabric, controller=controller_proc, status=status, pid_dir=pids,
                       times=times, phantom_table=table, metrics_url=metrics_url)

@@ -36,25 +36,27 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from testbed.fabric import ovs_socket
-
-#: one packet socket of ``ss -0 -a -m -p``: the bound interface, the owner, its sk_drops
-_SOCKET = re.compile(r"^p_raw\s+\S+\s+\d+\s+\d+\s+\S*:(\S+)\s.*?\"ovs-vswitchd\",pid=(\d+)"
-                     r".*?skmem:\([^)]*\bd(\d+)\)", re.M)
+from testbed.host import packet_sockets
+from testbed.host.packet_sockets import PacketSocket
 
 
-def parse_ss(text: str, ifnames: Iterable[str], pids: Iterable[int] | None = None) -> int:
-    """Receive-buffer drops of ovs-vswitchd's packet sockets bound to ``ifnames`` (of
-    ``pids``; None: any ovs-vswitchd) in ``ss -0 -a -m -p`` output.
+def socket_drops(sockets: Iterable[tuple[PacketSocket, int, int]], ifnames: Iterable[str],
+                 pids: Iterable[int] | None = None, name=None) -> int:
+    """Receive-buffer drops of the packet sockets ``(socket, pid, fd)`` bound to
+    ``ifnames`` (held by ``pids``; None: any); ``name`` gives an interface's name by
+    its index (default: this namespace's).
 
-    >>> line = ('p_raw UNCONN 0 0 *:tb1p0l0e1 * users:(("ovs-vswitchd",pid=7,fd=40)) '
-    ...         'skmem:(r0,rb8388608,t0,tb212992,f0,w0,o176,bl0,d3)')
-    >>> parse_ss(line, ["tb1p0l0e1"]), parse_ss(line, ["other"]), parse_ss(line, ["tb1p0l0e1"], [8])
+    >>> s = PacketSocket(inode=1, protocol=3, ifindex=9, rcvbuf=8, sndbuf=8, drops=3)
+    >>> names = {9: "tb1p0l0e1"}.get
+    >>> (socket_drops([(s, 7, 40)], ["tb1p0l0e1"], name=names),
+    ...  socket_drops([(s, 7, 40)], ["other"], name=names),
+    ...  socket_drops([(s, 7, 40)], ["tb1p0l0e1"], [8], name=names))
     (3, 0, 0)
     """
     names, wanted = set(ifnames), None if pids is None else set(pids)
-    return sum(int(m.group(3)) for m in _SOCKET.finditer(text)
-               if m.group(1) in names and (wanted is None or int(m.group(2)) in wanted))
+    name = name or packet_sockets.ifname
+    return sum(s.drops for s, pid, _ in sockets
+               if s.ifindex and (wanted is None or pid in wanted) and name(s.ifindex) in names)
 
 
 def parse_dev(text: str, prefix: str) -> dict[str, int]:
@@ -105,8 +107,8 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _ss() -> str:
-    return ovs_socket.packet_sockets() or ""
+def _switch_sockets() -> list[tuple[PacketSocket, int, int]]:
+    return packet_sockets.held_by("ovs-vswitchd")
 
 
 def read(prefix: str, switch_ports: Iterable[str], hosts: Mapping[str, int],
@@ -121,7 +123,7 @@ def read(prefix: str, switch_ports: Iterable[str], hosts: Mapping[str, int],
         snmp = parse_snmp(_read(proc / str(pid) / "net" / "snmp"))
         udp += snmp.get("Udp", {}).get("RcvbufErrors", 0) + snmp.get("Udp", {}).get("InErrors", 0)
         ip += snmp.get("Ip", {}).get("InDiscards", 0)
-    return {"switch_sockets": parse_ss(_ss(), ports, switch_pids),
+    return {"switch_sockets": socket_drops(_switch_sockets(), ports, switch_pids),
             "interfaces": interfaces, "host_udp": udp, "host_ip": ip,
             "backlog": parse_softnet(_read(proc / "net" / "softnet_stat"))}
 

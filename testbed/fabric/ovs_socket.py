@@ -17,32 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 
-#: the unbound packet socket of ovs-vswitchd (the per-port receive sockets name a device)
-_SEND_SOCKET = re.compile(
-    r"^p_raw\s.*\s\[0\]:\*\s.*\"ovs-vswitchd\",pid=(\d+),fd=(\d+).*\btb(\d+)\b", re.M)
+from testbed.host import packet_sockets
+
 SYS_PIDFD_GETFD = 438  # the same number on every architecture Linux has
 SO_SNDBUFFORCE = 32
-
-
-def parse_ss(text: str) -> dict[int, tuple[int, int]]:
-    """Each ovs-vswitchd's unbound packet socket in ``ss -0amp``: pid -> (fd, send buffer).
-
-    >>> parse_ss('p_raw UNCONN 0 0 [0]:* * users:(("ovs-vswitchd",pid=7,fd=45)) '
-    ...          'skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d0)\\n'
-    ...          'p_raw UNCONN 0 0 *:tb1a2bp0l0e1 * users:(("ovs-vswitchd",pid=7,fd=40)) '
-    ...          'skmem:(r0,rb8388608,t0,tb212992,f0,w0,o176,bl0,d0)')
-    {7: (45, 212992)}
-    >>> parse_ss("")
-    {}
-    """
-    return {int(m.group(1)): (int(m.group(2)), int(m.group(3)))
-            for m in _SEND_SOCKET.finditer(text)}
 
 
 #: where the host's Open vSwitch keeps ovs-vswitchd's pid
@@ -63,21 +44,12 @@ def host_pid(files: tuple[Path, ...] = HOST_PID_FILES,
     return None
 
 
-def packet_sockets() -> str | None:
-    """``ss -0 -a -m -p`` now: every packet socket with its owner and buffers (None
-    without ``ss``)."""
-    if shutil.which("ss") is None:
-        return None
-    done = subprocess.run(["ss", "-0", "-a", "-m", "-p"], capture_output=True, text=True,
-                          timeout=10)
-    return done.stdout if done.returncode == 0 else None
-
-
 def send_sockets() -> dict[int, tuple[int, int]]:
-    """Every ovs-vswitchd's shared send socket now: pid -> (fd, send buffer); empty
-    without ``ss`` (a process that has not sent yet has none)."""
-    text = packet_sockets()
-    return parse_ss(text) if text is not None else {}
+    """Every ovs-vswitchd's shared send socket now (its one packet socket bound to no
+    interface, of protocol 0: it receives nothing): pid -> (fd, send buffer); empty when
+    none has one (a process that has not sent yet)."""
+    return {pid: (fd, s.sndbuf) for s, pid, fd in packet_sockets.held_by("ovs-vswitchd")
+            if s.ifindex == 0 and s.protocol == 0}
 
 
 def send_buffer_bytes(pids: list[int] | None = None) -> int | None:
@@ -95,7 +67,7 @@ def enlarge(size: int, pids: list[int] | None = None) -> str | None:
     found = send_sockets()
     targets = {p: v for p, v in found.items() if pids is None or p in pids}
     if not targets:
-        return "ovs-vswitchd's send socket not found (no ss, or it has not sent yet)"
+        return "ovs-vswitchd's send socket not found (it has not sent yet)"
     problems = []
     for pid, (fd, now) in sorted(targets.items()):
         if now < size:

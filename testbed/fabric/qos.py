@@ -349,13 +349,13 @@ def tenants(section: dict, workloads: dict[str, list[str]],
     return out
 
 
-def qos_entry(record: dict, section: dict, roles: dict[str, str],
+def qos_entry(record: dict, section: Qos | dict, roles: dict[str, str],
               workloads: dict[str, list[str]] | None = None,
               names: dict[str, str] | None = None) -> dict:
     """A variant's ``qos`` summary from the agent's ``pfc.json``: per-class totals over
     the switch ports, PAUSE frames, pause time, watchdog events and the reaction time
     measured against the one the headroom was sized for."""
-    cfg = Qos.model_validate(section)
+    cfg = section if isinstance(section, Qos) else Qos.model_validate(section)
     per_class: dict[str, dict] = {}
     paused: dict[str, float] = {}
     frames = {"xoff_tx": 0, "xon_tx": 0, "rx": 0}

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from testbed.fabric import drops
+from testbed.host import packet_sockets
+from testbed.host.packet_sockets import PacketSocket
 
 #: /proc/net/dev's layout (its two header lines shortened here)
 DEV = """Inter-|   Receive  |  Transmit
@@ -37,7 +39,7 @@ def _proc(root: Path, *, rx=0, tx=0, ip=0, inerr=0, rcvbuf=0, backlog=0) -> Path
 
 
 def test_a_reading_counts_only_the_labs_interfaces_and_its_hosts(tmp_path, monkeypatch):
-    monkeypatch.setattr(drops, "_ss", lambda: "")
+    monkeypatch.setattr(drops, "_switch_sockets", lambda: [])
     proc = _proc(tmp_path, rx=2, tx=3, ip=1, inerr=4, rcvbuf=5, backlog=7)
     got = drops.read("tb9", ["tb9p0l0e1"], {"h0": 42}, [1], proc=proc)
     # eth0's 99 drops are the host's, not the lab's
@@ -46,14 +48,13 @@ def test_a_reading_counts_only_the_labs_interfaces_and_its_hosts(tmp_path, monke
 
 
 def test_the_difference_names_where_the_drops_happened(tmp_path, monkeypatch):
-    sockets = iter([
-        'p_raw UNCONN 0 0 *:tb9p0l0e1 * users:(("ovs-vswitchd",pid=1,fd=40)) '
-        "skmem:(r0,rb8388608,t0,tb212992,f0,w0,o0,bl0,d1)",
-        'p_raw UNCONN 0 0 *:tb9p0l0e1 * users:(("ovs-vswitchd",pid=1,fd=40)) '
-        "skmem:(r0,rb8388608,t0,tb212992,f0,w0,o0,bl0,d4)\n"
-        'p_raw UNCONN 0 0 *:tb8p0l0e1 * users:(("ovs-vswitchd",pid=1,fd=41)) '
-        "skmem:(r0,rb8388608,t0,tb212992,f0,w0,o0,bl0,d50)"])
-    monkeypatch.setattr(drops, "_ss", lambda: next(sockets))
+    def port(ifindex: int, drops_: int, fd: int) -> tuple:
+        return (PacketSocket(inode=fd, protocol=3, ifindex=ifindex, rcvbuf=8388608,
+                             sndbuf=212992, drops=drops_), 1, fd)
+
+    sockets = iter([[port(9, 1, 40)], [port(9, 4, 40), port(8, 50, 41)]])
+    monkeypatch.setattr(packet_sockets, "ifname", {9: "tb9p0l0e1", 8: "tb8p0l0e1"}.get)
+    monkeypatch.setattr(drops, "_switch_sockets", lambda: next(sockets))
     before = drops.read("tb9", ["tb9p0l0e1"], {"h0": 42}, [1], proc=_proc(tmp_path))
     after = drops.read("tb9", ["tb9p0l0e1"], {"h0": 42}, [1],
                        proc=_proc(tmp_path, rx=1, rcvbuf=2, backlog=3))
@@ -64,15 +65,17 @@ def test_the_difference_names_where_the_drops_happened(tmp_path, monkeypatch):
 
 
 def test_a_host_that_is_gone_counts_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(drops, "_ss", lambda: "")
+    monkeypatch.setattr(drops, "_switch_sockets", lambda: [])
     proc = _proc(tmp_path)
     got = drops.read("tb9", [], {"h0": 42, "h1": 4242}, None, proc=proc)
     assert got["host_udp"] == 0 and "tb9h0-eth0" in got["interfaces"]
 
 
-@pytest.mark.parametrize("text", ["", "garbage\n"])
-def test_unreadable_ss_output_counts_nothing(text):
-    assert drops.parse_ss(text, ["tb9p0l0e1"]) == 0
+@pytest.mark.parametrize("data", [b"", b"garbage\n", packet_sockets.message(
+    inode=1, protocol=3, ifindex=9, meminfo=(0, 8))])  # no drops counter: not counted
+def test_an_unreadable_packet_diag_answer_counts_nothing(data):
+    assert drops.socket_drops([(s, 1, 1) for s in packet_sockets.parse(data)],
+                              ["tb9p0l0e1"], name={9: "tb9p0l0e1"}.get) == 0
 
 
 def test_switch_unsent_is_what_the_switches_read_and_no_queue_took():

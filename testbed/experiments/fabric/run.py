@@ -93,7 +93,8 @@ class Variant:
     controller: dict[str, Any]
     agents: dict[str, Any]
     training: dict[str, Any]
-    qos: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the traffic classes and PFC, parsed once (:class:`testbed.fabric.qos.Qos`)
+    qos: Qos = dataclasses.field(default_factory=Qos)
     #: which Open vSwitch processes forward (:class:`testbed.fabric.switchd.SwitchSettings`)
     switches: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: bool = False  # the non-blocking reference the report compares against
@@ -269,7 +270,7 @@ class FabricExperiment(base.Experiment):
                 raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
                                   f"must be less than max_kb ({c['max_kb']:g}), "
                                   f"got {c['min_kb']:g}")
-        qos_section = Qos.model_validate(resolved["qos"])
+        qos_section = resolved["qos"] = Qos.model_validate(resolved["qos"])
         qos.check(qos_section, f"{prefix}qos", qos.fan_in(spec), spec.mtu,
                   qos.host_addresses(spec))
         if qos.classes_of(qos_section) and resolved["controller"]["remote"]:
@@ -418,7 +419,7 @@ class FabricExperiment(base.Experiment):
                 if not getattr(caps, feature):
                     raise ConfigError(f"variants[{i}].faults",
                                       f"{action!r} needs {feature}, which this kernel lacks")
-            classes = qos.classes_of(Qos.model_validate(variant.qos))
+            classes = qos.classes_of(variant.qos)
             if classes and not caps.htb:
                 raise ConfigError(f"variants[{i}].qos.classes", "traffic classes need HTB "
                                   "(sch_htb), which this kernel lacks")
