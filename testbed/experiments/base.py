@@ -10,6 +10,7 @@ section and terminal table. A new kind is one module with one subclass of
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -68,6 +69,23 @@ class Experiment(ABC):
     #: top-level scenario keys this kind reads -> their model (for ``testbed schema``);
     #: a kind is chosen by ``kind:`` or by the first of these keys a scenario has
     SECTIONS: ClassVar[dict[str, type[Section] | dict]] = {}
+    #: ``package.module:Class`` of the lab that keeps one of its variants up
+    #: (``testbed up``); None: the kind has none
+    LAB: ClassVar[str | None] = None
+    #: the lab starts the scenario's workloads when asked (``testbed up --traffic``)
+    LAB_TRAFFIC: ClassVar[bool] = False
+
+    @classmethod
+    def lab_class(cls) -> type:
+        """The class of the kind's lab (imported now); ConfigError if it has none."""
+        if cls.LAB is None:
+            from testbed import experiments
+
+            can = [k for k in experiments.KINDS if experiments.KINDS[k].LAB]
+            raise ConfigError("SCENARIO", f"a {cls.KIND} scenario cannot be kept up as a "
+                                          f"lab ({' and '.join(can)} scenarios can)")
+        module, _, name = cls.LAB.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def __init__(self, data: dict, *, name: str, seed: int, seeds: tuple[int, ...],
                  duration_s: float) -> None:

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from testbed import experiments
 from testbed.errors import ConfigError, HostError, Interrupted
 from testbed.host.naming import new_run_id, run_dir
 from testbed.lab import state
@@ -68,12 +69,12 @@ def cmd_up(args) -> int:
             raise ConfigError("--duration", f"must be seconds, got {args.duration!r}") from None
     path = scenario.path_of(args.scenario).resolve()
     sc = scenario.load(path, duration_override=duration)
-    if sc.kind not in ("fabric", "backbone"):
-        raise ConfigError("SCENARIO", f"a {sc.kind} scenario cannot be kept up as a lab "
-                                      "(fabric and backbone scenarios can)")
+    kind = experiments.get(sc.kind)
+    kind.lab_class()  # ConfigError when the kind has no lab
     variant = sc.variant(args.variant)
-    if args.traffic and sc.kind != "fabric":
-        raise ConfigError("--traffic", "only a fabric lab starts its scenario's workloads")
+    if args.traffic and not kind.LAB_TRAFFIC:
+        raise ConfigError("--traffic", f"a {sc.kind} lab does not start its scenario's "
+                                       "workloads (a fabric lab does)")
     labs = state.all_labs()
     if args.name is not None:
         state.check_name(args.name)

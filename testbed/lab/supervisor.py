@@ -28,6 +28,7 @@ import traceback
 from contextlib import ExitStack
 from pathlib import Path
 
+from testbed import experiments
 from testbed.core import scenario as scenario_mod
 from testbed.errors import ConfigError, Interrupted
 from testbed.host.naming import claim, pid_record, run_dir
@@ -126,16 +127,8 @@ class Server:
 
 
 def lab_class(kind: str):
-    if kind == "fabric":
-        from testbed.lab.fabric_lab import FabricLab
-
-        return FabricLab
-    if kind == "backbone":
-        from testbed.lab.backbone_lab import BackboneLab
-
-        return BackboneLab
-    raise ConfigError("SCENARIO", f"a {kind} scenario cannot be kept up as a lab "
-                                  "(fabric and backbone scenarios can)")
+    """The lab class of experiment kind ``kind`` (:meth:`Experiment.lab_class`)."""
+    return experiments.get(kind).lab_class()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,3 +123,19 @@ def test_the_runner_names_no_kind():
     text = (REPO / "testbed" / "core" / "runner.py").read_text()
     for word in ("fabric", "macsec", "backbone", "FabricExperiment"):
         assert f'"{word}"' not in text and f"import {word}" not in text
+
+
+def test_lab_support_is_the_kinds_own():
+    """``testbed up`` asks the kind for its lab (no list of kinds in the lab's code)."""
+    labs = {kind: cls for kind, cls in experiments.all_kinds().items() if cls.LAB}
+    assert set(labs) == {"fabric", "backbone"}
+    for kind, cls in labs.items():
+        assert cls.lab_class().KIND == kind
+    assert experiments.get("fabric").LAB_TRAFFIC and not experiments.get("backbone").LAB_TRAFFIC
+    with pytest.raises(ConfigError) as err:
+        experiments.get("macsec").lab_class()
+    assert err.value.reason == ("a macsec scenario cannot be kept up as a lab (fabric and "
+                                "backbone scenarios can)")
+    source = (REPO / "testbed" / "lab" / "commands.py").read_text() + \
+        (REPO / "testbed" / "lab" / "supervisor.py").read_text()
+    assert 'kind == "fabric"' not in source and 'kind != "fabric"' not in source

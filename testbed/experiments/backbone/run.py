@@ -408,6 +408,7 @@ class BackboneExperiment(base.Experiment):
     """The ``backbone:`` kind: one variant per timer set (e.g. ``default`` and ``fast``)."""
 
     KIND = "backbone"
+    LAB = "testbed.lab.backbone_lab:BackboneLab"
     SECTIONS = {"backbone": BackboneSection}
 
     def __init__(self, data: dict, **kw: Any) -> None:

@@ -184,6 +184,8 @@ def _clip_repr(value: Any) -> str:
 
 class FabricExperiment(base.Experiment):
     KIND = "fabric"
+    LAB = "testbed.lab.fabric_lab:FabricLab"
+    LAB_TRAFFIC = True
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "qos": Qos, "switches": SwitchSettings,
                 "faults": {"type": "array", "items": FaultEntry},
