@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from testbed.errors import ConfigError
+from testbed.host.naming import SPEC_PREFIX
 
 TEXT_FORMATS = ("dot", "mermaid")
 
@@ -91,10 +92,6 @@ def cmd_spec(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-#: the run prefix of a spec printed without a run (a lab's own: testbed inspect LAB --json)
-SPEC_PREFIX = "tb0000"
 
 
 def cmd_decrypt(args) -> int:

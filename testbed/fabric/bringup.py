@@ -61,6 +61,24 @@ class LiveFabric:
         return self.fabric.spec
 
 
+def ecn_lacks(mode: str, caps: Capabilities) -> str | None:
+    """Why ``ecn.mode`` cannot mark on a host with ``caps`` (None: it can); checked by
+    a run before anything is created and by the bring-up of any fabric.
+
+    >>> from types import SimpleNamespace
+    >>> no_red = SimpleNamespace(red=False, nftables=True)
+    >>> ecn_lacks("switch", no_red)[:30], ecn_lacks("auto", no_red)
+    ("'switch' marking needs the RED", None)
+    """
+    if mode == "switch" and not caps.red:
+        return ("'switch' marking needs the RED qdisc, which this kernel lacks; use 'auto' "
+                "(RED where present, else the controller marks)")
+    if mode == "phantom" and not caps.nftables:
+        return ("'phantom' marking needs nftables (the nft command and nf_tables in the "
+                "kernel), which this host lacks")
+    return None
+
+
 def controller_config(controller: dict, spec: FabricSpec, caps: Capabilities, *,
                       out: Path, seed: int = 1, telemetry: bool = True) -> dict:
     """:func:`controller_model` as the file's JSON object."""
@@ -80,12 +98,8 @@ def controller_model(controller: dict, spec: FabricSpec, caps: Capabilities, *,
               "seed": seed,
               "plugin_path": plugins.folders()}
     ecn_mode = (controller.get("ecn") or {}).get("mode", "off")
-    if ecn_mode == "switch" and not caps.red:
-        raise BringUpError("controller.ecn.mode: 'switch' needs RED, which this kernel lacks "
-                           "(use 'auto' or 'controller')")
-    if ecn_mode == "phantom" and not caps.nftables:
-        raise BringUpError("controller.ecn.mode: 'phantom' needs nftables (the nft command "
-                           "and nf_tables in the kernel)")
+    if reason := ecn_lacks(ecn_mode, caps):
+        raise BringUpError(f"controller.ecn.mode: {reason}")
     config["ecn_backend"] = ecn_backend(ecn_mode, red=caps.red)
     try:  # the model the controller reads it with: refused here, not in its process
         return ControllerConfig.model_validate(config)

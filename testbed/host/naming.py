@@ -64,6 +64,11 @@ def run_prefix(run_id: str) -> str:
     return PREFIX + run_id
 
 
+#: the prefix of the names of a fabric built without a run (to check a scenario, to
+#: print or draw its spec); a run's names carry its own (:func:`run_prefix`)
+SPEC_PREFIX = PREFIX + "0000"
+
+
 def run_dir(run_id: str) -> Path:
     """Folder for the run's pid files and sockets (removed at teardown)."""
     return RUN_ROOT / run_id

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import networkx as nx
 
+from testbed.host.naming import SPEC_PREFIX
+
 #: tiers of the roles the testbed knows (hosts are tier 0)
 ROLE_TIERS = {"tor": 1, "leaf": 1, "agg": 2, "aggregation": 2, "spine": 2,
               "superspine": 3, "core": 3}
@@ -259,12 +261,12 @@ def scenario_graph(sc, variant: str | None = None) -> tuple[nx.MultiGraph, str]:
 
     if sc.kind == "fabric":
         chosen = sc.variant(variant)
-        return fabric_graph(chosen.fabric("tb0000")), f"{sc.name}/{chosen.name}"
+        return fabric_graph(chosen.fabric(SPEC_PREFIX)), f"{sc.name}/{chosen.name}"
     if variant is not None:
         sc.variant(variant)  # the variants share one topology
     if sc.kind == "backbone":
         return backbone_graph(sc.experiment.bb), sc.name
     if sc.kind == "storage":
-        return fabric_graph(sc.experiment.spec("tb0000")), sc.name
+        return fabric_graph(sc.experiment.spec(SPEC_PREFIX)), sc.name
     raise ConfigError("SCENARIO", f"a {sc.kind} scenario has no topology to draw "
                                   "(fabric, backbone and storage scenarios do)")

@@ -38,7 +38,7 @@ from testbed.experiments.fabric.schema import (
     Workloads,
 )
 from testbed.fabric import drops, ovs_socket, phantom, qos
-from testbed.fabric.bringup import bring_up, queue_summary
+from testbed.fabric.bringup import bring_up, ecn_lacks, queue_summary
 from testbed.fabric.net import OVS_SOCKET_BUFFER, Fabric
 from testbed.fabric.qos import Qos, qos_entry
 from testbed.fabric.switchd import SwitchSettings
@@ -46,7 +46,7 @@ from testbed.faults import run as fault_run
 from testbed.faults.fabric import needs, parse_faults
 from testbed.faults.schedule import Fault
 from testbed.host.capabilities import Capabilities
-from testbed.host.naming import new_run_id, run_prefix
+from testbed.host.naming import SPEC_PREFIX, new_run_id, run_prefix
 from testbed.lab import capture
 from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
@@ -103,8 +103,15 @@ class Variant:
     workloads: tuple[dict, ...] = ()
     #: ports captured for the whole variant (short names: ``p0l0e3``, ``n0p0r0``)
     capture: tuple[str, ...] = ()
+    #: the fabric the topology builds, named with :data:`SPEC_PREFIX`: built once, when
+    #: the variant was checked
+    spec: FabricSpec | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def fabric(self, prefix: str) -> FabricSpec:
+        """The variant's fabric with names of ``prefix`` (a run's: built again with them;
+        :data:`SPEC_PREFIX`: the one built when the variant was checked)."""
+        if self.spec is not None and prefix == self.spec.prefix:
+            return self.spec
         return build_topology(self.topology, prefix)
 
 
@@ -201,10 +208,11 @@ class FabricExperiment(base.Experiment):
         for s, v in base_.items():  # given empty or as a list, a string, false: not a default
             if not isinstance(v, dict):
                 raise ConfigError(s, f"must be a mapping, got {type(v).__name__}")
-        self._check_variant(self.name, base_, "", data.get("faults"),  # base errors by path
-                            data.get("workloads"))
+        base_variant = self._check_variant(self.name, base_, "",  # base errors by path
+                                           data.get("faults"), data.get("workloads"))
         raw_variants = data.get("variants")
-        if raw_variants is None:
+        alone = raw_variants is None  # the one variant is the base, as checked
+        if alone:
             raw_variants = [{"name": self.name}]
         if not isinstance(raw_variants, list) or not raw_variants:
             raise ConfigError("variants", "must be a list of one variant or more, got "
@@ -220,11 +228,12 @@ class FabricExperiment(base.Experiment):
                 base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
             loads = raw["workloads"] if "workloads" in raw else data.get("workloads")
-            variant = self._check_variant(entry.name, merged, where, faults, loads)
+            variant = (base_variant if alone else
+                       self._check_variant(entry.name, merged, where, faults, loads))
             ports = raw["capture"] if "capture" in raw else data.get("capture")
             variants.append(dataclasses.replace(
                 variant, reference=entry.reference,
-                capture=capture.parse_ports(ports, variant.fabric("tb0000"),
+                capture=capture.parse_ports(ports, variant.spec,
                                             f"{where}.capture" if "capture" in raw
                                             else "capture")))
         if variants[0].reference:
@@ -253,7 +262,7 @@ class FabricExperiment(base.Experiment):
                                                    f"{type(raw).__name__}")
         try:
             topology = resolve(raw or {})
-            spec = build_topology(topology, "tb0000")
+            spec = build_topology(topology, SPEC_PREFIX)
         except ParamError as exc:
             raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from None
         if faults is not None:
@@ -295,7 +304,7 @@ class FabricExperiment(base.Experiment):
             self._check_training(training, spec, prefix)
         workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
         return Variant(name=name, topology=topology, **resolved, faults=fault_list,
-                       workloads=workloads)
+                       workloads=workloads, spec=spec)
 
     def _fold_workloads(self, sections: dict, loads: Any,
                         prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
@@ -428,16 +437,8 @@ class FabricExperiment(base.Experiment):
             if classes and caps.netem and variant.topology.get("delay_ms"):
                 raise ConfigError(f"variants[{i}].qos.classes", "traffic classes do not carry "
                                   "link delay yet (netem is one queue); use delay_ms: 0")
-            mode = variant.controller["ecn"]["mode"]
-            if mode == "switch" and not caps.red:
-                raise ConfigError(f"variants[{i}].controller.ecn.mode",
-                                  "'switch' marking needs the RED qdisc, which this kernel "
-                                  "lacks; use 'auto' (RED where present, else the "
-                                  "controller marks)")
-            if mode == "phantom" and not caps.nftables:
-                raise ConfigError(f"variants[{i}].controller.ecn.mode",
-                                  "'phantom' marking needs nftables (the nft command and "
-                                  "nf_tables in the kernel), which this host lacks")
+            if reason := ecn_lacks(variant.controller["ecn"]["mode"], caps):
+                raise ConfigError(f"variants[{i}].controller.ecn.mode", reason)
             _check_congestion_control(variant.agents["congestion_control"], caps,
                                       f"variants[{i}].agents.congestion_control")
 
