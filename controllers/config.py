@@ -22,13 +22,11 @@ True
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from controllers.schema import CLASSES, ECN_MODES, Controller, EcnClass  # noqa: F401
-
-MODES = get_args(Controller.model_fields["mode"].annotation)
 
 
 def ecn_backend(mode: str, *, red: bool) -> str:

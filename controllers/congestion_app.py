@@ -8,13 +8,10 @@ left keep working or time out).
 - Telemetry: every ``telemetry_ms`` one netlink dump of all root qdiscs (queue depth,
   drops) and an OpenFlow port-stats request to every switch; each reply is joined with
   the queue snapshot into ``telemetry.jsonl`` (:mod:`controllers.telemetry`).
-- ``adaptive`` mode: flow placement and elephant moves (:mod:`controllers.adaptive`) at
-  every switch whose route to a destination has several next hops (its ECMP set).
-- ``gff`` mode: Hedera's global first fit (:mod:`controllers.gff`): flows stay on their
-  hash, each with a counting rule at its edge switch, until they are elephants; then
-  each is placed on the first whole path with room for its estimated demand.
-- ``spray`` mode: RoCE packets choose their next hop in that set by the low bits of the
-  UDP source port, which the senders rotate per packet (:mod:`controllers.spray`).
+- The routing mode (:mod:`controllers.routing`; the built-in ones in
+  :mod:`controllers.modes`): it installs its own rules when a switch connects, is told
+  of new flows (the learn rules' packet-ins), of port samples and of flow rates, and
+  pins flows with :meth:`CongestionControl.pin_flow`.
 - ECN marking by the controller (:mod:`controllers.ecn`) when ``ecn_backend`` is
   ``controller``.
 
@@ -28,7 +25,6 @@ import os
 import random
 import threading
 import time
-from collections import Counter
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -42,9 +38,10 @@ from os_ken.lib import hub
 from os_ken.lib.packet import ipv4, packet, tcp, udp
 from os_ken.ofproto import ofproto_v1_3
 
-from controllers import adaptive, config, ecmp, ecn, gff, spray
+from controllers import adaptive, config, ecmp, ecn, routing
 from controllers.config import CLASSES
 from controllers.fabric_app import StatusLog
+from controllers.modes import flow_match
 from controllers.paths import plan_switch
 from controllers.telemetry import (
     PortCounters,
@@ -55,11 +52,10 @@ from controllers.telemetry import (
     poll_interval_ms,
     port_table,
 )
+from topologies import plugins
 from topologies.spec import FabricSpec
 
 LEARN_BYTES = 128
-#: the modes in which the controller places flows with rules of their own
-PLACING = ("adaptive", "gff")
 CPU_EVENT_S = 5.0
 
 
@@ -70,11 +66,9 @@ class CongestionControl(app_manager.OSKenApp):
         super().__init__(*args, **kwargs)
         self.cfg = config.active()
         self.spec = FabricSpec.from_json(self.cfg.spec)
-        self.mode = self.cfg.mode
         self.status = StatusLog(self.cfg.status)
         self.telemetry_path = self.cfg.telemetry
         self.writer = TelemetryWriter(self.telemetry_path) if self.telemetry_path else None
-        self.link_mbps = self.spec.link_mbps  # the rate the spec's links are shaped to
         self.ports = port_table(self.spec)
         self.plans = {sw.dpid: plan_switch(self.spec, sw.dpid) for sw in self.spec.switches}
         #: per switch: destination -> its ECMP set (routes over several ports)
@@ -93,20 +87,18 @@ class CongestionControl(app_manager.OSKenApp):
         self.rng = random.Random(self.cfg.seed)
         self.marks = {(d, p, c): ecn.MarkState() for (d, p) in self.ports for c in CLASSES}
         self.rates: dict[int, adaptive.FlowRates] = {}
-        self.placed: dict[int, dict[adaptive.FlowKey, int]] = {}
         self.paths = adaptive.PathTable(self.spec, self.plans)
         self.flow_parts: dict[int, list] = {}
-        self.frozen: dict[int, dict[adaptive.FlowKey, int]] = {}
-        self.hold: dict[int, int] = {}
         self.flow_asked: dict[int, float] = {}
         self.learned_at: dict[tuple[int, adaptive.FlowKey], float] = {}
-        #: gff: host addresses behind each switch (where flows are counted and placed),
-        #: the elephants seen (key -> (src, dst)) and the scheduler's placements
-        self.attached: dict[int, set[str]] = {}
-        for intf in self.spec.interfaces():
-            self.attached.setdefault(self.spec.switch(intf.switch).dpid, set()).add(intf.ip)
-        self.elephants: dict[adaptive.FlowKey, tuple[str, str]] = {}
-        self.scheduler = gff.Scheduler()
+        #: the sampling interval: telemetry_ms, longer when the ports exceed the budget
+        self.interval_ms = poll_interval_ms(self.cfg.telemetry_ms, len(self.ports),
+                                            self.cfg.telemetry_budget)
+        #: the routing mode (a plug-in one loaded here, from the scenario's folders too)
+        for folder in self.cfg.plugin_path:
+            plugins.add_folder(folder)
+        plugins.allow()
+        self.mode = routing.MODES.resolve(self.cfg.mode, "controller.mode")(self)
         self.exporter = None
         if self.cfg.prometheus_port:
             try:
@@ -117,15 +109,12 @@ class CongestionControl(app_manager.OSKenApp):
             else:
                 self.status.emit("prometheus", port=self.exporter.port,
                                  url=f"http://127.0.0.1:{self.exporter.port}/metrics")
-        self.active = bool(self.telemetry_path or self.exporter or self.mode in PLACING
+        self.active = bool(self.telemetry_path or self.exporter or self.mode.PLACES
                            or self.cfg.controller_marks)
-        #: the sampling interval: telemetry_ms, longer when the ports exceed the budget
-        self.interval_ms = poll_interval_ms(self.cfg.telemetry_ms, len(self.ports),
-                                            self.cfg.telemetry_budget)
         if self.active:
             self.reader = QueueReader(sorted(p.ifname for p in self.ports.values()))
             hub.spawn(self.poll_loop)
-        self.status.emit("congestion_started", mode=self.mode, ecn=self.cfg.ecn_backend,
+        self.status.emit("congestion_started", mode=self.mode.NAME, ecn=self.cfg.ecn_backend,
                          telemetry_ms=self.cfg.telemetry_ms,
                          interval_ms=round(self.interval_ms, 1), ports=len(self.ports))
 
@@ -143,8 +132,7 @@ class CongestionControl(app_manager.OSKenApp):
         # routes below them)
         # (gff: its pins too, its reservations died with the old process; the flows come
         # back to it through the learn rules, which in gff take any TCP packet)
-        cookies = [ecn.COOKIE_MARK] + ([adaptive.COOKIE_FLOW] if self.mode != "adaptive"
-                                       else [])
+        cookies = [ecn.COOKIE_MARK] + ([] if self.mode.KEEPS_PINS else [adaptive.COOKIE_FLOW])
         for cookie in cookies:
             dp.send_msg(parser.OFPFlowMod(
                 dp, cookie=cookie, cookie_mask=adaptive.COOKIE_MASK,
@@ -153,11 +141,11 @@ class CongestionControl(app_manager.OSKenApp):
         sets = self.sets[dp.id]
         if not sets:
             return  # no choice to make here (a spine, a core switch)
-        learn = self.places_at(dp.id)
+        learn = self.mode.places_at(dp.id)
         if learn:
             for ip, ports in sets.items():
                 for fields in adaptive.learn_matches(ip, tcp=self.cfg.adaptive.place_tcp,
-                                                     every_tcp=self.mode == "gff"):
+                                                     every_tcp=self.mode.EVERY_TCP):
                     self.add_flow(dp, adaptive.PRIORITY_LEARN, parser.OFPMatch(**fields),
                                   [ecmp.spread(parser, ports), self.to_controller(dp)],
                                   cookie=adaptive.COOKIE_LEARN)
@@ -173,8 +161,7 @@ class CongestionControl(app_manager.OSKenApp):
                                   parser.OFPMatch(**ecn.chosen_port_match(cls, port)),
                                   [parser.OFPActionGroup(ecn.mark_group(cls, port))],
                                   table=ecmp.PORT_TABLE)
-        if self.mode == "spray":
-            self.install_spray(dp, plan)
+        self.mode.install(dp, plan)
         if self.cfg.controller_marks:
             for fields, ports in ecn.ect_rules(plan):
                 actions = [ecmp.choose(parser, ports)]
@@ -182,20 +169,6 @@ class CongestionControl(app_manager.OSKenApp):
                     actions.append(self.to_controller(dp))
                 self.add_flow(dp, ecn.PRIORITY_ECT, parser.OFPMatch(**fields), actions,
                               goto=ecmp.PORT_TABLE)
-
-    def install_spray(self, dp, plan) -> None:
-        """RoCE source-port buckets over each route's ECMP set (:mod:`controllers.spray`);
-        with controller marking, ECN-capable packets go through one marking group per
-        port instead."""
-        parser = dp.ofproto_parser
-        for rule in spray.spray_rules(plan):
-            self.add_flow(dp, spray.PRIORITY_SPRAY, parser.OFPMatch(**rule.match()),
-                          [ecmp.prefer(parser, rule.port, list(rule.members))])
-        if not self.cfg.controller_marks:
-            return
-        for rule in spray.spray_rules(plan, ect=True):
-            self.add_flow(dp, spray.PRIORITY_SPRAY + 1, parser.OFPMatch(**rule.match()),
-                          [parser.OFPActionGroup(ecn.mark_group("collective", rule.port))])
 
     def mark_group(self, dp, command: int, cls: str, port: int):
         """The group through which ECN-capable ``cls`` packets leave ECMP member ``port``
@@ -282,7 +255,7 @@ class CongestionControl(app_manager.OSKenApp):
             with self.asked_lock:
                 self.asked[(dp.id, request.xid)] = (self.sample_t, self.queues)
             dp.send_msg(request)
-            if (self.places_at(dp.id) and self.tick_no % every == 0
+            if (self.mode.places_at(dp.id) and self.tick_no % every == 0
                     and self.sets[dp.id]):
                 self.request_flow_stats(dp)
 
@@ -321,13 +294,7 @@ class CongestionControl(app_manager.OSKenApp):
             samples.append(sample)
             if self.cfg.controller_marks:
                 self.update_marking(dp, info, sample.backlog_bytes)
-        if (self.mode == "adaptive" and self.sets[dp.id] and samples
-                and self.tick_no >= self.hold.get(dp.id, 0)):
-            for ports in {tuple(p) for p in self.sets[dp.id].values()}:
-                util = [self.util.get((dp.id, p), 0.0) for p in ports]
-                if max(util) - min(util) > self.cfg.adaptive.imbalance:
-                    self.request_flow_stats(dp)  # imbalanced: decide now, not at the next poll
-                    break
+        self.mode.on_samples(dp, samples)
         if self.writer and samples:
             self.writer.write(samples[0].switch, t, samples)
         if self.exporter:
@@ -357,13 +324,13 @@ class CongestionControl(app_manager.OSKenApp):
                              port=info.port, ifname=info.ifname, role=info.role,
                              **{"class": cls}, backlog_bytes=backlog)
 
-    # -- adaptive -------------------------------------------------------------------
+    # -- flows, for the routing mode ---------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def on_packet_in(self, ev) -> None:
         msg = ev.msg
         dp = msg.datapath
         plan = self.plans.get(dp.id)
-        if not self.places_at(dp.id) or plan is None:
+        if not self.mode.places_at(dp.id) or plan is None:
             return
         key = flow_key(msg.data)
         if key is None or key.dst not in self.sets[dp.id]:
@@ -372,32 +339,7 @@ class CongestionControl(app_manager.OSKenApp):
         if now - self.learned_at.get((dp.id, key), -1e9) < 1.0:
             return  # rule on its way; these are packets that were already in flight
         self.learned_at[(dp.id, key)] = now
-        uplinks = self.sets[dp.id][key.dst]
-        if self.mode == "gff":
-            if key.src not in self.attached.get(dp.id, ()):
-                return  # counted where it enters the fabric, not on its way
-            # a rule of its own on the same hash: the flow's counters, its path unchanged
-            self.add_flow(dp, adaptive.PRIORITY_FLOW, flow_match(dp.ofproto_parser, key),
-                          [ecmp.spread(dp.ofproto_parser, uplinks)],
-                          cookie=adaptive.COOKIE_FLOW, idle=adaptive.FLOW_IDLE_S)
-            return
-        # the whole path counts: flows of other switches placed through the same links
-        # (on a leaf-spine: the same spine downlink) collide with this one as surely as
-        # flows on the same uplink
-        taken = Counter(link for d, flows in self.placed.items() for k, p in flows.items()
-                        for link in self.paths.links(d, p, k.dst))
-        counts = {p: max(taken[link] for link in self.paths.links(dp.id, p, key.dst))
-                  for p in uplinks}
-        load = {p: self.paths.load(self.util, dp.id, p, key.dst) for p in uplinks}
-        port = adaptive.least_loaded(load, counts)
-        self.placed.setdefault(dp.id, {})[key] = port
-        self.pin_flow(dp, key, port, dp.ofproto.OFPFC_ADD)
-        self.status.emit("flow_placed", flow=str(key), switch=plan.name, port=port)
-
-    def beyond_uplink(self, dpid: int, uplink: int, dst: str) -> float:
-        """Load of the path a flow to ``dst`` takes after ``uplink`` (on a leaf-spine:
-        the spine's downlink to the destination's leaf); the uplink itself left out."""
-        return self.paths.load(self.util, dpid, uplink, dst, first=False)
+        self.mode.on_new_flow(dp, key, self.sets[dp.id][key.dst])
 
     def pin_flow(self, dp, key: adaptive.FlowKey, port: int, command: int) -> None:
         """The rules that send flow ``key`` out of ``port``: one for all its packets and,
@@ -441,81 +383,7 @@ class CongestionControl(app_manager.OSKenApp):
         stale = time.monotonic() - 30
         for k in [k for k, t in self.learned_at.items() if k[0] == dp.id and t < stale]:
             del self.learned_at[k]
-        if self.mode == "gff":
-            self.place_elephants(dp, loads)
-            return
-        self.placed[dp.id] = {f.key: f.port for f in loads}
-        self.rebalance(dp, loads)
-
-    def places_at(self, dpid: int) -> bool:
-        """Whether this switch counts and places flows: every switch with a choice in
-        ``adaptive`` mode, the switches with hosts in ``gff`` mode."""
-        return self.mode == "adaptive" or (self.mode == "gff" and dpid in self.attached)
-
-    def place_elephants(self, dp, loads: list[adaptive.FlowLoad]) -> None:
-        """One global-first-fit round after an edge switch's counters came in: flows
-        gone release their reservations, flows above ``elephant_mbps`` become elephants,
-        and the elephants not placed yet get the first path with room (:mod:`gff`)."""
-        mine = {f.key for f in loads if f.key.src in self.attached[dp.id]}
-        gone = [k for k in self.elephants
-                if k.src in self.attached[dp.id] and k not in mine]
-        for key in gone:
-            del self.elephants[key]
-        self.scheduler.forget(gone)
-        for f in loads:
-            if f.key in mine and f.mbps >= self.cfg.adaptive.elephant_mbps:
-                self.elephants[f.key] = (f.key.src, f.key.dst)
-        paths = {k: self.paths.paths(dp.id, k.dst) for k in self.elephants
-                 if k in mine and k not in self.scheduler.placed}
-        if not paths:
-            return
-        for key, choice, demand in self.scheduler.schedule(self.elephants, paths):
-            path = paths[key][choice]
-            # downstream first: the edge's rule moves the flow onto the path last, so no
-            # packet reaches an aggregation switch before its rule does
-            for dpid, port in reversed(path):
-                hop = self.datapaths.get(dpid)
-                if hop is None or key.dst not in self.sets[dpid]:
-                    continue  # no choice there: the path goes on by itself
-                command = (hop.ofproto.OFPFC_MODIFY_STRICT if dpid == dp.id
-                           else hop.ofproto.OFPFC_ADD)  # the edge's rule keeps its counters
-                self.pin_flow(hop, key, port, command)
-            names = [f"{self.plans[d].name}:{p}" for d, p in path]
-            self.status.emit("flow_placed", flow=str(key), switch=self.plans[dp.id].name,
-                             port=path[0][1], path=names, demand=demand, scheduler="gff")
-
-    def rebalance(self, dp, loads: list[adaptive.FlowLoad]) -> None:
-        plan = self.plans[dp.id]
-        if self.tick_no < self.hold.get(dp.id, 0):
-            return  # the last move is not in the utilisation figures yet
-        frozen = self.frozen.setdefault(dp.id, {})
-        for key in [k for k, until in frozen.items() if until <= self.tick_no]:
-            del frozen[key]
-        move = None
-        by_set: dict[tuple[int, ...], list[adaptive.FlowLoad]] = {}
-        for f in loads:  # flows choose among their own destination's ECMP set
-            if f.key.dst in self.sets[dp.id]:
-                by_set.setdefault(tuple(self.sets[dp.id][f.key.dst]), []).append(f)
-        for uplinks, flows in by_set.items():
-            util = {p: self.util.get((dp.id, p), 0.0) for p in uplinks}
-            downlink = {f.key: {p: self.beyond_uplink(dp.id, p, f.key.dst) for p in uplinks}
-                        for f in flows}
-            move = adaptive.plan_move(util, flows, link_mbps=self.link_mbps,
-                                      imbalance=self.cfg.adaptive.imbalance,
-                                      elephant_mbps=self.cfg.adaptive.elephant_mbps,
-                                      frozen=frozenset(frozen), downlink=downlink)
-            if move is not None:
-                break
-        if move is None:
-            return
-        self.pin_flow(dp, move.key, move.to_port, dp.ofproto.OFPFC_MODIFY_STRICT)
-        ticks = lambda s: max(2, round(s * 1000 / self.interval_ms))  # noqa: E731
-        frozen[move.key] = self.tick_no + ticks(adaptive.FREEZE_S)
-        self.hold[dp.id] = self.tick_no + ticks(adaptive.HOLD_S)
-        self.placed.setdefault(dp.id, {})[move.key] = move.to_port
-        self.status.emit("flow_moved", flow=str(move.key), switch=plan.name,
-                         from_port=move.from_port, to_port=move.to_port, mbps=move.mbps,
-                         reason=move.reason)
+        self.mode.on_flow_loads(dp, loads)
 
 
 def flow_key(data: bytes) -> adaptive.FlowKey | None:
@@ -528,13 +396,6 @@ def flow_key(data: bytes) -> adaptive.FlowKey | None:
     if l4 is None:
         return None
     return adaptive.FlowKey(ip.proto, ip.src, ip.dst, l4.src_port, l4.dst_port)
-
-
-def flow_match(parser, key: adaptive.FlowKey, **extra):
-    l4 = "tcp" if key.proto == 6 else "udp"
-    return parser.OFPMatch(**{"eth_type": ecn.ETH_IPV4, "ip_proto": key.proto,
-                              "ipv4_src": key.src, "ipv4_dst": key.dst,
-                              f"{l4}_src": key.sport, f"{l4}_dst": key.dport, **extra})
 
 
 def key_of_match(match) -> adaptive.FlowKey | None:

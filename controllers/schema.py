@@ -10,7 +10,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from topologies.params import Section
+from controllers.routing import MODES
+from topologies import plugins
+from topologies.params import Section, clip
 
 #: traffic classes the ECN thresholds apply to
 CLASSES = ("collective", "agents")
@@ -95,10 +97,14 @@ class Health(Section):
 
 
 class Controller(Section):
-    mode: Literal["ecmp", "adaptive", "gff", "spray"] = Field(
-        "ecmp", description="ecmp: static hash; adaptive: per-switch placement and elephant "
-                            "moves; gff: Hedera's global first fit for elephants; spray: "
-                            "per-packet spreading of RoCE")
+    mode: str = Field(
+        "ecmp", description="the routing mode: ecmp: static hash; adaptive: per-switch "
+                            "placement and elephant moves; gff: Hedera's global first fit "
+                            "for elephants; spray: per-packet spreading of RoCE; or "
+                            "package.module:Class, a mode of one's own "
+                            "(controllers.routing.RoutingMode)",
+        json_schema_extra={"anyOf": [{"enum": list(MODES)},
+                                     {"pattern": plugins.DOTTED.pattern}]})
     telemetry_ms: int = Field(100, ge=10, le=5000, description="ms between port-counter "
                                                                "samples of every switch")
     telemetry_budget: int = Field(
@@ -123,6 +129,14 @@ class Controller(Section):
     remote: Annotated[str, Field(pattern=r"^(127\.0\.0\.1|localhost):\d{1,5}$")] | None = Field(
         None, description="an external controller on this host (127.0.0.1:PORT): the "
                           "switches connect there and the lab starts no controller")
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        if value in MODES or plugins.DOTTED.fullmatch(value):
+            return value  # one of one's own: checked by its source, loaded by the controller
+        raise ValueError(f"unknown routing mode {clip(value, 40)!r} (known: "
+                         f"{', '.join(MODES)}, or package.module:Class)")
 
     @field_validator("prometheus_port")
     @classmethod

@@ -247,7 +247,7 @@ def load(path: Path | str, duration_override: float | None = None,
 def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
     """(field, reference) of every plug-in a scenario document names: a dotted ``kind``,
     a ``package.module:function`` builder, controller ``apps``, a ``package.module:Class``
-    fault action or workload kind, wherever they are (variants included)."""
+    fault action, workload kind or routing mode, wherever they are (variants included)."""
     from testbed.faults import kinds
 
     found: list[tuple[str, str]] = []
@@ -264,6 +264,9 @@ def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
                 found.append((field, value))
             elif key == "action" and isinstance(value, str) and ":" in value \
                     and value not in kinds.KINDS:
+                found.append((field, value))
+            elif key == "mode" and where.endswith("controller") and isinstance(value, str) \
+                    and plugins.DOTTED.fullmatch(value):  # a routing mode of one's own
                 found.append((field, value))
             elif key == "apps" and isinstance(value, list):
                 found += [(f"{field}[{i}]", app) for i, app in enumerate(value)

@@ -35,6 +35,7 @@ from testbed.errors import BringUpError, HostError
 from testbed.fabric import drops, ovs_socket, qos, switchd
 from testbed.fabric.qos import TrafficClass
 from testbed.fabric.switchd import SwitchDaemons, SwitchSettings
+from testbed.host import netns
 from testbed.host import sysctls as host_settings
 from testbed.host.capabilities import Capabilities
 from testbed.host.hosts import MininetHost
@@ -49,7 +50,6 @@ tc_plugins.setdefault("bfifo", sched_pfifo)
 
 #: ethtool feature names turned off on every veth for the userspace datapath
 OFFLOAD_WORDS = ("checksum", "segmentation", "rx-gro", "tx-scatter-gather", "rx-lro")
-OFFLOAD_FLAGS = "rx off tx off sg off tso off gso off gro off"
 HTB_MINOR = 0x10
 #: socket buffer that ovs-vswitchd's packet sockets get while the fabric comes up
 OVS_SOCKET_BUFFER = 8 * 1024 * 1024
@@ -201,6 +201,27 @@ def seal_from_host(ifname: str, proc_sys: Path = Path("/proc/sys/net")) -> None:
         except FileNotFoundError:
             if (proc_sys / family / "conf" / "all" / key).exists():
                 raise BringUpError(f"{ifname}: no {path}") from None
+
+
+def offloads_off(ethtool: Ethtool, ifname: str) -> None:
+    """Checksum, segmentation and receive offloads off on ``ifname`` (the userspace
+    datapath forwards frames as the veth hands them over: a TCP segment left for a
+    later offload stalls the flow)."""
+    features = ethtool.get_features(ifname)
+    for name, feature in features.features.items():
+        if any(word in name for word in OFFLOAD_WORDS):
+            feature.enable = False
+    ethtool.set_features(ifname, features)
+
+
+def _no_ipv6(proc_sys: Path = Path("/proc/sys/net/ipv6/conf")) -> None:
+    """IPv6 off in the calling thread's namespace (a host's: the lab speaks IPv4 only,
+    and a host's stack would send router and neighbour solicitations into it); nothing
+    to do where the kernel has no IPv6."""
+    for key in ("all", "default"):
+        path = proc_sys / key / "disable_ipv6"
+        if path.exists():
+            path.write_text("1")
 
 
 def burst_bytes(mbps: float, mtu: int) -> int:
@@ -491,11 +512,7 @@ class Fabric:
                     except NetlinkError as exc:
                         raise BringUpError(f"switch port {ifname}: {exc}") from None
                     if ethtool:
-                        features = ethtool.get_features(ifname)
-                        for name, feature in features.features.items():
-                            if any(word in name for word in OFFLOAD_WORDS):
-                                feature.enable = False
-                        ethtool.set_features(ifname, features)
+                        offloads_off(ethtool, ifname)
         finally:
             if ethtool:
                 ethtool.close()
@@ -509,14 +526,16 @@ class Fabric:
         """netem counts its queue in packets: the byte buffer in full-size frames."""
         return max(4, self.spec.queue_kb * 1000 // self.spec.mtu)
 
-    def _shape(self, ipr: IPRoute, index: int, mbps: float) -> None:
+    def _shape(self, ipr: IPRoute, index: int, mbps: float, switch: bool = True) -> None:
+        """HTB at the link's rate over the port's queue: RED where the switch marks ECN
+        (``switch``), netem where links carry their delay, else a FIFO of the buffer."""
         if not self.caps.htb:
             return
         rate = f"{mbps:g}mbit"
         ipr.tc("add", "htb", index, 0x10000, default=HTB_MINOR)
         ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,
                rate=rate, ceil=rate, burst=burst_bytes(mbps, self.spec.mtu), prio=1)
-        if self.red:
+        if self.red and switch:
             self._red(ipr, index, mbps)
         elif self.delay_applied:
             ipr.tc("add", "netem", index, HTB_MINOR << 16, parent=0x10000 | HTB_MINOR,
@@ -550,38 +569,38 @@ class Fabric:
         """Each host interface's link rate (explicit graphs may give links their own)."""
         return {lk.a_intf: lk.mbps for lk in self.spec.links if lk.kind == "host"}
 
-    def host_commands(self, interfaces: Sequence[HostInterface]) -> list[str]:
-        """Shell lines that configure a host namespace: MTU, address, offloads, shaping."""
-        cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
-                "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
-        for intf in interfaces:
-            name = intf.name
-            cmds.append(f"ip link set dev {name} mtu {self.spec.mtu} up")
-            cmds.append(f"ip addr add {intf.ip}/{intf.prefixlen} dev {name}")
-            if self.caps.ovs_datapath == "user":
-                cmds.append(f"ethtool -K {name} {OFFLOAD_FLAGS} 2>/dev/null")
-            if self.caps.htb and self.classes:
-                pass  # tc -batch after the shell lines (:meth:`_configure_host`)
-            elif self.caps.htb:
-                mbps = self.host_link_mbps.get(name, self.spec.link_mbps)
-                rate = f"{mbps:g}mbit"
-                burst = burst_bytes(mbps, self.spec.mtu)
-                leaf = (f"netem delay {self.spec.delay_ms:g}ms limit {self.queue_packets()}"
-                        if self.delay_applied else f"bfifo limit {self.spec.queue_kb * 1000}")
-                cmds += [
-                    f"tc qdisc add dev {name} root handle 1: htb default {HTB_MINOR:x}",
-                    f"tc class add dev {name} parent 1: classid 1:{HTB_MINOR:x} htb "
-                    f"rate {rate} ceil {rate} burst {burst}",
-                    f"tc qdisc add dev {name} parent 1:{HTB_MINOR:x} handle {HTB_MINOR:x}: "
-                    f"{leaf}",
-                ]
-        return cmds
-
     def _configure_host(self, name: str, interfaces: Sequence[HostInterface]) -> None:
-        script = " && ".join(self.host_commands(interfaces)) + "; echo rc=$?"
-        out = self.net.get(name).cmd(script)
-        if "rc=0" not in out:
-            raise BringUpError(f"configuring host {name} failed: {out.strip()[-300:]}")
+        """A host namespace over netlink, from a thread that enters it (no shell): IPv6
+        off, each interface's MTU, address and link up, offloads off for the userspace
+        datapath, and its shaping (or its traffic classes)."""
+        path = netns.of_pid(self.host_pid(name))
+        try:
+            netns.made_in(path, _no_ipv6)
+            ipr = netns.made_in(path, IPRoute)
+            ethtool = (netns.made_in(path, Ethtool) if self.caps.ovs_datapath == "user"
+                       else None)
+        except OSError as exc:
+            raise BringUpError(f"host {name}: {exc}") from None
+        try:
+            for intf in interfaces:
+                where = f"host {name}, {intf.name}"
+                try:
+                    index = ipr.link_lookup(ifname=intf.name)[0]
+                    ipr.link("set", index=index, mtu=self.spec.mtu, state="up")
+                    ipr.addr("add", index=index, address=intf.ip, prefixlen=intf.prefixlen)
+                    if ethtool:
+                        offloads_off(ethtool, intf.name)
+                    if not self.classes:
+                        self._shape(ipr, index, self.host_link_mbps.get(
+                            intf.name, self.spec.link_mbps), switch=False)
+                except IndexError:
+                    raise BringUpError(f"{where}: no such interface") from None
+                except (NetlinkError, OSError) as exc:
+                    raise BringUpError(f"{where}: {exc}") from None
+        finally:
+            ipr.close()
+            if ethtool:
+                ethtool.close()
         if self.caps.htb and self.classes:  # dozens of lines: over a shell line's limit
             lines = [line for intf in interfaces for line in self._class_lines(
                 intf.name, self.host_link_mbps.get(intf.name, self.spec.link_mbps),

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from testbed.core import layout
 
 from .conftest import leftovers
 
@@ -53,6 +56,29 @@ def test_workloads_list_runs_every_entry(tmp_path):
     assert sorted(f["src"] for f in elephants["flows"]) == [0, 1, 2, 3]
     assert all(f["goodput_mbps"] > 1 for f in elephants["flows"]), elephants
     assert run["elephants"]["measured"] == 4 and run["pattern"] == "randbij"
+    assert leftovers(f"tb{run['run_id']}") == []
+
+
+def test_a_routing_mode_of_ones_own_places_the_flows(tmp_path):
+    """examples/routing-mode.yaml: the controller loads the round-robin mode named by its
+    dotted path; n0's leaf puts the connections to n3 on its two uplinks in turn, and the
+    packets take them (each uplink carries a share of the bytes)."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
+                           "examples/routing-mode.yaml", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, = json.loads((out / "summary.json").read_text())["runs"]
+    assert run["workloads"][0]["goodput_mbps"] > 1
+    events = [json.loads(line) for line in
+              (out / run["dir"] / layout.CONTROLLER_EVENTS).read_text().splitlines()]
+    started, = [e for e in events if e["event"] == "congestion_started"]
+    assert started["mode"] == "round-robin"
+    leaf = [e for e in events if e["event"] == "flow_placed" and e["switch"].endswith("l0")]
+    ports = [e["port"] for e in leaf]
+    assert len(ports) >= 8 and all(e["mode"] == "round-robin" for e in leaf), ports
+    assert all(a != b for a, b in itertools.pairwise(ports)), ports  # in turn
+    assert run["telemetry"]["controller"]["flows_placed"] >= len(ports)
     assert leftovers(f"tb{run['run_id']}") == []
 
 

@@ -363,6 +363,15 @@ class FabricExperiment(base.Experiment):
             raise ConfigError(f"{where}.ecn.mode", "gff pins flows with rules of their own, "
                                                   "which the controller's marking groups "
                                                   "do not see; use switch or phantom")
+        if plugins.DOTTED.fullmatch(mode := controller["mode"]):  # a mode of one's own:
+            try:  # its source checked; loaded where scenarios run, as apps are
+                plugins.check(mode, f"{where}.mode")
+                if plugins.may_load():
+                    from controllers.routing import MODES
+
+                    MODES.resolve(mode, f"{where}.mode")
+            except ParamError as exc:
+                raise ConfigError(exc.field, exc.reason) from None
         for i, app in enumerate(controller["apps"]):
             # loaded where scenarios run (what it defines is checked); a validation
             # reads its source only
