@@ -451,14 +451,6 @@ class BackboneNet:
         # protected links: the forwarder's packet socket bypasses the IP hooks
         return "netdev" if self.secure else "inet"
 
-    def actions(self) -> dict:
-        return {"cut_link": self.cut_link, "restore_link": self.restore_link,
-                "cut_risk_group": self.cut_risk_group,
-                "restore_risk_group": self.restore_risk_group,
-                "fail_pop": self.fail_pop, "restore_pop": self.restore_pop,
-                "degrade_link": self.degrade_link,
-                "restore_degraded_link": self.restore_degraded_link}
-
     # paths from the routing tables ------------------------------------------
     def trace(self, src: str, dst: str, max_hops: int = 12) -> tuple[list[str], list[str]]:
         """Nodes and links a packet from region ``src`` to ``dst`` crosses, per the FIBs.

@@ -14,7 +14,8 @@ from testbed.backbone.frr import Timers
 from testbed.backbone.net import BackboneNet
 from testbed.core import layout
 from testbed.errors import ConfigError
-from testbed.experiments.backbone.schema import ACTIONS, LOSS_ACTIONS, fault_targets, macsec_backend
+from testbed.experiments.backbone import faults as fault_kinds
+from testbed.experiments.backbone.schema import macsec_backend
 from testbed.host.capabilities import probe
 from testbed.host.files import write_json
 from testbed.host.naming import claim, run_dir, run_prefix
@@ -93,26 +94,27 @@ class BackboneLab:
                 f"testbed down {lab}"]
 
     def check_fault_kind(self, kind: str) -> None:
-        if kind not in ACTIONS:
+        if kind not in fault_kinds.KINDS:
             raise ConfigError("KIND", f"unknown fault kind {kind!r} for a backbone "
-                                      f"(known: {', '.join(ACTIONS)})")
+                                      f"(known: {', '.join(fault_kinds.KINDS)})")
 
     def fault(self, kind: str, target: str | None, *, loss: float | None = None,
               period_s: float | None = None, count: int | None = None) -> str:
         self.check_fault_kind(kind)
-        what = ACTIONS[kind]
-        targets = fault_targets(self.bb, what)
+        cls = fault_kinds.KINDS[kind]
+        what = cls.TARGET
+        targets = fault_kinds.targets(self.bb, what)
         if target not in targets:
             raise ConfigError("TARGET", f"no {what} {target!r} (known: "
                                         f"{', '.join(sorted(targets))})")
         if period_s is not None or count is not None:
             raise ConfigError("--period", f"not used by {kind}")
-        if kind in LOSS_ACTIONS:
+        if fault_kinds.takes_loss(cls):
             if loss is None or not 0 < loss <= 1:
                 raise ConfigError("--loss", f"{kind} needs --loss in (0, 1], got {loss!r}")
-            self.net.actions()[kind](target, loss)
+            cls().apply(self.net, target, loss)
         else:
             if loss is not None:
                 raise ConfigError("--loss", f"not used by {kind}")
-            self.net.actions()[kind](target)
+            cls().apply(self.net, target)
         return f"{kind} {target}"

@@ -409,7 +409,7 @@ FLAGS = {"period_s": "--period"}
 def fault_kinds_lines() -> list[str]:
     """What ``testbed fault --list`` prints: every fault kind of a fabric lab (target and
     parameters) and every action of a backbone lab."""
-    from testbed.experiments.backbone.schema import ACTIONS, LOSS_ACTIONS
+    from testbed.experiments.backbone import faults as backbone_kinds
     from testbed.faults.kinds import KINDS
 
     targets = {"link": "LINK (p0l0-p0s1, n0-p0l0)", "switch": "SWITCH (p0s1)",
@@ -425,10 +425,11 @@ def fault_kinds_lines() -> list[str]:
         lines.append(f"  {name:<20}{targets.get(cls.TARGET, cls.TARGET)} {params}{needs}"
                      .rstrip() + (f"\n  {'':<20}{doc}" if doc else ""))
     lines.append("backbone labs: testbed fault LAB ACTION TARGET")
-    for name, target in ACTIONS.items():
+    for name, cls in backbone_kinds.KINDS.items():
+        target = cls.TARGET
         what = target.upper().replace(" ", "-") + (" (nyc-lon-1, ...)" if target == "link"
                                                     else "")
-        loss = " --loss FRACTION" if name in LOSS_ACTIONS else ""
+        loss = " --loss FRACTION" if backbone_kinds.takes_loss(cls) else ""
         lines.append(f"  {name:<24}{what}{loss}")
     return lines
 

@@ -37,9 +37,9 @@ from testbed.core.layout import run_dir as results_dir
 from testbed.core.results import ZERO_TRAINING
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
+from testbed.experiments.backbone import faults as fault_kinds
 from testbed.experiments.backbone.report import macsec_summary, plot, report_section, table
 from testbed.experiments.backbone.schema import (
-    ACTIONS,
     DELAY_WORDS,
     BackboneSection,
     check_timing,
@@ -171,7 +171,7 @@ class Variant:
                 ckpt.go()
             faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
                       for f in self.cfg["faults"]]
-            sched = Schedule(faults, net.actions(),
+            sched = Schedule(faults, fault_kinds.actions(net),
                              before=lambda rec: self._snapshot(net),
                              after=lambda rec: self.progress(
                                  f"  {self.name}: {rec.at_s:g} s {rec.action} {rec.target}"
@@ -216,7 +216,8 @@ class Variant:
         """
         if not net.secure or shutil.which("tcpdump") is None:
             return None
-        cut = [f["target"] for f in self.cfg["faults"] if ACTIONS[f["action"]] == "link"]
+        cut = [f["target"] for f in self.cfg["faults"]
+               if fault_kinds.KINDS[f["action"]].TARGET == "link"]
         link = cut[0] if cut else next(iter(net.links))
         _, lk = net.links[link]
         pcap = self.out / "wire.pcap"

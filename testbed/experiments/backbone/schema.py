@@ -17,23 +17,20 @@ from testbed.backbone.frr import ALL_DAEMONS, PROTOCOLS, Timers, daemon_classes
 from testbed.backbone.frr.router import PRESETS, preset
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
+from testbed.experiments.backbone import faults as fault_kinds
 from testbed.macsec.cipher import CipherSuite
 from testbed.storage import replication as xregion
 from topologies.backbone import Backbone, default_backbone, small_backbone
 from topologies.backbone_check import DesignError, require
 from topologies.params import Section
 
-ACTIONS = {"cut_link": "link", "restore_link": "link", "cut_risk_group": "risk group",
-           "restore_risk_group": "risk group", "fail_pop": "pop", "restore_pop": "pop",
-           "degrade_link": "link", "restore_degraded_link": "link"}
-LOSS_ACTIONS = {"degrade_link"}  # the actions that need ``loss`` (0 < loss <= 1)
 TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
 
 
 # validation ----------------------------------------------------------------
 class BackboneFault(Section):
     at_s: float = Field(ge=0, le=86400, description="seconds after the probes start")
-    action: Literal[tuple(ACTIONS)] = Field(  # type: ignore[valid-type]
+    action: Literal[tuple(fault_kinds.KINDS)] = Field(  # type: ignore[valid-type]
         description="cut_link, cut_risk_group, fail_pop, degrade_link and their restores")
     target: str = Field(description="a link (nyc-lon-1), a risk group or a PoP, by name")
     loss: float | None = Field(None, gt=0, le=1, description="degrade_link: fraction of "
@@ -206,14 +203,6 @@ def _daemons(value: list[str] | None, where: str) -> list[str]:
     return [d.NAME for d in daemon_classes(names)]
 
 
-def fault_targets(bb: Backbone, kind: str) -> set[str]:
-    if kind == "link":
-        return {lk.name for lk in bb.all_links}
-    if kind == "risk group":
-        return {g.name for g in bb.risk_groups}
-    return {p.name for p in bb.pops}
-
-
 def validate(section: dict, where: str = "backbone") -> dict:
     """Check the ``backbone:`` section, fill defaults and run the design check.
 
@@ -268,13 +257,14 @@ def validate(section: dict, where: str = "backbone") -> dict:
             raise ConfigError(f, "must be a mapping with at_s, action, target")
         at = _number(fault.get("at_s"), f"{f}.at_s", 0, 86400)
         action = fault.get("action")
-        if action not in ACTIONS:
-            raise ConfigError(f"{f}.action", "must be one of " + ", ".join(ACTIONS))
-        kind = ACTIONS[action]
-        if fault.get("target") not in fault_targets(bb, kind):
-            raise ConfigError(f"{f}.target", f"unknown {kind} {fault.get('target')!r}")
+        if not isinstance(action, str) or action not in fault_kinds.KINDS:
+            raise ConfigError(f"{f}.action", "must be one of " + ", ".join(fault_kinds.KINDS))
+        kind = fault_kinds.KINDS[action]
+        if fault.get("target") not in fault_kinds.targets(bb, kind.TARGET):
+            raise ConfigError(f"{f}.target", f"unknown {kind.TARGET} "
+                                             f"{fault.get('target')!r}")
         entry = {"at_s": at, "action": action, "target": fault["target"]}
-        if action in LOSS_ACTIONS:
+        if fault_kinds.takes_loss(kind):
             if "loss" not in fault:
                 raise ConfigError(f"{f}.loss", f"required for {action}")
             loss = _number(fault["loss"], f"{f}.loss", 0, 1)
@@ -282,7 +272,8 @@ def validate(section: dict, where: str = "backbone") -> dict:
                 raise ConfigError(f"{f}.loss", "must be above 0 (and at most 1)")
             entry["loss"] = loss
         elif "loss" in fault:
-            raise ConfigError(f"{f}.loss", f"only for {', '.join(sorted(LOSS_ACTIONS))}")
+            lossy = [n for n, c in fault_kinds.KINDS.items() if fault_kinds.takes_loss(c)]
+            raise ConfigError(f"{f}.loss", f"only for {', '.join(lossy)}")
         faults.append(entry)
     cfg["faults"] = sorted(faults, key=lambda x: x["at_s"])
     return cfg
