@@ -56,6 +56,21 @@ PFC_CONFIG = "pfc-config.json"  # the PFC agent's configuration, as the run gave
 PFC_LOG = "pfc.log"
 TELEMETRY_PLOT = "telemetry.png"
 MACSEC_KEYS = "macsec-keys.json"  # the SAKs of a protected run, mode 0600
+DRIVER_LOG = "driver.log"  # the agent chains' driver
+WIRE_PCAP = "wire.pcap"  # frames of one protected wire, as an eavesdropper sees them
+TCPDUMP_LOG = "tcpdump.log"
+LOSS_TIMELINE = "loss_timeline.json"  # the backbone probes' loss in 100 ms bins
+PROBE_LOSS_PLOT = "probe_loss.png"
+BULK = "bulk.json"  # MACsec's bulk iperf3 flow (its JSON report)
+ATTACK = "attack.json"  # MACsec's injected and replayed frames
+STORE_LOG = "store.log"  # the storage cluster's object store
+LOAD_LOG = "load.log"  # the storage scenario's loader
+# plots of the results folder
+CHAIN_PLOT = "chain_latency.png"
+TRAINING_PLOT = "training_iterations.png"
+GOODPUT_PLOT = "goodput.png"
+BISECTION_PLOT = "bisection.png"
+DCQCN_PLOT = "dcqcn_rate.png"
 
 
 def rank_file(rank: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.core import layout
 from testbed.core.layout import RANK_GLOB, run_dir
 from testbed.host.files import read_jsonl
 from testbed.reports.plots import plt, save
@@ -115,7 +116,7 @@ def plot_goodput(summary: dict, out: Path) -> Path | None:
     ax.set_ylabel("aggregate training goodput (Mb/s)")
     ax.set_title(f"{summary['scenario']}: median over seeds (bars), each seed (dots)")
     ax.grid(True, axis="y", alpha=0.3)
-    return save(fig, out / "goodput.png")
+    return save(fig, out / layout.GOODPUT_PLOT)
 
 
 def _bisection(entry: dict):
@@ -172,7 +173,7 @@ def plot_elephants(summary: dict, out: Path) -> Path | None:
     ax.set_title(f"{summary['scenario']}: bisection bandwidth per pattern (median over seeds)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    return save(fig, out / "bisection.png")
+    return save(fig, out / layout.BISECTION_PLOT)
 
 
 def plot_dcqcn(summary: dict, out: Path) -> Path | None:
@@ -201,7 +202,7 @@ def plot_dcqcn(summary: dict, out: Path) -> Path | None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, ncol=4)
     axes[-1, 0].set_xlabel("time into the run (s)")
-    return save(fig, out / "dcqcn_rate.png")
+    return save(fig, out / layout.DCQCN_PLOT)
 
 
 def section(summary: dict, out: Path) -> list[str]:

@@ -137,7 +137,7 @@ def plot_chain_latency(summary: dict, out: Path) -> Path | None:
     ax.set_title(f"{summary['scenario']}: chain latency per variant")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    return save(fig, out / "chain_latency.png")
+    return save(fig, out / layout.CHAIN_PLOT)
 
 
 def plot_training(summary: dict, out: Path) -> Path | None:
@@ -167,7 +167,7 @@ def plot_training(summary: dict, out: Path) -> Path | None:
     ax.set_title("training iterations (compute + ring all-reduce)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return save(fig, out / "training_iterations.png")
+    return save(fig, out / layout.TRAINING_PLOT)
 
 
 def _findings(summary: dict) -> list[str]:

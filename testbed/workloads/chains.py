@@ -86,7 +86,7 @@ def start_driver(host: Host, *, out: Path, pid_dir: Path, duration_s: float, see
          "--hops-out", str(out / layout.HOPS), "--chains-out", str(out / layout.CHAINS),
          "--duration", f"{duration_s:g}", "--concurrency", str(concurrency),
          "--timeout-ms", f"{timeout_ms:g}", "--seed", str(seed), *extra],
-        pid_dir=pid_dir, log=out / "driver.log", env=python_env(),
+        pid_dir=pid_dir, log=out / layout.DRIVER_LOG, env=python_env(),
         stdout_file=out / layout.DRIVER_SUMMARY)
     stack.callback(driver.stop)
     return driver

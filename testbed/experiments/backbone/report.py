@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from testbed.core import layout
 from testbed.core.layout import MACSEC_KEYS
 from testbed.core.layout import run_dir as results_dir
 from testbed.experiments.backbone.schema import DELAY_WORDS
@@ -35,7 +36,7 @@ def plot(entries: list[dict], out: Path) -> Path:
         ax.set_ylabel("probe loss %")
         ax.set_ylim(-2, 102)
     axes[-1, 0].set_xlabel("seconds since probes started (100 ms bins, all region pairs)")
-    return save(fig, out / "probe_loss.png")
+    return save(fig, out / layout.PROBE_LOSS_PLOT)
 
 
 

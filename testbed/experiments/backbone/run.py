@@ -31,6 +31,7 @@ from testbed.backbone import analysis, secure
 from testbed.backbone.bringup import bring_up as backbone_bring_up
 from testbed.backbone.frr import PROTOCOLS, Timers
 from testbed.backbone.net import BackboneNet
+from testbed.core import layout
 from testbed.core.fidelity import WatchedLink
 from testbed.core.layout import MACSEC_KEYS
 from testbed.core.layout import run_dir as results_dir
@@ -220,8 +221,8 @@ class Variant:
                if fault_kinds.KINDS[f["action"]].TARGET == "link"]
         link = cut[0] if cut else next(iter(net.links))
         _, lk = net.links[link]
-        pcap = self.out / "wire.pcap"
-        log = self.out / "tcpdump.log"
+        pcap = self.out / layout.WIRE_PCAP
+        log = self.out / layout.TCPDUMP_LOG
         self._helper(stack, "tcpdump", NetnsHost(net.ns(lk.a)).argv([
             "tcpdump", "-i", net.wire(link, "a"), "-s", "0", "-U", "-c", str(WIRE_SAMPLE),
             "-Z", "root", "-w", str(pcap)]), log=log)
@@ -298,7 +299,7 @@ class Variant:
                                     if i + 1 < len(self.snapshots) else None)}
             (restores if rec.action.startswith("restore") else failovers).append(entry)
         timeline = analysis.loss_timeline(pairs, t0, end_t)
-        write_json(self.out / "loss_timeline.json", {"t0": t0, "bin_s": 0.1,
+        write_json(self.out / layout.LOSS_TIMELINE, {"t0": t0, "bin_s": 0.1,
                                                      "loss": timeline})
         replication = []
         for i, flow in enumerate(self.cfg["replication"]):
@@ -332,7 +333,7 @@ class Variant:
             "delay_applied": net.delay_applied,
             "delay_by": net.delay_by,
             "shaped": net.shaped,
-            "loss_timeline": "loss_timeline.json",
+            "loss_timeline": layout.LOSS_TIMELINE,
             "t0": t0,
         }
 
@@ -489,7 +490,7 @@ class BackboneExperiment(base.Experiment):
             "failovers": {e["name"]: e["failovers"] for e in runs},
             "restores": {e["name"]: e["restores"] for e in runs},
             "replication": {e["name"]: e["replication"] for e in runs},
-            "plot": "probe_loss.png",
+            "plot": layout.PROBE_LOSS_PLOT,
         }
         if cfg.get("checkpoints"):
             summary["checkpoints"] = {e["name"]: e["checkpoints"] for e in runs

@@ -57,7 +57,7 @@ BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
 SETTLE_MAX_S = 5.0
 KEYS_FILE = layout.MACSEC_KEYS
-WIRE_PCAP = "wire.pcap"
+WIRE_PCAP = layout.WIRE_PCAP
 #: receive counters an attack can raise (the rest only count good frames)
 ATTACK_COUNTERS = ("InPktsNotValid", "InPktsInvalid", "InPktsLate", "InPktsNoTag",
                    "InPktsUntagged", "InPktsBadTag", "InPktsNoSCI", "InPktsUnknownSCI",
@@ -120,7 +120,7 @@ class Traffic:
         if self.bulk is None and self.elapsed() >= BULK_DELAY_S:
             self.bulk = self.helper("bulk", self.cfg.a.netns, iperf3.client(
                 self.cfg.b.address, IPERF_PORT, seconds=self.section["bulk_seconds"]),
-                stdout_file=self.out / "bulk.json")
+                stdout_file=self.out / layout.BULK)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -148,7 +148,7 @@ class Traffic:
     def bulk_entry(self) -> dict:
         """``bulk``: goodput (receiver side) and retransmits of the iperf3 flow."""
         try:
-            end = (iperf3.read(self.out / "bulk.json") or {})["end"]
+            end = (iperf3.read(self.out / layout.BULK) or {})["end"]
             return {"goodput_mbps": round(end["sum_received"]["bits_per_second"] / 1e6, 3),
                     "retransmits": end["sum_sent"].get("retransmits", 0),
                     "seconds": round(end["sum_received"]["seconds"], 3)}
@@ -246,8 +246,8 @@ class Lab:
             capture = traffic.helper("tcpdump", wire.netns, [
                 "tcpdump", "-i", wire.port("b"), "-s", "0", "--immediate-mode", "-U", "-B",
                 "8192", "-Z", "root", "-w", str(vout / WIRE_PCAP)])
-            if not wait_for(lambda: "listening on" in _read(vout / "tcpdump.log"), 10):
-                raise BringUpError(f"tcpdump did not start (see {vout / 'tcpdump.log'})")
+            if not wait_for(lambda: "listening on" in _read(vout / layout.TCPDUMP_LOG), 10):
+                raise BringUpError(f"tcpdump did not start (see {vout / layout.TCPDUMP_LOG})")
             traffic.start_servers()
             start_s = time.monotonic() - t0
             self.progress(f"{tag}: {link.backend} MACsec link ({cfg.suite}, encrypt "
@@ -263,7 +263,7 @@ class Lab:
                 "--tampered", str(attack["tampered"]), "--replayed", str(attack["replayed"]),
                 "--untagged", str(attack["untagged"]),
                 "--inject-at", f"{time.time() + at_s:.3f}",
-                "--out", str(vout / "attack.json")))
+                "--out", str(vout / layout.ATTACK)))
             self.progress(f"{tag}: attacker injects at {at_s:g} s: {attack['tampered']} "
                           f"tampered, {attack['replayed']} replayed, {attack['untagged']} "
                           "untagged")
@@ -274,7 +274,7 @@ class Lab:
         entry = self._entry("protected", traffic, {"switches": 1, "hosts": 3, "links": 3},
                             start_s, time.monotonic() - t1)
         return entry, {"backend": link.backend, "link": macsec_links,
-                       "attack_sent": _attack_sent(vout / "attack.json")}
+                       "attack_sent": _attack_sent(vout / layout.ATTACK)}
 
     def _maybe_rotate(self, link: Link, elapsed: float) -> None:
         at = self.s["rotate_at_s"]

@@ -183,7 +183,7 @@ class Variant:
             folder = live.pid_dir / "storage"
             store = start_store(fabric.host(node.name), node.interface(0, 0).ip,
                                 folder=folder, pid_dir=live.pid_dir, stack=stack,
-                                log=out / "store.log", size=s.store)
+                                log=out / layout.STORE_LOG, size=s.store)
             ctx.progress(f"{self.tag}: fabric up in {live.times.start_s:.2f} s, store in "
                          f"{store.start_s:.2f} s ({store.resident_mb():.0f} MB)")
             self._fill(store.endpoint)
@@ -259,7 +259,7 @@ class Variant:
                         f"{s.objects.zipf:g}", "--seed", str(self.seed + i)]
                 load = self.gpus[i].spawn(f"load-{i}", argv, pid_dir=pid_dir,
                                           env=python_env(), stdout_file=files[i],
-                                          log=self.out / "load.log")
+                                          log=self.out / layout.LOAD_LOG)
                 stack.callback(load.stop)
                 loads.append(load)
             for load in loads:
