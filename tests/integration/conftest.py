@@ -29,6 +29,16 @@ def leftovers(prefix: str) -> list[str]:
     return found
 
 
+def sigint_default() -> None:
+    """``preexec_fn`` of a child that a test interrupts with SIGINT: Ctrl-C's default
+    disposition, so that Python raises KeyboardInterrupt in it even when the tests run
+    with SIGINT ignored (started in the background by a shell without job control,
+    which is how CI may start them: the child inherits the ignored signal)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextmanager
 def small_fabric(tmp_path_factory, name: str, *, controller: dict | None = None,
                  switches: dict | None = None, **topology: object) -> Iterator[tuple]:

@@ -21,6 +21,7 @@ from testbed.host.naming import OWNER, RUN_ROOT, new_run_id, recorded_pid
 from testbed.host.procs import python_env, wait_for
 from testbed.storage import seaweedfs
 from testbed.storage.replication import WRITES
+from tests.integration.conftest import sigint_default
 from tests.integration.test_backbone import _leftovers
 from topologies.backbone import small_backbone
 
@@ -153,13 +154,10 @@ def test_stores_and_replication_do_not_outlive_a_stopped_run(tmp_path, sig):
         "name": "xr-stop", "seed": 1, "duration_s": 30,
         # without MACsec (what is left behind does not depend on it): a faster bring-up
         "backbone": _section(macsec=False, modes=["async"], objects=100)}))
-    # SIGINT must reach Python's handler even if this test runs with it ignored
-    launch = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-              "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    proc = subprocess.Popen([sys.executable, "-c", launch, "-m", "testbed.core.cli", "run",
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.core.cli", "run",
                              str(scenario), "--out", str(tmp_path / "out")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=python_env())
+                            env=python_env(), preexec_fn=sigint_default)
     run_id, pids = None, {}
     try:
         def writing() -> bool:

@@ -15,7 +15,7 @@ import yaml
 
 from testbed.host.procs import wait_for
 
-from .conftest import leftovers
+from .conftest import leftovers, sigint_default
 
 pytestmark = pytest.mark.ovs
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def cli(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "testbed.core.cli", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default, **kw)
 
 
 def no_testbed_leftovers() -> list[str]:

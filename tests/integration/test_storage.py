@@ -241,10 +241,11 @@ def test_store_does_not_outlive_a_stopped_run(tmp_path, sig):
     from testbed.host.cleanup import clean
     from testbed.host.naming import run_prefix
 
-    from .conftest import leftovers
+    from .conftest import leftovers, sigint_default
 
     proc = subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=python_env())
+                            stderr=subprocess.PIPE, text=True, env=python_env(),
+                            preexec_fn=sigint_default)
     try:
         line = proc.stdout.readline().split()
         assert len(line) == 4, proc.communicate(timeout=60)[1][-2000:]
