@@ -29,6 +29,32 @@ def test_every_host_pair_reaches_on_every_plane(live):
     assert failures == []
 
 
+def test_hosts_are_configured_as_the_spec_says(live):
+    """Each host namespace as bring-up set it over netlink: its interfaces' address, MTU
+    and shaping, offloads off on the userspace datapath, and no IPv6 at all."""
+    spec = live.spec
+    for host in spec.hosts:
+        links = json.loads(live.fabric.run(host.name, ["ip", "-j", "addr"]).stdout)
+        by_name = {lk["ifname"]: lk for lk in links}
+        for intf in host.interfaces:
+            link = by_name[intf.name]
+            assert link["mtu"] == spec.mtu and "UP" in link["flags"]
+            assert [(a["family"], a["local"], a["prefixlen"]) for a in link["addr_info"]] \
+                == [("inet", intf.ip, intf.prefixlen)]  # no IPv6 address, not even fe80::
+            qdiscs = json.loads(live.fabric.run(
+                host.name, ["tc", "-j", "qdisc", "show", "dev", intf.name]).stdout)
+            if live.fabric.caps.htb:  # shaped like the switch ports: HTB over the buffer
+                assert [q["kind"] for q in qdiscs] == ["htb", "bfifo"]
+            if live.fabric.caps.ovs_datapath == "user":
+                features = live.fabric.run(host.name, ["ethtool", "-k", intf.name]).stdout
+                for name in ("tx-checksumming", "scatter-gather", "tcp-segmentation-offload",
+                             "generic-segmentation-offload", "generic-receive-offload"):
+                    assert f"{name}: off" in features, (host.name, intf.name, name)
+        sysctl = live.fabric.run(host.name, ["sysctl", "-n", "net.ipv6.conf.all.disable_ipv6",
+                                             "net.ipv6.conf.default.disable_ipv6"])
+        assert sysctl.stdout.split() == ["1", "1"], host.name
+
+
 def ofctl(*argv: str) -> str:
     return subprocess.run(["timeout", "10", "ovs-ofctl", "-O", "OpenFlow13", *argv],
                           capture_output=True, text=True, check=True).stdout
