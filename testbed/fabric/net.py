@@ -574,14 +574,16 @@ class Fabric:
         off, each interface's MTU, address and link up, offloads off for the userspace
         datapath, and its shaping (or its traffic classes)."""
         path = netns.of_pid(self.host_pid(name))
+        rates = self.host_link_mbps  # a walk of every link: once a host
         try:
             netns.made_in(path, _no_ipv6)
             ipr = netns.made_in(path, IPRoute)
-            ethtool = (netns.made_in(path, Ethtool) if self.caps.ovs_datapath == "user"
-                       else None)
         except OSError as exc:
             raise BringUpError(f"host {name}: {exc}") from None
+        ethtool = None
         try:
+            if self.caps.ovs_datapath == "user":
+                ethtool = netns.made_in(path, Ethtool)
             for intf in interfaces:
                 where = f"host {name}, {intf.name}"
                 try:
@@ -591,20 +593,21 @@ class Fabric:
                     if ethtool:
                         offloads_off(ethtool, intf.name)
                     if not self.classes:
-                        self._shape(ipr, index, self.host_link_mbps.get(
-                            intf.name, self.spec.link_mbps), switch=False)
+                        self._shape(ipr, index, rates.get(intf.name, self.spec.link_mbps),
+                                    switch=False)
                 except IndexError:
                     raise BringUpError(f"{where}: no such interface") from None
                 except (NetlinkError, OSError) as exc:
                     raise BringUpError(f"{where}: {exc}") from None
-        finally:
+        except OSError as exc:  # the ethtool sockets could not be made
+            raise BringUpError(f"host {name}: {exc}") from None
+        finally:  # the netlink socket closed also when the ethtool one failed
             ipr.close()
             if ethtool:
                 ethtool.close()
         if self.caps.htb and self.classes:  # dozens of lines: over a shell line's limit
             lines = [line for intf in interfaces for line in self._class_lines(
-                intf.name, self.host_link_mbps.get(intf.name, self.spec.link_mbps),
-                switch=False)]
+                intf.name, rates.get(intf.name, self.spec.link_mbps), switch=False)]
             done = self.host(name).run(["tc", "-batch", "-"], stdin="\n".join(lines) + "\n")
             if done.returncode:
                 raise BringUpError(f"traffic classes on host {name}: {done.stderr.strip()}")
