@@ -53,10 +53,10 @@ import sys
 import time
 from contextlib import ExitStack
 
-from controllers.telemetry import QueueReader
 from testbed.fabric import drops
 from testbed.fabric.switchd import SwitchDaemons
 from testbed.host.naming import claim, forget, new_run_id, register, run_prefix
+from testbed.host.netlink import QueueReader
 
 OFFLOADS = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"]
 LOSSY_PORT, ROCE_PORT = 9, 4791

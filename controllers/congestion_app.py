@@ -46,12 +46,12 @@ from controllers.paths import plan_switch
 from controllers.telemetry import (
     PortCounters,
     PrometheusExporter,
-    QueueReader,
     TelemetryWriter,
     make_sample,
     poll_interval_ms,
     port_table,
 )
+from testbed.host.netlink import QueueReader
 from topologies import plugins
 from topologies.spec import FabricSpec
 

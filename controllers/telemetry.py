@@ -5,23 +5,20 @@ bytes, packets, drops, with the counter's own duration, so rates do not depend o
 the reply arrived). The queue in front of the wire is not the switch's: switch ports are
 shaped by HTB + a byte FIFO in the root namespace (:mod:`testbed.fabric.net`), so its depth
 is read over netlink, one dump of all qdiscs per sample (the root qdisc's backlog and
-drops). Everything here is pure except :class:`QueueReader`; the os-ken app in
-:mod:`controllers.congestion_app` drives it.
+drops; :class:`testbed.host.netlink.QueueReader`, the host layer's). Everything here is
+pure; the os-ken app in :mod:`controllers.congestion_app` drives it.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, astuple, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from testbed.host.netlink import Queue
 from topologies.spec import FabricSpec
-
-TC_H_ROOT = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -64,17 +61,6 @@ class PortCounters:
     tx_packets: int
     tx_dropped: int
     duration_s: float
-
-
-@dataclass(frozen=True)
-class Queue:
-    """A root qdisc's counters: what it holds and dropped, and what it sent."""
-
-    backlog_bytes: int
-    drops: int
-    sent_bytes: int = 0
-    sent_packets: int = 0
-    backlog_packets: int = 0
 
 
 @dataclass(frozen=True)
@@ -205,127 +191,6 @@ def make_sample(t: float, info: PortInfo, prev: PortCounters | None, now: PortCo
                   tx_packets=now.tx_packets, tx_dropped=now.tx_dropped,
                   backlog_bytes=q.backlog_bytes, qdisc_drops=q.drops,
                   util=utilisation(prev, now, info.mbps))
-
-
-RTM_NEWQDISC, RTM_GETQDISC = 36, 38
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_QUEUE = 7, 1, 3
-NLMSG_HDR = struct.Struct("=IHHII")
-TCMSG = struct.Struct("=BxxxiIII")
-RTATTR = struct.Struct("=HH")
-GNET_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
-GNET_BASIC = struct.Struct("=QI")  # bytes, packets
-
-
-def _attrs(data: bytes, start: int, end: int):
-    """(type, payload start, payload end) of the netlink attributes in data[start:end]."""
-    while start + RTATTR.size <= end:
-        length, kind = RTATTR.unpack_from(data, start)
-        if length < RTATTR.size:
-            return
-        yield kind & 0x3FFF, start + RTATTR.size, start + length
-        start += (length + 3) & ~3
-
-
-def parse_qdisc_dump(data: bytes, leaves: bool = False) -> tuple[dict, bool]:
-    """Root-qdisc counters by interface index from RTM_NEWQDISC messages (backlog, drops,
-    bytes and packets sent); and whether the dump is complete (NLMSG_DONE seen).
-
-    ``leaves``: every other qdisc's counters instead, by (interface index, major of
-    its handle), e.g. the leaf queues of traffic classes."""
-    out: dict = {}
-    offset, done = 0, False
-    while offset + NLMSG_HDR.size <= len(data):
-        length, kind, _, _, _ = NLMSG_HDR.unpack_from(data, offset)
-        if length < NLMSG_HDR.size:
-            break
-        end = offset + length
-        if kind == NLMSG_DONE:
-            done = True
-        elif kind == NLMSG_ERROR:
-            raise OSError("netlink error in qdisc dump")
-        elif kind == RTM_NEWQDISC:
-            _, index, handle, parent, _ = TCMSG.unpack_from(data, offset + NLMSG_HDR.size)
-            if (parent != TC_H_ROOT) == leaves:
-                body = offset + NLMSG_HDR.size + TCMSG.size
-                for kind2, a, b in _attrs(data, body, end):
-                    if kind2 != TCA_STATS2:
-                        continue
-                    sent, packets, queue = 0, 0, None
-                    for kind3, c, d in _attrs(data, a, b):
-                        if kind3 == TCA_STATS_QUEUE:
-                            queue = GNET_QUEUE.unpack_from(data, c)
-                        elif kind3 == TCA_STATS_BASIC and d - c >= GNET_BASIC.size:
-                            sent, packets = GNET_BASIC.unpack_from(data, c)
-                    if queue is not None:
-                        key = (index, handle >> 16) if leaves else index
-                        out[key] = Queue(backlog_bytes=queue[1], drops=queue[2],
-                                         sent_bytes=sent, sent_packets=packets,
-                                         backlog_packets=queue[0])
-        offset = (end + 3) & ~3
-    return out, done
-
-
-class QueueReader:
-    """Root-qdisc counters of the given interfaces, one netlink dump per call.
-
-    The dump is parsed here, reading only the counters: pyroute2 parses every attribute
-    of every qdisc on the host, about 30 ms for a hundred qdiscs, which at 10 samples a
-    second is a third of a core (and on a 128-switch fabric, 2,600 qdiscs, most of a
-    second per dump). Interface indexes are looked up by name (one ioctl each), again
-    only for names not yet found (ports appear while the fabric comes up).
-
-    ``sock``: a netlink route socket to dump through (e.g. one opened in another network
-    namespace); by default one in this process's namespace.
-    """
-
-    def __init__(self, ifnames: list[str] | tuple[str, ...] = (),
-                 sock: socket.socket | None = None):
-        self._wanted = set(ifnames)
-        self._names: dict[int, str] = {}
-        if sock is None:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-            sock.bind((0, 0))
-        self._sock = sock
-        self._sock.settimeout(2.0)
-        self._seq = 0
-
-    def _resolve(self) -> None:
-        missing = self._wanted - set(self._names.values())
-        for name in missing:
-            try:
-                self._names[socket.if_nametoindex(name)] = name
-            except OSError:  # not created yet
-                continue
-
-    def dump(self, leaves: bool = False) -> dict:
-        """Counters of every root qdisc in the socket's namespace, by interface index
-        (``leaves``: of every other qdisc, by interface index and handle major)."""
-        self._seq += 1
-        request = NLMSG_HDR.pack(NLMSG_HDR.size + TCMSG.size, RTM_GETQDISC,
-                                 NLM_F_REQUEST | NLM_F_DUMP, self._seq, 0)
-        self._sock.send(request + TCMSG.pack(0, 0, 0, 0, 0))
-        out: dict[int, Queue] = {}
-        while True:
-            part, done = parse_qdisc_dump(self._sock.recv(1 << 20), leaves)
-            out.update(part)
-            if done:
-                return out
-
-    def read(self) -> dict[str, Queue]:
-        """Counters of the wanted interfaces that exist, by name."""
-        self._resolve()
-        return {self._names[i]: q for i, q in self.dump().items() if i in self._names}
-
-    def read_leaves(self) -> dict[tuple[str, int], Queue]:
-        """Counters of the wanted interfaces' non-root qdiscs, by (name, handle major)."""
-        self._resolve()
-        return {(self._names[i], major): q for (i, major), q in self.dump(True).items()
-                if i in self._names}
-
-    def close(self) -> None:
-        self._sock.close()
 
 
 def prometheus_text(samples: list[Sample]) -> str:

@@ -94,17 +94,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from controllers.telemetry import QueueReader
 from testbed.fabric.ovs_socket import HOST_PID_FILES, host_pid
-from testbed.host import netns as namespaces
+from testbed.host import netlink
 from testbed.host.naming import OWNER, RUN_ROOT
+from testbed.host.netlink import QueueReader
 from traffic.stats import percentiles
 
 log = logging.getLogger(__name__)
 
 OVS_PID_FILES = HOST_PID_FILES
 NETNS_DIR = Path("/run/netns")
-NETLINK_ROUTE = 0
 PROC = Path("/proc")
 #: backlog reads per interval (the sample's own and the polls between): what a link's
 #: queue held at each, it owes the wire until the next
@@ -390,14 +389,13 @@ def link_sample(link: WatchedLink, before: tuple[int, int], after: tuple[int, in
 
 # -- sampling (the host) -------------------------------------------------------------------
 def netlink_socket_in(name: str) -> socket.socket:
-    """A NETLINK_ROUTE socket inside the named namespace (:func:`testbed.host.netns.made_in`)."""
-    return namespaces.made_in(NETNS_DIR / name, lambda: socket.socket(
-        socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE))
+    """An unbound NETLINK_ROUTE socket inside the named namespace."""
+    return netlink.route_socket(NETNS_DIR / name, kind=socket.SOCK_DGRAM, bind=False)
 
 
 class _Netns:
     """Per namespace, opened when first needed: a netlink socket for root-qdisc dumps
-    (parsed for the counters only, :class:`~controllers.telemetry.QueueReader`: pyroute2
+    (parsed for the counters only, :class:`~testbed.host.netlink.QueueReader`: pyroute2
     parsed every attribute of every qdisc, most of a second per dump on a 128-switch
     fabric) and, for another namespace than ours, pyroute2 for index lookups."""
 

@@ -30,7 +30,6 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
 
-from controllers.telemetry import QueueReader
 from testbed.errors import BringUpError, HostError
 from testbed.fabric import drops, ovs_socket, qos, switchd
 from testbed.fabric.qos import TrafficClass
@@ -40,6 +39,7 @@ from testbed.host import sysctls as host_settings
 from testbed.host.capabilities import Capabilities
 from testbed.host.hosts import MininetHost
 from testbed.host.naming import OVS_EXTERNAL_ID, register, run_dir
+from testbed.host.netlink import QueueReader
 from testbed.host.procs import Helper, stop_strays
 from topologies.spec import FabricSpec, HostInterface
 

@@ -54,9 +54,9 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controllers.telemetry import Queue, QueueReader
 from testbed.fabric import qos
-from testbed.host import netns
+from testbed.host import netlink, netns
+from testbed.host.netlink import Queue, QueueReader, tbf_change
 from traffic import stats
 
 ETH_P_PAUSE = 0x8808
@@ -106,43 +106,6 @@ def parse_pfc(frame: bytes) -> dict[int, int] | None:
     return {p: times[p] for p in range(8) if vector >> p & 1}
 
 
-RTM_NEWQDISC = 36
-NLM_F_REQUEST, NLM_F_ACK = 1, 4
-TCA_KIND, TCA_OPTIONS = 1, 2
-TCA_TBF_PARMS, TCA_TBF_BURST = 1, 6
-NLA_F_NESTED = 0x8000
-TC_LINKLAYER_ETHERNET = 1
-NLMSG = struct.Struct("=IHHII")
-TCMSG = struct.Struct("=BxxxiIII")
-#: struct tc_tbf_qopt: rate and peak rate (tc_ratespec), limit, buffer, mtu
-TBF_QOPT = struct.Struct("=BBhhHI BBhhHI III")
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    head = struct.pack("=HH", 4 + len(payload), kind)
-    return head + payload + bytes(-len(payload) % 4)
-
-
-def tbf_change(index: int, minor: int, rate_bps: int, burst: int, limit: int) -> bytes:
-    """RTM_NEWQDISC that changes the token bucket ``minor:`` (parent 1:minor) of
-    interface ``index`` in place: its rate (bits/s), burst and limit (bytes).
-
-    Built by hand, once per port, class and state: the rate as an Ethernet link-layer
-    ratespec needs no rate table, and one ``send`` costs microseconds where pyroute2's
-    encoder takes milliseconds, which the reaction time would pay.
-
-    >>> msg = tbf_change(7, 0x11, 20_000_000, 9018, 96000)
-    >>> NLMSG.unpack_from(msg)[:2] == (len(msg), RTM_NEWQDISC)
-    True
-    """
-    qopt = TBF_QOPT.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, min(rate_bps // 8, 0xFFFFFFFF),
-                         0, 0, 0, 0, 0, 0, limit, 0, 0)
-    options = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("=I", burst))
-    body = (TCMSG.pack(0, index, minor << 16, 0x10000 | minor, 0) + _attr(TCA_KIND, b"tbf\0")
-            + _attr(TCA_OPTIONS | NLA_F_NESTED, options))
-    return NLMSG.pack(NLMSG.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, 0, 0) + body
-
-
 class _Filter:
     """A classic BPF program that accepts only MAC control frames (EtherType 0x8808)."""
 
@@ -161,12 +124,6 @@ PAUSE_FILTER = _Filter()
 def quanta(seconds: float, mbps: float) -> int:
     """Pause quanta (512 bit times at the link rate) for ``seconds``, at most 65535."""
     return min(MAX_QUANTA, max(1, round(seconds * mbps * 1e6 / QUANTUM_BITS)))
-
-
-def in_netns(path: str | None, make):
-    """``make()`` called inside the network namespace at ``path`` (None: this one);
-    sockets keep the namespace they were made in."""
-    return netns.made_in(path, make)
 
 
 @dataclass
@@ -265,8 +222,7 @@ class Agent:
         name = dev["ifname"]
 
         def make():
-            nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-            nl.bind((0, 0))
+            nl = netlink.route_socket()
             nl.settimeout(1.0)
             # every frame (a socket for 0x8808 alone gets none on a port of Open vSwitch's
             # kernel datapath: its receive hook takes them first), filtered in the kernel
@@ -283,7 +239,7 @@ class Agent:
             mac = fcntl.ioctl(rx.fileno(), SIOCGIFHWADDR, struct.pack("256s", name.encode()))
             return rx, tx, kick, nl, index, mac[18:24]
 
-        rx, tx, kick, nl, index, mac = in_netns(dev["netns"], make)
+        rx, tx, kick, nl, index, mac = netns.made_in(dev["netns"], make)
         port = Port(name, dev["netns"], dev["mbps"], dev.get("switch"), dev["peer"], rx, tx,
                     kick, nl, index, mac)
         port.classes = {c["priority"]: ClassState() for c in self.lossless}
@@ -351,7 +307,7 @@ class Agent:
         t = time.monotonic()
         try:
             port.netlink.send(port.messages[(priority, state)])
-            error = struct.unpack_from("=i", port.netlink.recv(4096), NLMSG.size)[0]
+            error = struct.unpack_from("=i", port.netlink.recv(4096), netlink.NLMSG.size)[0]
         except OSError as exc:  # socket.timeout has no errno: no answer in a second
             error = -(exc.errno or errno.ETIMEDOUT)
         if error:  # a port that went away: record, go on

@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from testbed.host import netlink
+
 from .config import LinkConfig
 from .errors import MacsecError
 from .secy import SecY
@@ -47,12 +49,8 @@ MAX_FRAME = 65536 + 64
 TUNSETCARRIER = 0x400454E2
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
-RTMGRP_LINK = 1
-RTM_NEWLINK = 16
 IFF_UP = 0x1
 IFF_RUNNING = 0x40
-_NLMSG = struct.Struct("=IHHII")
-_IFINFO = struct.Struct("=BxHiII")
 
 
 def control_path(workdir: Path, side: str) -> Path:
@@ -79,37 +77,6 @@ def open_wire(ifname: str) -> socket.socket:
     for opt in (SO_RCVBUFFORCE, SO_SNDBUFFORCE):
         sock.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
     sock.bind((ifname, ETH_P_ALL))
-    sock.setblocking(False)
-    return sock
-
-
-def link_events(data: bytes) -> list[tuple[int, bool, bool]]:
-    """``(ifindex, up, running)`` of every RTM_NEWLINK message in a netlink datagram.
-
-    ``up`` is the administrative state (IFF_UP); ``running`` adds carrier
-    (IFF_RUNNING), which the peer's cut clears.
-
-    >>> msg = _NLMSG.pack(32, RTM_NEWLINK, 0, 0, 0) + _IFINFO.pack(0, 1, 7, 0x1043, 0)
-    >>> link_events(msg + _NLMSG.pack(32, RTM_NEWLINK, 0, 0, 0) + _IFINFO.pack(0, 1, 8, 0x1003, 0))
-    [(7, True, True), (8, True, False)]
-    """
-    out, off = [], 0
-    while off + _NLMSG.size <= len(data):
-        length, kind = _NLMSG.unpack_from(data, off)[:2]
-        if length < _NLMSG.size:
-            break
-        if kind == RTM_NEWLINK and length >= _NLMSG.size + _IFINFO.size:
-            _, _, index, flags, _ = _IFINFO.unpack_from(data, off + _NLMSG.size)
-            out.append((index, bool(flags & IFF_UP), bool(flags & IFF_UP and flags & IFF_RUNNING)))
-        off += (length + 3) & ~3
-    return out
-
-
-def open_link_watch() -> socket.socket:
-    """A netlink socket that receives the namespace's link state changes."""
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    sock.bind((0, RTMGRP_LINK))
     sock.setblocking(False)
     return sock
 
@@ -319,7 +286,7 @@ def serve(forwarders: list[Forwarder], stopped: Callable[[], bool]) -> None:
     """One poll loop for every link end of the process, plus the carrier watch."""
     poller = select.poll()
     handlers: dict[int, Callable[[], None]] = {}
-    watch = open_link_watch()
+    watch = netlink.link_watch()
     by_index = {f.wire_index: f for f in forwarders}
 
     def on_link() -> None:
@@ -333,7 +300,7 @@ def serve(forwarders: list[Forwarder], stopped: Callable[[], bool]) -> None:
                 for f in forwarders:
                     f.follow_wire(*wire_state(f.me.veth))
                 continue
-            for index, up, running in link_events(data):
+            for index, up, running in netlink.link_events(data):
                 if index in by_index:
                     by_index[index].follow_wire(up, running)
 

@@ -11,7 +11,8 @@ from controllers import ecn
 from controllers.adaptive import FlowKey, FlowLoad, FlowRates, least_loaded, plan_move
 from controllers.config import ControllerConfig, EcnClass
 from controllers.paths import plan_switch
-from controllers.telemetry import PortCounters, Queue, make_sample, port_table, utilisation
+from controllers.telemetry import PortCounters, make_sample, port_table, utilisation
+from testbed.host.netlink import Queue
 from topologies.leafspine import build_fabric
 
 
@@ -258,7 +259,7 @@ def test_qdisc_dump_parser_reads_what_pyroute2_encodes():
 
     from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-    from controllers.telemetry import RTM_NEWQDISC, TC_H_ROOT, Queue, parse_qdisc_dump
+    from testbed.host.netlink import RTM_NEWQDISC, TC_H_ROOT, Queue, parse_qdisc_dump
 
     def qdisc(index: int, parent: int, backlog: int, drops: int) -> bytes:
         m = tcmsg()

@@ -202,8 +202,8 @@ class _Wire:
 def _agent(tmp_path, backlog: dict):
     """An agent over one leaf (uplink up, downlinks d0 and d1 to hosts h0, h1) whose
     queues read ``backlog`` (port -> bytes of the lossless class)."""
-    from controllers.telemetry import Queue
     from testbed.fabric.pfc import Agent, ClassState, Port
+    from testbed.host.netlink import Queue
 
     class Reader:
         def read_leaves(self):
