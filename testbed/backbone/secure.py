@@ -23,7 +23,9 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
+
+from pydantic import Field, field_validator
 
 from testbed.errors import BringUpError, ConfigError
 from testbed.host.commands import Cmd
@@ -32,16 +34,37 @@ from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import OVERHEAD, LinkConfig, SideConfig
 from testbed.macsec.errors import BackendError
 from testbed.macsec.forwarder import control_path
-from testbed.macsec.kernel import parse_ip_macsec_stats, secy_commands
+from testbed.macsec.kernel import macsec_stats_argv, parse_ip_macsec_stats, secy_commands
 from testbed.macsec.link import ctl_request
-
-if TYPE_CHECKING:
-    from .net import BackboneNet
+from topologies.backbone import Link
+from topologies.params import ParamError, Section, parse
 
 BACKENDS = ("auto", "kernel", "userspace")
-DEFAULTS: dict[str, Any] = {"enabled": False, "cipher": CipherSuite.GCM_AES_128.value,
-                            "backend": "auto", "replay_window": 32, "mtu": 1500}
-#: Counters reported per link end (the Linux names; ``ip -s macsec show``).
+
+
+class Settings(Section):
+    """The ``macsec:`` setting of a backbone (a mapping; true: these defaults)."""
+
+    enabled: bool = Field(True, description="protect every link with MACsec")
+    cipher: Literal[tuple(c.value for c in CipherSuite)] = Field(  # type: ignore
+        "gcm-aes-128", description="the cipher suite")
+    backend: Literal[BACKENDS] = Field(  # type: ignore[valid-type]
+        "auto", description="kernel macsec devices, the userspace forwarders, or auto (the "
+                            "kernel's where it has MACsec)")
+    replay_window: int = Field(32, ge=0, le=1 << 30, description="packet numbers a frame "
+                                                                 "may arrive late")
+    mtu: int = Field(1500, ge=576, le=9000, description="MTU of the protected interfaces")
+
+    @field_validator("cipher", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+#: the settings when nothing is said (and MACsec off)
+DEFAULTS: dict[str, Any] = {**Settings().model_dump(), "enabled": False}
+
+#: Counters reported per link end (the Linux names; ``ip -j -s macsec show``).
 COUNTERS = ("OutPktsProtected", "OutPktsEncrypted", "InPktsOK", "InPktsNotValid",
             "InPktsInvalid", "InPktsLate", "InPktsNoTag", "InPktsBadTag", "InPktsUnknownSCI",
             "InPktsNoSCI", "InPktsUnusedSA", "InPktsNotUsingSA")
@@ -54,39 +77,33 @@ def validate(value: Any, where: str = "backbone.macsec") -> dict:
     ('gcm-aes-128', False)
     >>> validate({"cipher": "gcm-aes-256"})["enabled"]
     True
-    >>> validate({"cipher": "des"})
+    >>> validate({"cipher": "des"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    testbed.errors.ConfigError: backbone.macsec.cipher: must be one of gcm-aes-128, \
-gcm-aes-256, gcm-aes-xpn-128, gcm-aes-xpn-256
+    testbed.errors.ConfigError: backbone.macsec.cipher: must be one of ...
     """
-    cfg = dict(DEFAULTS)
     if value is None or isinstance(value, bool):
-        cfg["enabled"] = bool(value)
-        return cfg
-    if not isinstance(value, dict):
-        raise ConfigError(where, "must be true, false or a mapping (enabled, cipher, backend, "
-                          "replay_window, mtu)")
-    for key in value:
-        if key not in DEFAULTS:
-            raise ConfigError(f"{where}.{key}", "unknown key; known: " + ", ".join(DEFAULTS))
-    cfg["enabled"] = value.get("enabled", True)
-    if not isinstance(cfg["enabled"], bool):
-        raise ConfigError(f"{where}.enabled", "must be true or false")
-    suites = [s.value for s in CipherSuite]
-    cipher = value.get("cipher", cfg["cipher"])
-    if not isinstance(cipher, str) or cipher.lower() not in suites:
-        raise ConfigError(f"{where}.cipher", "must be one of " + ", ".join(suites))
-    cfg["cipher"] = cipher.lower()
-    if value.get("backend", "auto") not in BACKENDS:
-        raise ConfigError(f"{where}.backend", "must be one of " + ", ".join(BACKENDS))
-    cfg["backend"] = value.get("backend", "auto")
-    for key, low, high in (("replay_window", 0, 1 << 30), ("mtu", 576, 9000)):
-        val = value.get(key, cfg[key])
-        if isinstance(val, bool) or not isinstance(val, int) or not low <= val <= high:
-            raise ConfigError(f"{where}.{key}", f"must be an integer {low}..{high}")
-        cfg[key] = val
-    return cfg
+        return {**DEFAULTS, "enabled": bool(value)}
+    if isinstance(value, Settings):
+        return value.model_dump()
+    try:
+        return parse(Settings, value, where).model_dump()
+    except ParamError as exc:
+        raise ConfigError(exc.field, exc.reason) from None
+
+
+class Wiring(Protocol):
+    """What the protected links read of their backbone's network
+    (:class:`testbed.backbone.net.BackboneNet`)."""
+
+    prefix: str
+    folder: Path
+    links: dict[str, tuple[int, Link]]
+
+    def ns(self, node: str) -> str: ...
+    def ifname(self, link: str, side: str) -> str: ...
+    def wire(self, link: str, side: str) -> str: ...
+    def link_addr(self, link: str, side: str) -> str: ...
 
 
 def link_config(run_id: str, index: int, ends: list[tuple[str, str, str, str]], *,
@@ -131,9 +148,9 @@ def _cpu_seconds(pid: int) -> float:
 
 
 class SecureLinks:
-    """The protected interfaces of one backbone, built beside :class:`BackboneNet`."""
+    """The protected interfaces of one backbone, built beside its network."""
 
-    def __init__(self, net: BackboneNet, settings: dict, backend: str) -> None:
+    def __init__(self, net: Wiring, settings: dict, backend: str) -> None:
         self.net, self.settings, self.backend = net, settings, backend
         run_id = net.prefix[2:]
         self.configs: dict[str, LinkConfig] = {}
@@ -229,7 +246,7 @@ class SecureLinks:
                     from testbed.macsec.netns import run
 
                     full = parse_ip_macsec_stats(
-                        run(["ip", "-s", "macsec", "show", me.tap], netns=me.netns).stdout)
+                        run(macsec_stats_argv(me.tap), netns=me.netns).stdout)
                 else:
                     try:
                         stats = ctl_request(control_path(self.link_dir(name), s),

@@ -8,9 +8,9 @@ macsec module only the probe runs; the rest is exercised where it exists.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import re
 from pathlib import Path
 from types import TracebackType
 
@@ -49,28 +49,31 @@ def kernel_macsec_available() -> bool:
 
 
 def parse_ip_macsec_stats(text: str) -> dict[str, int]:
-    """Sum ``ip -s macsec show`` output into :class:`SecYCounters` names.
+    """Sum ``ip -j -s macsec show`` (JSON) into :class:`SecYCounters` names.
 
-    SecY, transmit-SC and receive-SC blocks are used (receive SCs summed);
-    per-SA blocks are skipped, as in the userspace SecY's flat counters.
+    Each device's object holds its SecY and transmit-SC counters; its ``rx_sc`` list
+    holds each receive SC's, which are summed; per-SA counters (``sa_list``) are
+    skipped, as in the userspace SecY's flat counters.
+
+    >>> parse_ip_macsec_stats('[{"ifname": "m0", "OutPktsEncrypted": 3, "InPktsNoTag": 1,'
+    ...     ' "sa_list": [{"an": 0, "OutPktsEncrypted": 3}],'
+    ...     ' "rx_sc": [{"InPktsOK": 2, "sa_list": [{"InPktsOK": 2}]}, {"InPktsOK": 5}]}]')[
+    ...     "InPktsOK"]
+    7
     """
     counters = SecYCounters().as_dict()
-    lines = text.splitlines()
-    for i, line in enumerate(lines[:-1]):
-        m = re.match(r"\s*stats:\s+(.*)$", line)
-        if not m:
-            continue
-        names = m.group(1).split()
-        values = lines[i + 1].split()
-        if len(values) != len(names) or not all(v.isdigit() for v in values):
-            continue
-        block = dict(zip(names, map(int, values), strict=True))
-        if set(names) == _SECY_NAMES:
-            counters.update(block)
-        elif set(names) in (_TXSC_NAMES, _RXSC_NAMES):
-            for k, v in block.items():
-                counters[k] += v
+    for device in json.loads(text or "[]"):
+        for name in _SECY_NAMES | _TXSC_NAMES:
+            counters[name] += int(device.get(name, 0))
+        for sc in device.get("rx_sc", ()):
+            for name in _RXSC_NAMES:
+                counters[name] += int(sc.get(name, 0))
     return counters
+
+
+def macsec_stats_argv(tap: str) -> list[str]:
+    """The command whose output :func:`parse_ip_macsec_stats` reads."""
+    return ["ip", "-j", "-s", "macsec", "show", tap]
 
 
 def _sa_args(cfg: LinkConfig, ssci: int) -> list[str]:
@@ -116,8 +119,7 @@ def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
 def kernel_counters(cfg: LinkConfig, side: str) -> dict[str, int]:
     """The counters of side ``side``'s macsec device, with the userspace SecY's names."""
     s = cfg.side(side)
-    return parse_ip_macsec_stats(run(["ip", "-s", "macsec", "show", s.tap],
-                                     netns=s.netns).stdout)
+    return parse_ip_macsec_stats(run(macsec_stats_argv(s.tap), netns=s.netns).stdout)
 
 
 class KernelMacsecLink:

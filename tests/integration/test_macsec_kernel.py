@@ -30,34 +30,32 @@ from testbed.macsec.secy import RX_DISPOSITIONS, SecYCounters
 
 pytestmark = pytest.mark.vm
 
-IP_S_MACSEC = """\
-11: tbm0: protect on validate strict sc off sa off encrypt on send_sci on end_station off \
-scb off replay off
-    cipher suite: GCM-AES-128, using ICV length 16
-    TXSC: 0274620000010001 on SA 0
-    stats: OutPktsUntagged InPktsUntagged OutPktsTooLong InPktsNoTag InPktsBadTag \
-InPktsUnknownSCI InPktsNoSCI InPktsOverrun
-                         0              0              0           7            2 \
-               0           1             0
-        stats: OutPktsProtected OutPktsEncrypted OutOctetsProtected OutOctetsEncrypted
-                              0               12                  0               1200
-        0: PN 13, state on, key 00000000000000000000000000000000
-            stats: OutPktsProtected OutPktsEncrypted
-                                  0               12
-    RXSC: 0274620000020001, state on
-        stats: InOctetsValidated InOctetsDecrypted InPktsUnchecked InPktsDelayed InPktsOK \
-InPktsInvalid InPktsLate InPktsNotValid InPktsNotUsingSA InPktsUnusedSA
-                               0              1100               0             0       11 \
-            0          3              4                0              0
-        0: PN 12, state on, key 01000000000000000000000000000000
-            stats: InPktsOK InPktsInvalid InPktsNotValid InPktsNotUsingSA InPktsUnusedSA
-                         11             0              4                0              0
-"""
+#: ``ip -j -s macsec show tbm0`` as iproute2 prints it (ip/ipmacsec.c: the SecY's and the
+#: transmit SC's counters in the device's object, each receive SC's in ``rx_sc``, each
+#: SA's in its ``sa_list``)
+IP_S_MACSEC = json.dumps([{
+    "ifindex": 11, "ifname": "tbm0", "protect": True, "validate": "strict",
+    "sc": False, "sa": False, "encrypt": True, "send_sci": True, "end_station": False,
+    "scb": False, "replay": False, "cipher_suite": "GCM-AES-128", "icv_length": 16,
+    "sci": "0x0274620000010001", "encoding_sa": 0,
+    "OutPktsUntagged": 0, "InPktsUntagged": 0, "OutPktsTooLong": 0, "InPktsNoTag": 7,
+    "InPktsBadTag": 2, "InPktsUnknownSCI": 0, "InPktsNoSCI": 1, "InPktsOverrun": 0,
+    "OutPktsProtected": 0, "OutPktsEncrypted": 12, "OutOctetsProtected": 0,
+    "OutOctetsEncrypted": 1200,
+    "sa_list": [{"an": 0, "pn": 13, "active": True, "key": "00" * 16,
+                 "OutPktsProtected": 0, "OutPktsEncrypted": 12}],
+    "rx_sc": [{"sci": "0x0274620000020001", "active": True, "InOctetsValidated": 0,
+               "InOctetsDecrypted": 1100, "InPktsUnchecked": 0, "InPktsDelayed": 0,
+               "InPktsOK": 11, "InPktsInvalid": 0, "InPktsLate": 3, "InPktsNotValid": 4,
+               "InPktsNotUsingSA": 0, "InPktsUnusedSA": 0,
+               "sa_list": [{"an": 0, "pn": 12, "active": True, "key": "01" + "00" * 15,
+                            "InPktsOK": 11, "InPktsInvalid": 0, "InPktsNotValid": 4,
+                            "InPktsNotUsingSA": 0, "InPktsUnusedSA": 0}]}],
+}])
 
 
 def test_parse_ip_macsec_stats_uses_same_names() -> None:
-    text = IP_S_MACSEC.replace("\\\n", "")
-    c = parse_ip_macsec_stats(text)
+    c = parse_ip_macsec_stats(IP_S_MACSEC)
     assert set(c) == set(SecYCounters().as_dict())
     assert (c["InPktsNoTag"], c["InPktsBadTag"], c["InPktsNoSCI"]) == (7, 2, 1)
     assert (c["OutPktsEncrypted"], c["OutOctetsEncrypted"]) == (12, 1200)
