@@ -1,6 +1,6 @@
 """A spec's switches as a graph (networkx), and the checks every spec must pass.
 
-Builders other than the shipped ones (a ``builder: package.module:function``) return a
+Builders other than the shipped ones (a ``builder: package.module:Class``) return a
 spec that nothing has checked; :func:`check_spec` holds it to what the rest of the
 testbed relies on: unique names that fit Linux's 15 characters, links between known
 nodes (hosts only to switches, a fabric link's ``a`` end of the lower tier, no two

@@ -1,7 +1,7 @@
 """Code a scenario names: plug-in builders, experiment kinds, controller apps, fault kinds.
 
 A scenario can name code of its own by its module's dotted path (``kind:
-examples.kinds.pingmesh``, ``builder: examples.builders.ring:build``, ``apps:
+examples.kinds.pingmesh``, ``builder: examples.builders.ring:Ring``, ``apps:
 ["examples.apps.pin_flow:PinFlow"]``, ``action: mypackage.faults:Blackhole``). Such a
 scenario is code that runs as root, like a Makefile. Validation runs none of it:
 :func:`check` finds the module on the import path (and in the current folder, where
@@ -10,7 +10,7 @@ that it defines the name it is asked for at its top level. Only a process that r
 brings up a lab calls :func:`allow`; until then :func:`load` refuses with
 :class:`NotLoaded`, so nothing a scenario names can be imported by a validation.
 
->>> check("examples.builders.ring:build", "topology.builder").name
+>>> check("examples.builders.ring:Ring", "topology.builder").name
 'ring.py'
 >>> def reason(reference):
 ...     try:

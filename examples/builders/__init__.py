@@ -1,1 +1,1 @@
-"""Topology builders of your own, named in a scenario as ``builder: package.module:function``."""
+"""Topology builders of your own, named in a scenario as ``builder: package.module:Class``."""

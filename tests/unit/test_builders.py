@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from topologies.build import BUILDERS, build_topology, resolve
+from topologies.build import BUILDERS, SHIPPED, build_topology, resolve
 from topologies.fattree import build_fattree
 from topologies.params import ParamError
 from topologies.spec import IFNAME_MAX, FabricSpec, TopologyError
@@ -166,23 +166,50 @@ def test_explicit_graph_errors_are_one_line_naming_the_field(change, field, word
 
 # -- dotted-path builders and the entry point ------------------------------------------------
 def test_dotted_path_builder_from_examples(plugins_load):
-    spec = build_topology({"builder": "examples.builders.ring:build", "switches": 5}, P)
+    spec = build_topology({"builder": "examples.builders.ring:Ring", "switches": 5}, P)
     assert spec.counts() == {"switches": 5, "hosts": 10, "links": 15}
     assert {sw.tier for sw in spec.switches} == {0}
+    assert "ring" in BUILDERS and "ring" not in SHIPPED  # registered under its name
+
+
+@pytest.fixture
+def own_builders(tmp_path, monkeypatch, plugins_load):
+    """A module of builders in a folder on the import path: one returns no spec."""
+    (tmp_path / "tbbuilders.py").write_text(
+        "from topologies.build import Builder\n"
+        "class NoSpec(Builder):\n"
+        "    NAME = 'nospec'\n"
+        "    @classmethod\n"
+        "    def build(cls, params, prefix):\n"
+        "        return {}\n"
+        "class Shadow(Builder):\n"
+        "    NAME = 'fat-tree'\n"
+        "def build(prefix):\n"
+        "    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("nospec", "ring"):  # another test's, loaded in this process
+        BUILDERS.forget(name)
+    yield
+    for name in ("nospec", "ring"):
+        BUILDERS.forget(name)
 
 
 @pytest.mark.parametrize("section, words", [
-    ({"builder": "examples.builders.nothere:build"}, "no module 'examples.builders.nothere'"),
-    ({"builder": "examples.builders.ring:missing"}, "no function 'missing'"),
-    ({"builder": "examples.builders.ring:build", "colour": 1}, "does not take"),
+    ({"builder": "examples.builders.nothere:Ring"}, "no module 'examples.builders.nothere'"),
+    ({"builder": "examples.builders.ring:Missing"}, "is not a topologies.build.Builder"),
+    ({"builder": "examples.builders.ring:Ring", "colour": 1}, "colour"),
     ({"builder": "builtins:dict"}, "not a Python source file"),
-    ({"builder": "types:SimpleNamespace"}, "returned SimpleNamespace, not a FabricSpec"),
-    ({"builder": "examples.builders.ring:build", "switches": 2}, "must be an integer 3..32"),
+    ({"builder": "types:SimpleNamespace"}, "is not a topologies.build.Builder"),
+    ({"builder": "examples.builders.ring:Ring", "switches": 2}, "switches: must be 3 or more"),
+    ({"builder": "tbbuilders:build"}, "is not a topologies.build.Builder"),
+    ({"builder": "tbbuilders:NoSpec"}, "NoSpec.build returned dict, not a FabricSpec"),
+    ({"builder": "tbbuilders:Shadow"}, "named 'fat-tree', which another builder has"),
+    ({"builder": "ring"}, "unknown builder 'ring'"),
 ])
-def test_dotted_path_builder_errors(section, words, plugins_load):
+def test_dotted_path_builder_errors(section, words, own_builders):
     with pytest.raises(ParamError) as err:
         build_topology(section, P)
-    assert words in str(err.value) and "\n" not in str(err.value)
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
 def test_entry_point_defaults_and_inference():
@@ -190,8 +217,8 @@ def test_entry_point_defaults_and_inference():
     assert resolve({"nodes": 16})["builder"] == "leaf-spine"
     assert resolve(two_tier())["builder"] == "explicit"
     assert resolve({})["planes"] == 2  # the scenario default, as before
-    for name, (model, _) in BUILDERS.items():
-        schema = model.model_json_schema()
+    for name in SHIPPED:
+        schema = BUILDERS[name].Params.model_json_schema()
         assert schema["additionalProperties"] is False, name
         assert all("description" in f for f in schema["properties"].values()), name
 

@@ -124,7 +124,7 @@ SPECS = {
     "fat-tree": lambda: build_fattree(prefix=P, k=4, planes=2),
     "fat-tree-6": lambda: build_fattree(prefix=P, k=6),
     "explicit": lambda: build_topology(EXPLICIT, P),
-    "ring": lambda: build_topology({"builder": "examples.builders.ring:build",
+    "ring": lambda: build_topology({"builder": "examples.builders.ring:Ring",
                                     "switches": 6, "hosts_per_switch": 1}, P),
 }
 

@@ -52,7 +52,7 @@ from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
 from testbed.workloads import kinds as workload_kinds
 from topologies import plugins
-from topologies.build import BUILDERS, DEFAULT, build_topology, builder_of, resolve
+from topologies.build import BUILDERS, DEFAULT, SHIPPED, build_topology, builder_of, resolve
 from topologies.params import ParamError, Section
 from topologies.spec import FabricSpec
 from traffic.roce import OVERHEAD as ROCE_OVERHEAD
@@ -151,7 +151,8 @@ def topology_section() -> dict:
     """The JSON Schema of ``topology``: one of the shipped builders' parameter models
     (each with its ``builder`` name), or a builder named by dotted path."""
     options: list[Any] = []
-    for name, (model, _) in BUILDERS.items():
+    for name in SHIPPED:
+        model = BUILDERS[name].Params
         default = name if name in (DEFAULT, "explicit") else ...
         options.append(create_model(f"{model.__module__.rsplit('.', 1)[-1]}_topology",
                                     __base__=model,
@@ -161,7 +162,7 @@ def topology_section() -> dict:
     options.append({"type": "object", "required": ["builder"],
                     "properties": {"builder": {"type": "string",
                                                "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"}},
-                    "description": "a builder of your own: package.module:function"})
+                    "description": "a builder of your own: package.module:Class"})
     return {"anyOf": options, "description": "the fabric's graph: a builder and its "
                                              "parameters (leaf-spine by default)"}
 
