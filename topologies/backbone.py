@@ -18,6 +18,9 @@ carries several links: one cut takes all of them down. The design rule is checke
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+from topologies import plugins
 
 #: speed of light in fibre, km per millisecond
 FIBRE_KM_PER_MS = 200.0
@@ -208,3 +211,40 @@ def small_backbone() -> Backbone:
     return Backbone(pops=tuple(Pop(p, "lab") for p in pops),
                     regions=(Region("ra", ("p1", "p2")), Region("rb", ("p3", "p4"))),
                     links=tuple(links))
+
+
+class BackboneTopology:
+    """A backbone a scenario names by ``backbone.topology``: the shipped ``default`` and
+    ``small``, or one of one's own (``package.module:Class``, a subclass with a ``NAME``:
+    examples/backbones/pop_ring.py), whose backbone is held to the same names and design
+    rule as an inline one. (``inline`` is the section's own pops, regions and links.)"""
+
+    NAME: ClassVar[str] = ""
+
+    @classmethod
+    def build(cls) -> Backbone:
+        raise NotImplementedError
+
+
+#: every backbone topology by name: the shipped ones, and those a scenario named
+TOPOLOGIES = plugins.Registry("backbone topology", BackboneTopology)
+
+
+@TOPOLOGIES.register
+class Default(BackboneTopology):
+    """8 PoPs on four continents, 4 dual-homed regions."""
+
+    NAME = "default"
+    build = staticmethod(default_backbone)
+
+
+@TOPOLOGIES.register
+class Small(BackboneTopology):
+    """Four PoPs in a ring, two regions."""
+
+    NAME = "small"
+    build = staticmethod(small_backbone)
+
+
+#: the backbone topologies the lab ships
+SHIPPED = tuple(TOPOLOGIES)

@@ -42,6 +42,7 @@ from .frr import (
     Timers,
     vtysh,
 )
+from .secure import SecureLinks
 
 SITE_IF = "site0"
 SITE_PEER = "site1"
@@ -58,8 +59,6 @@ class BackboneNet:
 
     def __init__(self, bb: Backbone, prefix: str, run_folder: Path, stack: ExitStack,
                  macsec: dict | None = None, macsec_backend: str = "userspace") -> None:
-        from .secure import SecureLinks
-
         self.bb, self.prefix, self.folder, self.stack = bb, prefix, run_folder, stack
         self.links = {lk.name: (i, lk) for i, lk in enumerate(bb.all_links)}
         self.daemons: dict[str, list[FrrDaemon]] = {}

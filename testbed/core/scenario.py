@@ -246,8 +246,9 @@ def load(path: Path | str, duration_override: float | None = None,
 
 def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
     """(field, reference) of every plug-in a scenario document names: a dotted ``kind``,
-    a ``package.module:function`` builder, controller ``apps``, a ``package.module:Class``
-    fault action, workload kind or routing mode, wherever they are (variants included)."""
+    a ``package.module:Class`` builder or backbone topology, controller ``apps``, a
+    ``package.module:Class`` fault action, workload kind or routing mode, wherever they
+    are (variants included)."""
     from testbed.faults import kinds
 
     found: list[tuple[str, str]] = []
@@ -261,6 +262,9 @@ def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:
                     and plugins.DOTTED.fullmatch(value):  # a workload kind of one's own
                 found.append((field, value))
             elif key == "builder" and isinstance(value, str) and ":" in value:
+                found.append((field, value))
+            elif key == "topology" and isinstance(value, str) \
+                    and plugins.DOTTED.fullmatch(value):  # a backbone topology of one's own
                 found.append((field, value))
             elif key == "action" and isinstance(value, str) and ":" in value \
                     and value not in kinds.KINDS:

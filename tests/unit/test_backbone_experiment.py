@@ -119,3 +119,87 @@ def test_loss_rule_rendered():
     assert "hook postrouting" in text and "policy accept" in text
     assert "< 1000 drop" in loss_rules("t", "i", 1.0)
     assert "< 1 drop" in loss_rules("t", "i", 0.0001)  # never rounds to "drop nothing"
+
+
+# -- a backbone topology of one's own ------------------------------------------------------
+@pytest.fixture
+def own_backbones(tmp_path, monkeypatch, plugins_load):
+    """A module of backbone topologies on the import path: one breaks each rule."""
+    (tmp_path / "tbbackbones.py").write_text(
+        "from topologies.backbone import Backbone, BackboneTopology, Link, small_backbone\n"
+        "import dataclasses\n"
+        "class NotOne(BackboneTopology):\n"
+        "    NAME = 'not-one'\n"
+        "    @classmethod\n"
+        "    def build(cls):\n"
+        "        return {}\n"
+        "class BadName(BackboneTopology):\n"
+        "    NAME = 'bad-name'\n"
+        "    @classmethod\n"
+        "    def build(cls):\n"
+        "        bb = small_backbone()\n"
+        "        extra = Link('X y', 'p1', 'p3', 1, 1)\n"
+        "        return dataclasses.replace(bb, links=bb.links + (extra,))\n"
+        "class Stray(BackboneTopology):\n"
+        "    NAME = 'stray'\n"
+        "    @classmethod\n"
+        "    def build(cls):\n"
+        "        bb = small_backbone()\n"
+        "        extra = Link('p1-p9', 'p1', 'p9', 1, 1)\n"
+        "        return dataclasses.replace(bb, links=bb.links + (extra,))\n"
+        "class Thin(BackboneTopology):\n"
+        "    NAME = 'thin'\n"
+        "    @classmethod\n"
+        "    def build(cls):\n"
+        "        bb = small_backbone()\n"
+        "        return dataclasses.replace(bb, links=bb.links[1:])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    from topologies.backbone import TOPOLOGIES
+
+    for name in ("not-one", "bad-name", "stray", "thin", "pop-ring"):
+        TOPOLOGIES.forget(name)
+
+
+def test_a_backbone_topology_of_ones_own_is_checked_as_inline(own_backbones):
+    cfg = validate({"topology": "examples.backbones.pop_ring:PopRing",
+                    "faults": [{"at_s": 1, "action": "fail_pop", "target": "den"}]})
+    assert cfg["design_check"]["ok"] and len(cfg["design"]["pops"]) == 5
+    assert cfg["topology"] == "examples.backbones.pop_ring:PopRing"
+
+
+@pytest.mark.parametrize("topology, field, words", [
+    ("tbbackbones:NotOne", "topology", "built dict, not a topologies.backbone.Backbone"),
+    ("tbbackbones:BadName", "topology.links[8].name", "must be 1-16 of a-z"),
+    ("tbbackbones:Stray", "topology.links[8]", "unknown PoP 'p9'"),
+    ("tbbackbones:Thin", "pops.p1", "separate paths"),
+    ("tbbackbones:Missing", "topology", "is not a topologies.backbone.BackboneTopology"),
+    ("tbbackbones", "topology", "must be one of default, small"),
+    ("nowhere.at.all:Ring", "topology", "no module 'nowhere'"),
+])
+def test_a_backbone_topology_of_ones_own_breaking_a_rule(own_backbones, topology, field,
+                                                         words):
+    with pytest.raises(ConfigError) as err:
+        validate({"topology": topology})
+    assert err.value.field == "backbone." + field, str(err.value)
+    assert words in err.value.reason and "\n" not in str(err.value), str(err.value)
+
+
+def test_validation_imports_no_backbone_topology_of_ones_own(tmp_path):
+    """``testbed validate`` finds the module and checks it statically (a validating
+    process refuses to import plug-ins: tests/unit/test_plugins.py)."""
+    from testbed.core.scenario import validate as validate_file
+
+    scenario = tmp_path / "bb.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "name": "bb", "duration_s": 10,
+        "backbone": {"topology": "examples.backbones.pop_ring:PopRing"}}))
+    name, what = validate_file(scenario)
+    assert name == "bb" and "examples.backbones.pop_ring:PopRing" in what
+    assert "not loaded" in what
+    scenario.write_text(yaml.safe_dump({
+        "name": "bb", "duration_s": 10,
+        "backbone": {"topology": "examples.backbones.pop_ring:Nope"}}))
+    with pytest.raises(ConfigError) as err:
+        validate_file(scenario)
+    assert err.value.field == "backbone.topology" and "defines no 'Nope'" in err.value.reason

@@ -18,13 +18,10 @@ from testbed.backbone.frr.router import PRESETS, preset
 from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.experiments.backbone import faults as fault_kinds
-from testbed.macsec.cipher import CipherSuite
 from testbed.storage import replication as xregion
-from topologies.backbone import Backbone, default_backbone, small_backbone
+from topologies.backbone import SHIPPED, TOPOLOGIES, Backbone
 from topologies.backbone_check import DesignError, require
-from topologies.params import Section
-
-TOPOLOGIES = {"default": default_backbone, "small": small_backbone}
+from topologies.params import ParamError, Section
 
 
 # validation ----------------------------------------------------------------
@@ -44,29 +41,13 @@ class ReplicationFlow(Section):
                                                                "(iperf3)")
 
 
-class BackboneMacsec(Section):
-    enabled: bool = Field(True, description="protect every link with MACsec")
-    cipher: Literal[tuple(c.value for c in CipherSuite)] = Field(  # type: ignore
-        "gcm-aes-128", description="the cipher suite")
-    backend: Literal["auto", "kernel", "userspace"] = Field(
-        "auto", description="kernel macsec devices, the userspace forwarders, or auto (the "
-                            "kernel's where it has MACsec)")
-    replay_window: int = Field(32, ge=0, le=1 << 30, description="packet numbers a frame "
-                                                                 "may arrive late")
-    mtu: int = Field(1500, ge=576, le=9000, description="MTU of the protected interfaces")
-
-    @field_validator("cipher", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.lower() if isinstance(value, str) else value
-
-
 class BackboneSection(Section):
     """The ``backbone:`` section of a scenario."""
 
-    topology: Literal["default", "small", "inline"] = Field(
-        "default", description="default (8 PoPs, 4 regions), small (a ring) or inline (the "
-                               "pops, regions and links below)")
+    topology: str = Field(
+        "default", description="default (8 PoPs, 4 regions), small (a ring), inline (the pops, "
+                    "regions and links below) or package.module:Class (a backbone "
+                    "topology of your own)")
     pops: list[dict] | None = Field(None, description="inline: {name, area}")
     regions: list[dict] | None = Field(None, description="inline: {name, pops, uplink_mbps}")
     links: list[dict] | None = Field(None, description="inline: {name, a, b, capacity_mbps, "
@@ -87,7 +68,7 @@ class BackboneSection(Section):
         default_factory=lambda: ["zebra", "bfdd", "ospfd"],
         description="FRR daemons in every router: zebra, optionally bfdd, and one routing "
                     "protocol: ospfd (OSPF) or bgpd (eBGP, an AS per PoP and region)")
-    macsec: BackboneMacsec | bool | None = Field(None, description="MACsec on every link "
+    macsec: secure.Settings | bool | None = Field(None, description="MACsec on every link "
                                                                    "(true: the defaults)")
     probe_rate_pps: float = Field(200, ge=10, le=2000, description="probes a second between "
                                                                    "every pair of regions")
@@ -153,6 +134,9 @@ def _check_names(section: dict, where: str) -> None:
 
 
 def _topology(section: dict, where: str) -> Backbone:
+    """The backbone a section names: inline, shipped, or of one's own (loaded: refused in
+    a validation); an inline one and one of one's own are held to the names and links an
+    inline section must have."""
     topo = section.get("topology", "default")
     if topo == "inline":
         for key in ("pops", "regions", "links"):
@@ -164,21 +148,36 @@ def _topology(section: dict, where: str) -> Backbone:
             bb = Backbone.from_dict(section)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}.links", f"malformed backbone: {exc}") from None
-        pops = {p.name for p in bb.pops}
-        for i, lk in enumerate(bb.links):
-            for end in (lk.a, lk.b):
-                if end not in pops:
-                    raise ConfigError(f"{where}.links[{i}]", f"unknown PoP {end!r}")
-        names = [lk.name for lk in bb.all_links]
-        for i, g in enumerate(bb.risk_groups):
-            for lk in g.links:
-                if lk not in names:
-                    raise ConfigError(f"{where}.risk_groups[{i}]", f"unknown link {lk!r}")
+        return _check_links(bb, where)
+    if topo not in TOPOLOGIES and not TOPOLOGIES.is_reference(topo):
+        raise ConfigError(f"{where}.topology", f"must be one of {', '.join(TOPOLOGIES)}, "
+                          f"inline or package.module:Class, got {str(topo)[:40]!r}")
+    try:
+        bb = TOPOLOGIES.resolve(topo, f"{where}.topology").build()
+    except ParamError as exc:
+        raise ConfigError(exc.field, exc.reason) from None
+    if topo in SHIPPED:
         return bb
-    if topo not in TOPOLOGIES:
-        raise ConfigError(f"{where}.topology", "must be one of "
-                          + ", ".join([*TOPOLOGIES, "inline"]))
-    return TOPOLOGIES[topo]()
+    if not isinstance(bb, Backbone):
+        raise ConfigError(f"{where}.topology", f"{topo} built {type(bb).__name__}, not a "
+                                               "topologies.backbone.Backbone")
+    _check_names(bb.to_dict(), f"{where}.topology")
+    return _check_links(bb, f"{where}.topology")
+
+
+def _check_links(bb: Backbone, where: str) -> Backbone:
+    """Every link ends at a PoP, every risk group's link exists."""
+    pops = {p.name for p in bb.pops}
+    for i, lk in enumerate(bb.links):
+        for end in (lk.a, lk.b):
+            if end not in pops:
+                raise ConfigError(f"{where}.links[{i}]", f"unknown PoP {end!r}")
+    names = [lk.name for lk in bb.all_links]
+    for i, g in enumerate(bb.risk_groups):
+        for lk in g.links:
+            if lk not in names:
+                raise ConfigError(f"{where}.risk_groups[{i}]", f"unknown link {lk!r}")
+    return bb
 
 
 def _timers(section: BackboneSection) -> dict[str, dict]:
@@ -232,7 +231,7 @@ def validate(section: dict, where: str = "backbone") -> dict:
         cfg[key] = getattr(parsed, key)
     cfg["timers"] = _timers(parsed)
     cfg["daemons"] = _daemons(section.get("daemons"), where)
-    cfg["macsec"] = secure.validate(section.get("macsec"), f"{where}.macsec")
+    cfg["macsec"] = secure.validate(parsed.macsec)
     regions = {r.name for r in bb.regions}
     flows = []
     for i, flow in enumerate(section.get("replication") or []):
