@@ -17,6 +17,8 @@ import signal
 import sys
 
 from controllers import config
+from topologies import plugins
+from topologies.params import ParamError
 
 #: the routing base (proactive, survives the controller) and the congestion overlay
 BASE_APP = "controllers.fabric_app"
@@ -49,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         project="os_ken",
     )
     for folder in cfg.plugin_path:  # beside the scenario (a student's own app)
-        if folder not in sys.path:
-            sys.path.append(folder)
+        plugins.add_folder(folder)
+    plugins.allow()  # the controller runs the apps and modes its scenario names
     try:
         extra = [app_module(name) for name in cfg.apps]
     except ValueError as exc:
@@ -63,24 +65,19 @@ def app_module(name: str) -> str:
     """The module os-ken loads for ``package.module[:AppClass]`` (the class, when named,
     must be an OSKenApp defined there: os-ken runs the first one a module defines).
 
-    >>> app_module("controllers.fabric_app:FabricRouting")
+    >>> with plugins.allowed():  # as main() allows, and a validation never does
+    ...     app_module("controllers.fabric_app:FabricRouting")
     'controllers.fabric_app'
     """
-    import importlib
     import inspect
 
     from os_ken.base.app_manager import OSKenApp
 
     module_name, _, cls_name = name.partition(":")
-    if os.getcwd() not in sys.path:  # plug-ins are importable from where the lab runs
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    except SyntaxError as exc:  # a plug-in being written (the lab guides' apps)
-        raise ValueError(f"cannot import {module_name!r}: {exc.msg} "
-                         f"({exc.filename}, line {exc.lineno})") from None
+    try:  # found where the lab runs and beside its scenario (the one plug-in loader)
+        module = plugins.load(module_name, "apps")
+    except ParamError as exc:  # a plug-in being written: its syntax error, one line
+        raise ValueError(exc.reason) from None
     apps = [c for _, c in inspect.getmembers(module, inspect.isclass)
             if issubclass(c, OSKenApp) and c.__module__ == module.__name__]
     if not apps:

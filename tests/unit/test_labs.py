@@ -404,7 +404,7 @@ def test_lab6_secy_graded(tmp_path):
     assert "InPktsLate 0/25" in v["attack-counted"].reason
 
 
-def test_app_with_a_syntax_error_is_one_line(tmp_path, monkeypatch):
+def test_app_with_a_syntax_error_is_one_line(tmp_path, monkeypatch, plugins_load):
     """A student's app that does not compile is refused naming the file and line (it
     was a traceback)."""
     from controllers.__main__ import app_module
