@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from controllers.config import CLASSES, EcnClass
 from testbed.errors import BringUpError
+from testbed.host.hosts import RootHost
 from testbed.host.naming import forget, register, run_id_of
 from topologies.spec import FabricSpec
 
@@ -234,8 +235,7 @@ def table_name(prefix: str) -> str:
 
 
 def _nft(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True,
-                          timeout=60)
+    return RootHost().run(["nft", *args], timeout=60, stdin=stdin)
 
 
 def remove(table: str) -> None:

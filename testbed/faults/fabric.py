@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
@@ -53,6 +52,7 @@ from testbed.fabric.net import HTB_MINOR, burst_bytes
 from testbed.faults import kinds as fault_kinds
 from testbed.faults.schedule import Fault
 from testbed.host import netns
+from testbed.host.hosts import Host, RootHost
 from testbed.host.naming import forget, register, run_id_of
 from testbed.host.nft import port_loss_rules
 from testbed.host.procs import Helper
@@ -273,12 +273,12 @@ class FabricFaults:
         lk = find_link(self.spec, target)
         return [(None, lk.b_intf), (lk.a if lk.kind == "host" else None, lk.a_intf)]
 
+    def _host(self, host: str | None) -> Host:
+        """A fabric host by name, or the root namespace (None: the switch ports')."""
+        return self.live.fabric.host(host) if host is not None else RootHost()
+
     def _tc(self, host: str | None, argv: list[str]) -> None:
-        argv = ["tc", *argv]
-        done = (self.live.fabric.run(host, argv, timeout=10) if host is not None else
-                subprocess.run(argv, capture_output=True, text=True, timeout=10))
-        if done.returncode:
-            raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
+        self._host(host).check(["tc", *argv], timeout=10)
 
     def delay(self, target: str, delay_ms: float, jitter_ms: float = 0.0) -> float:
         """netem delay (and jitter) as every end's egress queue, the link's buffer kept."""
@@ -354,9 +354,8 @@ class FabricFaults:
 
     def _nft(self, host: str | None, args: list[str], stdin: str | None,
              check: bool = True) -> None:
-        argv = ["nft", *args]
-        if host is not None:
-            argv = ["mnexec", "-a", str(self.live.fabric.host_pid(host)), *argv]
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=10)
-        if check and done.returncode:
-            raise HostError(f"{' '.join(args)}: {done.stderr.strip()}")
+        where = self._host(host)
+        if check:
+            where.check(["nft", *args], timeout=10, stdin=stdin)
+        else:
+            where.run(["nft", *args], timeout=10, stdin=stdin)

@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.errors import HostError
+from testbed.host.hosts import RootHost
 from testbed.host.naming import forget, new_run_id, register, run_prefix
 
 TCP_AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
@@ -72,7 +74,11 @@ class Capabilities:
 
 
 def _run(argv: list[str]) -> bool:
-    return subprocess.run(argv, capture_output=True).returncode == 0
+    """Whether ``argv`` succeeds (a probe: a missing program or a hang is a no)."""
+    try:
+        return RootHost().run(argv).returncode == 0
+    except HostError:
+        return False
 
 
 def _version(argv: list[str]) -> str:

@@ -11,16 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from testbed.errors import HostError
+from testbed.host.hosts import NetnsHost, RootHost
 
 
 def run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` whose time-out or missing program is a :class:`HostError`."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, input=stdin, timeout=30)
-    except subprocess.TimeoutExpired:
-        raise HostError(f"{' '.join(argv)}: no answer in 30 s") from None
-    except OSError as exc:
-        raise HostError(f"{' '.join(argv)}: {exc}") from None
+    """``argv`` in the root namespace (:meth:`testbed.host.hosts.Host.run`)."""
+    return RootHost().run(argv, stdin=stdin)
 
 
 def ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
@@ -103,7 +99,7 @@ def cmd(ns: str | None, *argv: str, secret: bool = False) -> Cmd:
 
 def in_netns(netns: str, argv: list[str], check: bool = True,
            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    done = run(["ip", "netns", "exec", netns, *argv], stdin)
+    done = NetnsHost(netns).run(argv, stdin=stdin)
     if check and done.returncode:
         raise HostError(f"{netns}: {' '.join(argv)}: {done.stderr.strip()}")
     return done

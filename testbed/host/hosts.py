@@ -33,9 +33,17 @@ class Host:
 
     def run(self, argv: Sequence[str], timeout: float = 30.0,
             stdin: str | None = None) -> subprocess.CompletedProcess:
-        """Run a short command inside the host and wait for it (text output)."""
-        return subprocess.run(self.argv(argv), capture_output=True, text=True, input=stdin,
-                              timeout=timeout)
+        """Run a short command inside the host and wait for it (text output); one that
+        does not finish in ``timeout`` or cannot start is a :class:`HostError`. The one
+        way the lab runs a short command: every other wrapper calls this."""
+        full = self.argv(argv)
+        try:
+            return subprocess.run(full, capture_output=True, text=True, input=stdin,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostError(f"{' '.join(full)}: no answer in {timeout:g} s") from None
+        except OSError as exc:  # the program is missing
+            raise HostError(f"{' '.join(full)}: {exc}") from None
 
     def check(self, argv: Sequence[str], timeout: float = 30.0,
               stdin: str | None = None) -> str:

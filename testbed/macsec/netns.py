@@ -14,9 +14,13 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from pyroute2 import NetlinkError
+
+from testbed.errors import HostError
 from testbed.host import procs
 from testbed.host.hosts import NetnsHost, RootHost
 from testbed.host.naming import forget, register, run_id_of
+from testbed.host.netns import made_in
 
 from .errors import BackendError
 
@@ -27,11 +31,8 @@ def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
     host = NetnsHost(netns) if netns else RootHost()
     try:
         proc = host.run(cmd, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise BackendError(f"{' '.join(host.argv(cmd))} did not finish in {timeout:g} s") \
-            from None
-    except OSError as exc:  # the program is missing
-        raise BackendError(f"{' '.join(host.argv(cmd))}: {exc}") from None
+    except HostError as exc:  # it hung, or the program is missing
+        raise BackendError(str(exc)) from None
     if check and proc.returncode != 0:
         raise BackendError(f"{' '.join(host.argv(cmd))} failed ({proc.returncode}): "
                            f"{proc.stderr.strip()}")
@@ -122,9 +123,23 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | Non
         return None
 
 
+#: the counters :func:`link_stats` reads (the kernel's ``rtnl_link_stats64`` names)
+LINK_COUNTERS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped",
+                 "tx_dropped")
+
+
 def link_stats(ifname: str, netns: str) -> dict[str, int]:
-    """rx/tx packet and byte counters of an interface, from sysfs inside the namespace."""
-    out = run(["sh", "-c", f"cd /sys/class/net/{ifname}/statistics && "
-               "for f in rx_packets tx_packets rx_bytes tx_bytes rx_dropped tx_dropped; "
-               "do echo $f $(cat $f); done"], netns=netns).stdout
-    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    """rx/tx packet and byte counters of an interface in ``netns``, over netlink."""
+    from pyroute2 import IPRoute
+
+    ipr = made_in(f"/run/netns/{netns}", IPRoute)
+    try:
+        links = ipr.get_links(ifname=ifname)
+    except NetlinkError as exc:
+        raise BackendError(f"{netns}: {ifname}: {exc}") from None
+    finally:
+        ipr.close()
+    if not links:
+        raise BackendError(f"{netns}: no link {ifname}")
+    stats = links[0].get_attr("IFLA_STATS64")
+    return {key: int(stats[key]) for key in LINK_COUNTERS}
