@@ -88,6 +88,14 @@ def test_a_routing_mode_of_ones_own_places_the_flows(tmp_path):
      ["rate", "rate_restore", "degrade", "restore", "blackhole", "restore"]
      and run["agents"]["chains_completed"] > 0),
     # a workload kind of one's own: its server and client in the hosts, its record
+    # a topology builder of one's own: its six-switch ring carries the chains
+    ("ring", lambda run: run["fabric"]["switches"] == 6 and run["fabric"]["hosts"] == 12
+     and run["agents"]["chains_completed"] > 0 and run["agents"]["chains_failed"] == 0),
+    # a backbone topology of one's own: OSPF routes round the cut span and the failed PoP
+    ("backbone-topology", lambda run: [f["fault"] for f in run["failovers"]]
+     == ["cut_link sfo-lax-1", "fail_pop den"]
+     and all(f["detect_ms"] is not None and f["reachability_after"] == 1.0
+             for f in run["failovers"])),
     ("workload-kind", lambda run: run["workloads"][0]["kind"] == "udp_echo"
      and run["workloads"][0]["exit_status"] == 0
      and (echo := run["workloads"][0]["echo"])["sent"] == 100
