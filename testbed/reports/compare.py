@@ -59,25 +59,41 @@ def figures(summary: dict) -> Iterator[tuple[str, str, float | None]]:
             yield "macsec", f"b {key}", value
 
 
-def _fmt(v) -> str:
+def _fmt(v, flagged: bool = False) -> str:
     if v is None:
         return "-"
-    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+    text = f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+    return text + " (F)" if flagged else text
+
+
+def flagged(summary: dict) -> set[str]:
+    """The variants whose run the fidelity monitor flagged (any seed): the host did not
+    keep up, so their figures measure the host, not the lab."""
+    return {run["name"] for run in summary["runs"]
+            if not (run.get("fidelity") or {}).get("ok", True)}
+
+
+#: the footnote of a table with a flagged figure in it
+FLAG_NOTE = ("(F): the fidelity monitor flagged that variant's run (the host did not keep "
+             "up): the figure measures the host, not the lab")
 
 
 def table(before: dict, after: dict) -> str:
     a = {(v, f): x for v, f, x in figures(before)}
     b = {(v, f): x for v, f, x in figures(after)}
+    fa, fb = flagged(before), flagged(after)
     rows = [("variant", "figure", "before", "after", "after/before")]
     for key in [k for k in a if k in b]:
         x, y = a[key], b[key]
         ratio = f"{y / x:.2f}" if isinstance(x, int | float) and isinstance(y, int | float) \
             and x else "-"
-        rows.append((key[0], key[1], _fmt(x), _fmt(y), ratio))
+        rows.append((key[0], key[1], _fmt(x, key[0] in fa), _fmt(y, key[0] in fb), ratio))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
                        enumerate(zip(r, widths, strict=True))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if any("(F)" in c for r in rows[1:] for c in r[2:4]):
+        lines.append(FLAG_NOTE)
     return "\n".join(lines)
 
 

@@ -270,7 +270,9 @@ def test_compare_shows_two_runs_side_by_side(tmp_path: Path) -> None:
         (tmp_path / name).mkdir()
         runs = [{"name": "pfc", "agents": {"chains_completed": 10, "chains_failed": 0,
                                            "latency_ms": {"p50": 50.0, "p99": p99}}},
-                {"name": f"only-{name}", "agents": {"chains_completed": 1}}]
+                {"name": f"only-{name}", "agents": {"chains_completed": 1}},
+                {"name": "ecmp", "agents": {"chains_completed": 9},
+                 "fidelity": {"ok": name == "before"}}]
         (tmp_path / name / "summary.json").write_text(
             json.dumps({"scenario": "lossless", "runs": runs}))
     done = cli("compare", str(tmp_path / "before"), str(tmp_path / "after"))
@@ -278,6 +280,9 @@ def test_compare_shows_two_runs_side_by_side(tmp_path: Path) -> None:
     row = next(ln for ln in done.stdout.splitlines() if "chain p99" in ln)
     assert row.split()[0] == "pfc" and row.split()[-3:] == ["400.0", "200.0", "0.50"]
     assert "only-" not in done.stdout
+    flagged = next(ln for ln in done.stdout.splitlines() if ln.startswith("ecmp"))
+    assert flagged.split()[-4:] == ["9", "9", "(F)", "1.00"]  # the after run was flagged
+    assert done.stdout.splitlines()[-1].startswith("(F): the fidelity monitor flagged")
     missing = cli("compare", str(tmp_path / "nowhere"), str(tmp_path / "after"))
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "BEFORE" in missing.stderr
