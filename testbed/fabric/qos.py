@@ -332,14 +332,14 @@ DEPARTURE = ("PFC is done by a userspace agent: queues are read every poll_ms, P
              "only the ingress ports whose buffer share filled.")
 
 
-def tenants(section: dict, workloads: dict[str, list[str]],
+def tenants(section: Qos, workloads: dict[str, list[str]],
             names: dict[str, str] | None = None) -> dict[str, dict]:
     """The classes that match hosts (tenants), with their hosts and the workloads whose
     hosts they hold (``workloads``: e.g. ``{"chains": ["n2", ...], "training": [...]}``;
     ``names``: a host's short name by index or name, from :func:`host_addresses`)."""
     names = names or {}
     out = {}
-    for c in classes_of(Qos.model_validate(section)):
+    for c in classes_of(section):
         if not c.hosts:
             continue
         hosts = [names.get(str(h), str(h)) for h in c.hosts]
@@ -394,7 +394,7 @@ def qos_entry(record: dict, section: Qos | dict, roles: dict[str, str],
                                        if drops else None)}
     return {"classes": [c.name for c in classes_of(cfg)], "pfc": cfg.pfc.enabled,
             "lossless_classes": [c.name for c in classes_of(cfg) if c.lossless],
-            "tenants": tenants(section, workloads or {}, names), "storm": storm,
+            "tenants": tenants(cfg, workloads or {}, names), "storm": storm,
             "per_class": per_class, "pfc_frames": frames,
             "paused_s_total": round(sum(paused.values()), 3),
             "most_paused": [{"port": p, "role": roles.get(p, "host_nic"), "paused_s": round(s, 3)}

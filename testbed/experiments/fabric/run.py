@@ -255,8 +255,11 @@ class FabricExperiment(base.Experiment):
                        loads: Any = None) -> Variant:
         prefix = f"{where}." if where else ""
         sections, extra = self._fold_workloads(sections, loads, prefix)
-        resolved = {s: self.section(model, sections.get(s), f"{prefix}{s}").model_dump()
-                    for s, model in SECTIONS.items()}
+        parsed = {s: self.section(model, sections.get(s), f"{prefix}{s}")
+                  for s, model in SECTIONS.items()}
+        # the qos section stays its model (the bring-up takes it so); the others are
+        # the variant's records, as the run writes them
+        resolved: dict[str, Any] = {s: m.model_dump() for s, m in parsed.items() if s != "qos"}
         raw = sections.get("topology")
         if raw is not None and not isinstance(raw, dict):
             raise ConfigError(f"{prefix}topology", f"must be a mapping, got "
@@ -282,7 +285,7 @@ class FabricExperiment(base.Experiment):
                 raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
                                   f"must be less than max_kb ({c['max_kb']:g}), "
                                   f"got {c['min_kb']:g}")
-        qos_section = resolved["qos"] = Qos.model_validate(resolved["qos"])
+        qos_section = resolved["qos"] = parsed["qos"]
         qos.check(qos_section, f"{prefix}qos", qos.fan_in(spec), spec.mtu,
                   qos.host_addresses(spec))
         if qos.classes_of(qos_section) and resolved["controller"]["remote"]:
