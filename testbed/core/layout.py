@@ -65,12 +65,22 @@ BULK = "bulk.json"  # MACsec's bulk iperf3 flow (its JSON report)
 ATTACK = "attack.json"  # MACsec's injected and replayed frames
 STORE_LOG = "store.log"  # the storage cluster's object store
 LOAD_LOG = "load.log"  # the storage scenario's loader
+READS = "reads.jsonl"  # the storage scenario's object reads (the retriever's)
+CHECKPOINT_WRITES = "checkpoint_writes.jsonl"  # cross-region checkpoints: each write
+CHECKPOINT_ARRIVALS = "checkpoint_arrivals.jsonl"  # each file seen in the second region
+CHECKPOINT_TIMELINE = "checkpoint_timeline.json"  # lag and data in flight over time
+FILER_SYNC_LOG = "filer-sync.log"  # the asynchronous replication between the regions
+SWITCH_PROCESSES_LOG = "switch-processes.log"  # the lab's own ovs-vswitchd instances
+# a lab's folder (testbed up)
+LAB_REQUEST = "lab-request.json"  # what testbed up asked its supervisor for
+SUPERVISOR_LOG = "supervisor.log"
 # plots of the results folder
 CHAIN_PLOT = "chain_latency.png"
 TRAINING_PLOT = "training_iterations.png"
 GOODPUT_PLOT = "goodput.png"
 BISECTION_PLOT = "bisection.png"
 DCQCN_PLOT = "dcqcn_rate.png"
+CHECKPOINT_LAG_PLOT = "checkpoint_lag.png"
 
 
 def rank_file(rank: int) -> str:

@@ -38,6 +38,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from testbed.core import layout
 from testbed.errors import BringUpError, HostError
 from testbed.host.procs import Helper, wait_for
 from topologies.params import Section
@@ -265,7 +266,7 @@ class SwitchDaemons:
         return ["-vconsole:off", "-vsyslog:off", "-vfile:info", f"--log-file={where / name}"]
 
     def _stderr(self) -> Path | None:
-        return (self.log_dir / "switch-processes.log") if self.log_dir else None
+        return (self.log_dir / layout.SWITCH_PROCESSES_LOG) if self.log_dir else None
 
     def vsctl(self, inst: Instance, args: Sequence[str], timeout: float = 30.0) -> str:
         """One ovs-vsctl transaction on ``inst``'s database; BringUpError on failure."""

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from testbed import experiments
+from testbed.core import layout
 from testbed.errors import ConfigError, HostError, Interrupted
 from testbed.host.naming import new_run_id, run_dir
 from testbed.lab import state
@@ -92,10 +93,10 @@ def cmd_up(args) -> int:
                "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
                "out": str(out), "created": time.time(),
                "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
-    request_file = out / "lab-request.json"
+    request_file = out / layout.LAB_REQUEST
     request_file.write_text(json.dumps(request, indent=1))
     read_fd, write_fd = os.pipe()
-    log = open(out / "supervisor.log", "ab")  # noqa: SIM115 -- handed to the child
+    log = open(out / layout.SUPERVISOR_LOG, "ab")  # noqa: SIM115 -- handed to the child
     proc = subprocess.Popen(
         [sys.executable, "-m", "testbed.lab.supervisor", str(request_file),
          "--ready-fd", str(write_fd)],

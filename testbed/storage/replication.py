@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from testbed.core import layout
 from testbed.errors import BringUpError, ConfigError
 from testbed.host.files import read_jsonl, write_json
 from testbed.host.hosts import NetnsHost
@@ -51,9 +52,6 @@ from traffic.stats import summary
 
 MODES = ("async", "sync")
 FILER_PORT = 8888  # weed server's filer (its gRPC port is this + 10000)
-WRITES = "checkpoint_writes.jsonl"
-ARRIVALS = "checkpoint_arrivals.jsonl"
-TIMELINE = "checkpoint_timeline.json"
 BIN_S = 0.5
 #: seconds between starting the checkpoint processes and the run's clock, at most (the
 #: probes' start and the wire sample's under software emulation)
@@ -271,7 +269,7 @@ class CheckpointRun:
         if self.mode == "async":
             helper = self.hosts[self.src].spawn(
                 "filer-sync", sync_argv(weed_binary(), self.ips[self.src], self.ips[self.dst]),
-                pid_dir=self.pid_dir, log=self.out / "filer-sync.log")
+                pid_dir=self.pid_dir, log=self.out / layout.FILER_SYNC_LOG)
             self.stack.callback(helper.stop, 1.0)
         return {r: round(s.start_s, 2) for r, s in self.stores.items()}
 
@@ -290,19 +288,22 @@ class CheckpointRun:
         :data:`GO_WAIT_S` for it)."""
         self.go_file = go
         self.watcher = self._spawn(self.dst, "ckpt-watch", [
-            "watch", "--endpoint", self.endpoint(self.dst), "--out", str(self.out / ARRIVALS),
+            "watch", "--endpoint", self.endpoint(self.dst),
+            "--out", str(self.out / layout.CHECKPOINT_ARRIVALS),
             "--timeout", f"{duration_s + self.cfg['drain_s'] + GO_WAIT_S:g}"])
         endpoints = [self.endpoint(self.src)]
         if self.mode == "sync":
             endpoints.append(self.endpoint(self.dst))
         self.writer = self._spawn(self.src, "ckpt-write", [
-            "write", *[f"--endpoint={e}" for e in endpoints], "--out", str(self.out / WRITES),
+            "write", *[f"--endpoint={e}" for e in endpoints],
+            "--out", str(self.out / layout.CHECKPOINT_WRITES),
             "--interval", f"{self.cfg['interval_ms'] / 1000:g}", "--go", str(go)])
 
     def wait_ready(self) -> None:
         """Until the writer has started and waits for go (its records file exists);
         BringUpError after :data:`GO_WAIT_S`."""
-        if not wait_for(lambda: (self.out / WRITES).exists(), GO_WAIT_S, interval=0.02):
+        writes = self.out / layout.CHECKPOINT_WRITES
+        if not wait_for(writes.exists, GO_WAIT_S, interval=0.02):
             raise BringUpError(f"the checkpoint writer did not start in {GO_WAIT_S:g} s "
                                f"(see {self.out / 'ckpt-write.log'})")
 
@@ -318,8 +319,8 @@ class CheckpointRun:
         drain_t = time.time()
         self.watcher.wait(self.cfg["drain_s"] + 5)
         drained_s = round(time.time() - drain_t, 3)
-        writes = list(read_jsonl(self.out / WRITES))
-        arrivals = list(read_jsonl(self.out / ARRIVALS))
+        writes = list(read_jsonl(self.out / layout.CHECKPOINT_WRITES))
+        arrivals = list(read_jsonl(self.out / layout.CHECKPOINT_ARRIVALS))
         rows = lags(writes, arrivals)
         keys = [checkpoint_key(i) for i in range(self.cfg["objects"])]
         expected = {w["key"]: w["sha256"] for w in writes if w.get("ok")}
@@ -328,7 +329,7 @@ class CheckpointRun:
         agree = reads_agree(expected, reads)
         end_t = max([t0 + duration_s] + [r["arrived"] for r in rows if r["arrived"]])
         timeline = in_flight(rows, t0, end_t)
-        write_json(self.out / TIMELINE, {
+        write_json(self.out / layout.CHECKPOINT_TIMELINE, {
             "t0": t0, "bin_s": BIN_S, "in_flight": timeline,
             "lag": [[round(r["t"] - t0, 3), r["lag_ms"]] for r in rows],
             "write": [[round(r["t"] - t0, 3), r["write_ms"]] for r in rows]})
@@ -358,7 +359,7 @@ class CheckpointRun:
             "bytes_written": sum(r["bytes"] for r in rows),
             "in_flight_max_bytes": max((b for _, b, _ in timeline), default=0),
             "across_faults": around_faults(rows, faults, t0),
-            "timeline": TIMELINE,
+            "timeline": layout.CHECKPOINT_TIMELINE,
         }
 
 
@@ -472,4 +473,4 @@ def plot(entries: list[dict], folder_of: Callable[[dict], Path], out: Path) -> P
         ax.set_title(f"{entry['name']}: {entry['checkpoints']['mode']}", fontsize=9)
         ax.legend(loc="upper left", fontsize=7)
     axes[-1, 0].set_xlabel("seconds since probes started")
-    return save(fig, out / "checkpoint_lag.png")
+    return save(fig, out / layout.CHECKPOINT_LAG_PLOT)

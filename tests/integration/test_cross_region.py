@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from testbed.core.layout import CHECKPOINT_WRITES as WRITES
 from testbed.core.layout import run_dir as results_dir
 from testbed.core.runner import run_section
 from testbed.host.files import read_jsonl
 from testbed.host.naming import OWNER, RUN_ROOT, new_run_id, recorded_pid
 from testbed.host.procs import python_env, wait_for
 from testbed.storage import seaweedfs
-from testbed.storage.replication import WRITES
 from tests.integration.conftest import sigint_default
 from tests.integration.test_backbone import _leftovers
 from topologies.backbone import small_backbone

@@ -56,7 +56,6 @@ from traffic.stats import summary
 
 #: the seed's claim: node-local cached reads this many times faster than the cluster's
 CLAIMED_SPEEDUP = 8.0
-READS = "reads.jsonl"  # the retriever's object reads
 #: the storage node's name in the topology (before the run's prefix)
 STORAGE_NODE = "st"
 
@@ -204,7 +203,7 @@ class Variant:
             stack.close()
             entry["fabric"] = {**spec.counts(), "start_s": round(live.times.start_s, 3),
                                "stop_s": round(fabric.times.stop_s, 3)}
-        entry["reads"] = read_entry(list(read_jsonl(out / READS)))
+        entry["reads"] = read_entry(list(read_jsonl(out / layout.READS)))
         entry["agents"] = agents_entry(out / layout.CHAINS)
         entry["training"] = dict(ZERO_TRAINING)
         return entry
@@ -235,7 +234,7 @@ class Variant:
         where = {svc: Service(self.gpus[i], [self.gpu_ips[i]]) for svc, i in at.items()}
         reads = ["--objects", f"{self.endpoints[at['retriever']]}/{BUCKET}",
                  "--keys", str(s.objects.keys), "--zipf", f"{s.objects.zipf:g}",
-                 "--seed", str(self.seed), "--reads-out", str(out / READS)]
+                 "--seed", str(self.seed), "--reads-out", str(out / layout.READS)]
         with ExitStack() as stack:
             start_services(where, out=out, pid_dir=pid_dir, stack=stack,
                            extra={"retriever": reads})
