@@ -14,6 +14,14 @@ if [ ! -w /dev/kvm ]; then
     echo tcg
     exit 0
 fi
+# KVM runs a guest only on a CPU with virtualization extensions (Intel VT-x: vmx, AMD-V:
+# svm); where /dev/kvm exists without them (a nested guest whose hypervisor hides them)
+# a KVM boot hangs, so no probe is needed to know
+if ! grep -q -w -E 'vmx|svm' /proc/cpuinfo; then
+    vm_say "the CPU has no vmx or svm flag: software emulation (TCG)"
+    echo tcg
+    exit 0
+fi
 qemu_version=$(qemu-system-x86_64 --version | head -1 | tr -cd '0-9.')
 known="$VM_CACHE/accel-$(uname -r)-qemu$qemu_version"
 if [ -f "$known" ]; then
