@@ -12,7 +12,7 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench
+.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test
 
 setup:
 	@./scripts/setup.sh
@@ -75,3 +75,9 @@ vm-test:
 # The benches that need the full kernel, in the lab VM: make vm-bench [BENCH="datapath dctcp"]
 vm-bench:
 	@./scripts/vm/bench.sh $(or $(BENCH),datapath dctcp)
+
+# The Vagrant route, end to end, under libvirt (scripts/vagrant/test.sh): the lab's box
+# built from Debian 12's packages, vagrant up from a clean clone, the default scenario
+# and doctor inside, the results on the host, nothing of it left in libvirt afterwards
+vagrant-test:
+	@./scripts/vagrant/test.sh

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
 import sys
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from testbed.fabric.qos import Qos, classes_of
 from testbed.fabric.switchd import SwitchSettings
 from testbed.host.capabilities import Capabilities
 from testbed.host.files import read_jsonl, write_json
+from testbed.host.hosts import RootHost
 from testbed.host.naming import claim
 from testbed.host.procs import Helper, wait_for
 from topologies import plugins
@@ -264,10 +264,10 @@ def _bring_up_remote(spec: FabricSpec, caps: Capabilities, *, run_id: str, remot
 def _connected(vsctl: list[str], bridges: list[str]) -> int:
     """How many of ``bridges`` (in the database ``vsctl`` talks to) have a connected
     controller."""
-    done = subprocess.run(vsctl + ["--format=json", "--columns=_uuid,controller", "list",
-                                   "Bridge", *bridges], capture_output=True, text=True)
-    rows = subprocess.run(vsctl + ["--format=json", "--columns=_uuid,is_connected", "list",
-                                   "Controller"], capture_output=True, text=True)
+    done = RootHost().run(vsctl + ["--format=json", "--columns=_uuid,controller", "list",
+                                   "Bridge", *bridges])
+    rows = RootHost().run(vsctl + ["--format=json", "--columns=_uuid,is_connected", "list",
+                                   "Controller"])
     if done.returncode or rows.returncode:
         return 0
     up = {r[0][1] for r in json.loads(rows.stdout)["data"] if r[1] is True}

@@ -15,6 +15,7 @@ import errno
 import functools
 import logging
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -37,7 +38,7 @@ from testbed.fabric.switchd import SwitchDaemons, SwitchSettings
 from testbed.host import netns
 from testbed.host import sysctls as host_settings
 from testbed.host.capabilities import Capabilities
-from testbed.host.hosts import MininetHost
+from testbed.host.hosts import MininetHost, RootHost
 from testbed.host.naming import OVS_EXTERNAL_ID, register, run_dir
 from testbed.host.netlink import QueueReader
 from testbed.host.procs import Helper, stop_strays
@@ -112,8 +113,10 @@ def lab_switch_class(ovs_switch, daemons: SwitchDaemons):
                     sw.commands, sw.batch = [], False
                 if not words:
                     continue
-                done = subprocess.run(f"ovs-vsctl --db={inst.remote} {words}", shell=True,
-                                      capture_output=True, text=True)
+                # Mininet writes each switch's commands as shell words: split as a
+                # shell would, run without one
+                done = RootHost().run(["ovs-vsctl", f"--db={inst.remote}",
+                                       *shlex.split(words)])
                 if done.returncode:
                     raise BringUpError(f"switch process {inst.index}: ovs-vsctl: "
                                        f"{done.stderr.strip()[:300]}")
@@ -461,7 +464,7 @@ class Fabric:
         for sw in self.spec.switches:
             argv += ["--", "set", "Bridge", sw.name,
                      f"external_ids:{OVS_EXTERNAL_ID}={self.run_id}"]
-        done = subprocess.run(argv, capture_output=True, text=True)
+        done = RootHost().run(argv)
         if done.returncode:
             raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
 
@@ -488,8 +491,8 @@ class Fabric:
         """All switch ports' class trees in one ``tc -batch`` (hundreds of lines)."""
         lines = [line for ifname, mbps in self._switch_ports()
                  for line in self._class_lines(ifname, mbps)]
-        done = subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n",
-                              capture_output=True, text=True)
+        done = RootHost().run(["tc", "-batch", "-"], stdin="\n".join(lines) + "\n",
+                              timeout=300)
         if done.returncode:
             raise BringUpError(f"traffic classes on the switch ports: {done.stderr.strip()}")
 
@@ -560,7 +563,7 @@ class Fabric:
 
     def _red(self, ipr: IPRoute, index: int, mbps: float) -> None:
         ifname = ipr.get_links(index)[0].get_attr("IFLA_IFNAME")
-        done = subprocess.run(self.red_argv(ifname, mbps), capture_output=True, text=True)
+        done = RootHost().run(self.red_argv(ifname, mbps))
         if done.returncode:
             raise BringUpError(f"RED queue on {ifname} failed: {done.stderr.strip()}")
 

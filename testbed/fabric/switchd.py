@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from pydantic import Field, field_validator
 
 from testbed.core import layout
 from testbed.errors import BringUpError, HostError
+from testbed.host.hosts import RootHost
 from testbed.host.procs import Helper, wait_for
 from topologies.params import Section
 from topologies.spec import FabricSpec
@@ -230,8 +230,7 @@ class SwitchDaemons:
         for inst in self.instances:
             conf = self.folder / f"conf{inst.index}.db"
             conf.unlink(missing_ok=True)
-            done = subprocess.run(["ovsdb-tool", "create", str(conf), str(SCHEMA)],
-                                  capture_output=True, text=True)
+            done = RootHost().run(["ovsdb-tool", "create", str(conf), str(SCHEMA)])
             if done.returncode:
                 raise BringUpError(f"ovsdb-tool create: {done.stderr.strip()}")
             inst.db = Helper(f"{FOLDER}/ovsdb{inst.index}", [
@@ -270,8 +269,8 @@ class SwitchDaemons:
 
     def vsctl(self, inst: Instance, args: Sequence[str], timeout: float = 30.0) -> str:
         """One ovs-vsctl transaction on ``inst``'s database; BringUpError on failure."""
-        done = subprocess.run(["ovs-vsctl", f"--db={inst.remote}", f"--timeout={timeout:g}",
-                               *args], capture_output=True, text=True)
+        done = RootHost().run(["ovs-vsctl", f"--db={inst.remote}", f"--timeout={timeout:g}",
+                               *args], timeout=timeout + 5)
         if done.returncode:
             raise BringUpError(f"ovs-vsctl on switch process {inst.index}: "
                                f"{done.stderr.strip()[:300]}")
