@@ -9,6 +9,7 @@ can prove it cleaned up after itself.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Sequence
@@ -83,19 +84,25 @@ def del_netns(name: str) -> None:
 
 
 def list_netns() -> list[str]:
-    """Names of all named network namespaces."""
-    proc = run(["ip", "netns", "list"], check=False)
-    return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    """Names of all named network namespaces (``ip -j netns list``)."""
+    return [ns["name"] for ns in _json(run(["ip", "-j", "netns", "list"], check=False))]
 
 
 def leftovers(prefix: str) -> list[str]:
     """Namespaces and root-namespace links whose names start with ``prefix``."""
     found = [f"netns {n}" for n in list_netns() if n.startswith(prefix)]
-    for line in run(["ip", "-o", "link", "show"], check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(prefix):
-            found.append(f"link {name}")
+    for link in _json(run(["ip", "-j", "link", "show"], check=False)):
+        if link["ifname"].startswith(prefix):
+            found.append(f"link {link['ifname']}")
     return found
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> list[dict]:
+    """What an ``ip -j`` command printed (an empty list for nothing, or a failure)."""
+    try:
+        return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
+    except ValueError:
+        return []
 
 
 def spawn(cmd: Sequence[str], netns: str, log_path: Path,
