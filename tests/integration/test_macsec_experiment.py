@@ -20,7 +20,7 @@ from testbed.macsec.netns import leftovers
 
 pytestmark = pytest.mark.root
 
-SECTION = {"backend": "userspace", "link_mbps": 20, "replay_window": 32, "bulk_seconds": 3,
+SECTION = {"backend": "userspace", "link_mbps": 20, "replay_window": 256, "bulk_seconds": 3,
            "chain_concurrency": 4, "rotate_at_s": 1.5,
            "attack": {"tampered": 4, "replayed": 3, "untagged": 5, "at_s": 2.5}}
 CONTRACT = {"name", "fabric", "agents", "training", "bulk"}
