@@ -1,8 +1,9 @@
 """Two results folders side by side: ``testbed compare BEFORE AFTER``.
 
 For every variant both summaries have, the headline figures of its kind (chains and
-their latency, training goodput and iterations, fault repair, backbone failover, MACsec
-throughput and attack counters) with the ratio after/before. Used to show that a change
+their latency, training goodput and iterations, elephant throughput, checkpoint write
+and replication lag, fault repair, backbone failover, MACsec throughput and attack
+counters) with the ratio after/before. Used to show that a change
 of structure did not change results (run-to-run noise is the yardstick: compare two
 runs of the same code too).
 """
@@ -34,6 +35,13 @@ RUN_FIGURES = [
     ("iter p50 ms", "training.iteration_ms.p50"),
     ("pkts lost", "training.packets_lost"),
     ("bulk Mb/s", "bulk.goodput_mbps"),
+    ("elephants Mb/s", "elephants.aggregate_mbps"),
+    ("elephants/NICs", "elephants.of_nics"),
+    ("ckpt write p50 ms", "checkpoints.write_ms.p50"),
+    ("ckpt write p99 ms", "checkpoints.write_ms.p99"),
+    ("ckpt lag p50 ms", "checkpoints.lag_ms.p50"),
+    ("ckpt lag p99 ms", "checkpoints.lag_ms.p99"),
+    ("ckpts lost", "checkpoints.lost"),
 ]
 
 
@@ -62,7 +70,10 @@ def figures(summary: dict) -> Iterator[tuple[str, str, float | None]]:
 def _fmt(v, flagged: bool = False) -> str:
     if v is None:
         return "-"
-    text = f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+    if isinstance(v, float):  # a fraction keeps three digits: 0.978, not 1.0
+        text = f"{v:.3g}" if 0 < abs(v) < 1 else f"{v:,.1f}"
+    else:
+        text = f"{v:,}"
     return text + " (F)" if flagged else text
 
 

@@ -286,3 +286,26 @@ def test_compare_shows_two_runs_side_by_side(tmp_path: Path) -> None:
     missing = cli("compare", str(tmp_path / "nowhere"), str(tmp_path / "after"))
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "BEFORE" in missing.stderr
+
+
+def test_compare_shows_elephants_and_checkpoints(tmp_path: Path) -> None:
+    """The elephants' throughput (hedera) and the cross-region checkpoints' write and lag
+    times are compared too; a fraction keeps three digits."""
+    import json
+
+    for name, lag in (("before", 300.0), ("after", 330.0)):
+        (tmp_path / name).mkdir()
+        runs = [{"name": "nb-stride1", "elephants": {"aggregate_mbps": 157.2, "of_nics": 0.978}},
+                {"name": "async", "checkpoints": {"write_ms": {"p50": 7.3, "p99": 12.2},
+                                                  "lag_ms": {"p50": lag, "p99": 490.0},
+                                                  "lost": 0}}]
+        (tmp_path / name / "summary.json").write_text(
+            json.dumps({"scenario": "x", "runs": runs}))
+    done = cli("compare", str(tmp_path / "before"), str(tmp_path / "after"))
+    assert done.returncode == 0, done.stderr
+    rows = {" ".join(ln.split()[:-3]): ln.split()[-3:] for ln in done.stdout.splitlines()[3:]}
+    assert rows["nb-stride1 elephants/NICs"] == ["0.978", "0.978", "1.00"]
+    assert rows["nb-stride1 elephants Mb/s"] == ["157.2", "157.2", "1.00"]
+    assert rows["async ckpt lag p50 ms"] == ["300.0", "330.0", "1.10"]
+    assert rows["async ckpt write p99 ms"] == ["12.2", "12.2", "1.00"]
+    assert rows["async ckpts lost"] == ["0", "0", "-"]
