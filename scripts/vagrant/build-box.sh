@@ -39,12 +39,7 @@ if [ -f "$box" ]; then
     exit 0
 fi
 
-work=$(mktemp -d "$VM_CACHE/.box-XXXXXX")
-cleanup() {
-    findmnt -rno TARGET | { grep "^$work/" || true; } | sort -r | xargs -r umount -l
-    rm -rf --one-file-system "$work"
-}
-trap cleanup EXIT
+vm_workdir box
 
 mkdir "$work/root" "$work/boot"
 uuid=$(cat /proc/sys/kernel/random/uuid)

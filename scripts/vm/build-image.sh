@@ -29,13 +29,7 @@ if [ -f "$dir/disk.img" ]; then
     exit 0
 fi
 
-work=$(mktemp -d "$VM_CACHE/.build-XXXXXX")
-cleanup() {
-    # a build stopped half-way may leave /proc, /sys, /dev mounted in the root file system
-    findmnt -rno TARGET | { grep "^$work/" || true; } | sort -r | xargs -r umount -l
-    rm -rf --one-file-system "$work"
-}
-trap cleanup EXIT
+vm_workdir build
 
 mkdir "$work/root"
 start=$(date +%s)

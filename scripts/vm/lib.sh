@@ -43,3 +43,15 @@ project_tar() (
         tar -c --exclude=./.venv --exclude=./results --exclude=./.git --owner=0 --group=0 .
     fi
 )
+
+# A build's scratch folder under the cache ($work, named after $1), removed when the
+# script exits; a build stopped half-way may leave /proc, /sys, /dev mounted in its root
+# file system, which are unmounted first.
+vm_workdir() {
+    work=$(mktemp -d "$VM_CACHE/.$1-XXXXXX")
+    trap vm_workdir_remove EXIT
+}
+vm_workdir_remove() {
+    findmnt -rno TARGET | { grep "^$work/" || true; } | sort -r | xargs -r umount -l
+    rm -rf --one-file-system "$work"
+}

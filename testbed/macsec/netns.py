@@ -85,24 +85,23 @@ def del_netns(name: str) -> None:
 
 def list_netns() -> list[str]:
     """Names of all named network namespaces (``ip -j netns list``)."""
-    return [ns["name"] for ns in _json(run(["ip", "-j", "netns", "list"], check=False))]
+    return [ns["name"] for ns in _ip_json(["netns", "list"])]
 
 
 def leftovers(prefix: str) -> list[str]:
     """Namespaces and root-namespace links whose names start with ``prefix``."""
     found = [f"netns {n}" for n in list_netns() if n.startswith(prefix)]
-    for link in _json(run(["ip", "-j", "link", "show"], check=False)):
+    for link in _ip_json(["link", "show"]):
         if link["ifname"].startswith(prefix):
             found.append(f"link {link['ifname']}")
     return found
 
 
-def _json(done: subprocess.CompletedProcess[str]) -> list[dict]:
-    """What an ``ip -j`` command printed (an empty list for nothing, or a failure)."""
-    try:
-        return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
-    except ValueError:
-        return []
+def _ip_json(args: Sequence[str]) -> list[dict]:
+    """What ``ip -j ARGS`` printed in the root namespace (nothing is an empty list); a
+    failure is a BackendError, so that a check for leftovers cannot pass by not looking."""
+    out = run(["ip", "-j", *args]).stdout
+    return json.loads(out) if out.strip() else []
 
 
 def spawn(cmd: Sequence[str], netns: str, log_path: Path,

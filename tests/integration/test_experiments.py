@@ -104,6 +104,7 @@ DURATION = {"ring": 6}
      and not {"lax-den-1", "lax-den-2"} & {link for path in
                                             run["failovers"][1]["path_after"].values()
                                             for link in path["links"]}),
+    # a workload kind of one's own: its server and client in the hosts, its record
     ("workload-kind", lambda run: run["workloads"][0]["kind"] == "udp_echo"
      and run["workloads"][0]["exit_status"] == 0
      and (echo := run["workloads"][0]["echo"])["sent"] == 100
