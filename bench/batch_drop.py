@@ -164,7 +164,7 @@ def measure(way: str, pairs: int) -> dict:
         reader = QueueReader([out])
         stack.callback(reader.close)
         ctls = [str(inst.ctl)]
-        got0, took0 = drops.received(ctls), drops.switch_intake(reader.read())
+        got0, took0 = drops.received(ctls), drops.switch_intake(reader.read())[0]
         receiver = subprocess.Popen(["ip", "netns", "exec", ns["b"], sys.executable, "-c",
                                      RECEIVER, p + "hb", "6"], stdout=subprocess.PIPE,
                                     text=True)
@@ -172,7 +172,7 @@ def measure(way: str, pairs: int) -> dict:
         sh("ip", "netns", "exec", ns["a"], sys.executable, "-c", SENDER, p + "ha", str(pairs),
            str(LOSSY_PORT), str(ROCE_PORT))
         counts = ast.literal_eval(receiver.communicate(timeout=30)[0].strip())
-        got, took = drops.received(ctls) - got0, drops.switch_intake(reader.read()) - took0
+        got, took = drops.received(ctls) - got0, drops.switch_intake(reader.read())[0] - took0
         classes = sh("tc", "-s", "class", "show", "dev", out)
         roce_drops = int(re.search(r"class htb 1:20 .*\n.*?dropped (\d+)", classes).group(1))
     return {"way": way, "roce_sent": pairs, "roce_received": counts.get(ROCE_PORT, 0),

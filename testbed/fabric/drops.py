@@ -17,13 +17,18 @@ happen, in places a run has to look at:
   host-wide, so another program's frames count too;
 - ``switch_unsent`` (userspace datapath): frames the switch processes read from the
   lab's ports (``packets received`` of ``dpif-netdev/pmd-stats-show``) that reached no switch port's
-  queue (each root qdisc's packets sent, dropped and held). The larger part, when there
+  queue (each root qdisc's packets sent, dropped and held, less the PFC agent's kick
+  frames, which the agent puts into a port's queue itself). The larger part, when there
   is one, is sends ovs-vswitchd abandoned: when a port's queue refuses a frame (a tail
   drop, ENOBUFS), ovs-vswitchd 3.1 discards the rest of the frames it was sending out of
   that port in the same batch, frames the queue would have taken, and no queue counts
   them (``python -m bench.batch_drop`` shows it). Also in it: frames a rule dropped or
-  sent to the controller. An estimate (floods count against it, so it errs low), and
-  on the host's ovs-vswitchd every bridge it has counts.
+  sent to the controller. An estimate that errs low: floods count against it, and so
+  does the refused frame itself, which ovs-vswitchd sends once more (``sendmmsg``
+  reports the frames sent before the refusal, and the next call starts at the refused
+  one), so that the queue counts it twice, dropped and then sent or dropped again.
+  ``switch_unsent_max`` adds one frame per drop at the switch ports, a bound the
+  abandoned frames stay under; on the host's ovs-vswitchd every bridge it has counts.
 
 :func:`read` takes one reading, :func:`delta` the difference of two; a run records the
 difference over its measured window.
@@ -36,6 +41,7 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from testbed.fabric.qos import KICK_MINOR
 from testbed.host import packet_sockets
 from testbed.host.packet_sockets import PacketSocket
 
@@ -128,9 +134,27 @@ def read(prefix: str, switch_ports: Iterable[str], hosts: Mapping[str, int],
             "backlog": parse_softnet(_read(proc / "net" / "softnet_stat"))}
 
 
-def switch_intake(queues: Mapping[str, object]) -> int:
-    """Frames the switch ports' root qdiscs took in so far (sent, dropped, held)."""
-    return sum(q.sent_packets + q.drops + q.backlog_packets for q in queues.values())
+def switch_intake(queues: Mapping[str, object],
+                  leaves: Mapping[tuple[str, int], object] | None = None) -> tuple[int, int]:
+    """Frames the switch ports' root qdiscs took in so far (sent, dropped, held), and
+    how many of those they dropped; both less the PFC agent's kick frames (``leaves``:
+    the ports' leaf qdiscs by name and handle major): the agent sends a kick frame into
+    a port's own queue when it resumes it, the queue drops it, and the switch never
+    read it.
+
+    >>> from types import SimpleNamespace as Q
+    >>> roots = {"p1": Q(sent_packets=90, drops=7, backlog_packets=3)}
+    >>> switch_intake(roots), switch_intake(roots, {("p1", 0xFF): Q(sent_packets=0, drops=5,
+    ...                                             backlog_packets=0)})
+    ((100, 7), (95, 2))
+    """
+    taken = sum(q.sent_packets + q.drops + q.backlog_packets for q in queues.values())
+    dropped = sum(q.drops for q in queues.values())
+    for (name, major), q in (leaves or {}).items():
+        if major == KICK_MINOR and name in queues:
+            taken -= q.sent_packets + q.drops + q.backlog_packets
+            dropped -= q.drops
+    return taken, dropped
 
 
 def received(ctls: Iterable[str | None]) -> int | None:
@@ -180,4 +204,9 @@ def delta(before: dict, after: dict) -> dict:
         taken = after["switch_intake"] - before["switch_intake"]
         out["switch_unsent"] = max(0, got - taken)
         out["total"] += out["switch_unsent"]
+        # a send that a queue refused is tried once more (sendmmsg reports the frames
+        # before the refused one; the switch starts its next call at that frame), so a
+        # queue can count one read frame twice: at most one extra per drop
+        dropped = after["switch_queue_drops"] - before["switch_queue_drops"]
+        out["switch_unsent_max"] = max(0, got - taken + dropped)
     return out

@@ -669,7 +669,8 @@ class Fabric:
                     else [str(i.ctl) for i in self.daemons.instances])
             reader = QueueReader(list(self.port_roles()))
             try:
-                reading["switch_intake"] = drops.switch_intake(reader.read())
+                reading["switch_intake"], reading["switch_queue_drops"] = \
+                    drops.switch_intake(reader.read(), reader.read_leaves())
             finally:
                 reader.close()
             reading["switch_received"] = drops.received(ctls)

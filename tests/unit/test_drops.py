@@ -82,10 +82,12 @@ def test_switch_unsent_is_what_the_switches_read_and_no_queue_took():
     from testbed.fabric.drops import delta
 
     base = {"switch_sockets": 0, "interfaces": {}, "host_udp": 0, "host_ip": 0, "backlog": 0}
-    before = {**base, "switch_received": 100, "switch_intake": 90}
-    after = {**base, "switch_received": 6108, "switch_intake": 1248}
+    before = {**base, "switch_received": 100, "switch_intake": 90, "switch_queue_drops": 10}
+    after = {**base, "switch_received": 6108, "switch_intake": 1248, "switch_queue_drops": 13}
     out = delta(before, after)
     assert out["switch_unsent"] == 4850 and out["total"] == 4850
+    # each refused send may be counted twice by its queue: the bound adds one per drop
+    assert out["switch_unsent_max"] == 4853
     # floods (more taken than read) never count as negative; without readings, no key
     assert delta(before, {**after, "switch_intake": 7000})["switch_unsent"] == 0
     assert "switch_unsent" not in delta(base, base)
