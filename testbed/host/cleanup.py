@@ -27,7 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.host import sysctls as host_settings
 from testbed.host.naming import OVS_EXTERNAL_ID, RUN_ROOT, live_runs, recorded_pid, registered
-from testbed.host.procs import stop_group, wait_for
+from testbed.host.procs import stop_groups, wait_for
 
 MININET_SHELL = re.compile(r"mininet:(\S+)")
 
@@ -159,25 +159,23 @@ def clean(dry_run: bool = False, force: bool = False,
         for kind, found in registered(run_id).items():
             names.setdefault(kind, set()).update(found)
     removed: list[str] = []
-    for pid in _helpers(runs):
-        removed.append(f"process {pid}")
-        if not dry_run:
-            _stop(pid)
+    helpers = _helpers(runs)
+    removed += [f"process {pid}" for pid in helpers]
+    if not dry_run:
+        _stop(helpers)
     shells = _mininet_shells(names.get("mininet", set()))
     # every process in a namespace of the run: the Mininet hosts' (their shells') and
     # the named ones it registered, found by the namespace, not by a pid file
     spaces = {_netns_id(f"/proc/{pid}/ns/net") for pid in shells} | {
         _netns_id(f"/run/netns/{ns}") for ns in names.get("netns", set())}
-    for pid in netns_processes({s for s in spaces if s is not None}):
-        if pid in shells:
-            continue
-        removed.append(f"process {pid} ({_comm(pid)}) in a namespace of the run")
-        if not dry_run:
-            _stop(pid)
-    for pid in shells:
-        removed.append(f"Mininet host shell {pid}")
-        if not dry_run:
-            _stop(pid)
+    inside = [pid for pid in netns_processes({s for s in spaces if s is not None})
+              if pid not in shells]
+    removed += [f"process {pid} ({_comm(pid)}) in a namespace of the run" for pid in inside]
+    if not dry_run:
+        _stop(inside)
+    removed += [f"Mininet host shell {pid}" for pid in shells]
+    if not dry_run:
+        _stop(shells)
     bridges = _owned_bridges(skip, names.get("bridge", set()), only)
     removed += [f"OVS bridge {b}" for b in bridges]
     if bridges and not dry_run:
@@ -224,19 +222,37 @@ def _comm(pid: int) -> str:
         return "?"
 
 
-def _stop(pid: int) -> None:
-    """Stop a helper: its whole group when it leads one, else the process alone."""
-    try:
-        leader = os.getpgid(pid) == pid
-    except ProcessLookupError:
-        return
-    if leader:
-        stop_group(pid, grace=2.0)
-        return
-    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 1.0)):
+def _stop(pids: list[int]) -> None:
+    """Stop processes, all together: the whole group of each that leads one, else the
+    process alone (SIGTERM, up to 2 s, then SIGKILL)."""
+    leaders, single = [], []
+    for pid in pids:
         try:
-            os.kill(pid, sig)
+            (leaders if os.getpgid(pid) == pid else single).append(pid)
         except ProcessLookupError:
+            continue
+    if leaders:
+        stop_groups(leaders, grace=2.0)
+    left = set(single)
+    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 1.0)):
+        for pid in list(left):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                left.discard(pid)
+
+        def all_gone() -> bool:
+            left.intersection_update({p for p in left if _alive(p)})
+            return not left
+
+        if not left or wait_for(all_gone, wait, interval=0.02):
             return
-        if wait_for(lambda: not Path(f"/proc/{pid}").exists(), wait, interval=0.02):
-            return
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"

@@ -108,25 +108,59 @@ class Helper:
         return code
 
 
-def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) -> None:
-    """Stop process group ``pgid``: SIGTERM, wait up to ``grace`` s, then SIGKILL."""
-
-    def group_gone() -> bool:
-        if gone:
-            gone()  # reaps the leader, whose zombie would keep the group alive
+def live_groups(pgids: set[int], proc: Path = Path("/proc")) -> set[int]:
+    """Those of the process groups ``pgids`` with a member that is not a zombie. A
+    member that exited is gone, also while its parent has not reaped it yet (an init
+    that reaps by polling keeps a zombie for seconds)."""
+    left = set()
+    for pgid in pgids:
         try:
             os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
+        except ProcessLookupError:  # not even a zombie
+            continue
+        left.add(pgid)
+    if not left:
+        return left
+    alive = set()
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
         try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+            stat = (proc / entry.name / "stat").read_text()
+        except OSError:
+            continue
+        state, _, pgrp = stat[stat.rindex(")") + 2:].split(None, 3)[:3]
+        if int(pgrp) in left and state not in "ZX":
+            alive.add(int(pgrp))
+    return alive
+
+
+def stop_groups(pgids: Sequence[int], grace: float,
+                gone: Callable[[], bool] | None = None) -> None:
+    """Stop the process groups ``pgids`` together: SIGTERM to each, wait up to ``grace``
+    s for all, then SIGKILL to those left (``gone``: called while waiting, to reap a
+    leader that is our child)."""
+    left = set(pgids)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
+        for pgid in list(left):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                left.discard(pgid)
+
+        def all_gone() -> bool:
+            if gone:
+                gone()  # reaps the leader, whose zombie would keep the group alive
+            left.intersection_update(live_groups(left))
+            return not left
+
+        if not left or wait_for(all_gone, wait, interval=0.02):
             return
-        if wait_for(group_gone, wait, interval=0.02):
-            return
+
+
+def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) -> None:
+    """Stop process group ``pgid``: SIGTERM, wait up to ``grace`` s, then SIGKILL."""
+    stop_groups([pgid], grace, gone)
 
 
 def netns_inode(pid: int | str) -> int | None:

@@ -64,3 +64,31 @@ def test_a_helper_reads_nothing_from_the_gate(tmp_path):
     helper = procs.Helper("c", ["cat"], pid_dir=tmp_path, stdout_file=out)
     assert helper.wait(5) == 0 and out.read_bytes() == b""  # stdin is /dev/null
     helper.stop()
+
+
+def test_an_exited_group_is_gone_before_its_parent_reaps_it():
+    """A zombie is no live member: an init that reaps by polling (some containers' and
+    sandboxes' pid 1) must not make every stop wait out its grace."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from testbed.host.procs import live_groups, stop_groups
+
+    quick = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    slow = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{quick.pid}/stat").read_text().split(") ")[1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert live_groups({quick.pid, slow.pid}) == {slow.pid}  # the zombie is unreaped
+        t0 = time.monotonic()
+        stop_groups([quick.pid, slow.pid], grace=5.0)  # nobody reaps while it waits
+        assert time.monotonic() - t0 < 2.0
+        assert live_groups({quick.pid, slow.pid}) == set()
+    finally:
+        for p in (quick, slow):
+            p.kill()
+            p.wait()
