@@ -635,8 +635,9 @@ class Fabric:
         return self.host(host).spawn(name, argv, pid_dir=pid_dir, log=log, env=env,
                                      stdout_pipe=stdout_pipe, stdout_file=stdout_file)
 
-    def ping(self, host: str, ip: str, count: int = 1, wait_s: float = 1.0) -> bool:
-        return self.host(host).ping(ip, count=count, wait_s=wait_s)
+    def ping(self, host: str, ip: str, count: int = 1, wait_s: float = 1.0,
+             interval_s: float = 1.0) -> bool:
+        return self.host(host).ping(ip, count=count, wait_s=wait_s, interval_s=interval_s)
 
     def port_roles(self) -> dict[str, str]:
         """Each switch port's role from the spec's graph (``leaf_uplink``,

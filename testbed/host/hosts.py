@@ -61,9 +61,12 @@ class Host:
         return Helper(name, self.argv(argv), pid_dir=pid_dir, log=log, env=env,
                       stdout_pipe=stdout_pipe, stdout_file=stdout_file)
 
-    def ping(self, ip: str, count: int = 1, wait_s: float = 1.0) -> bool:
-        done = self.run(["ping", "-n", "-q", "-c", str(count), "-W", f"{wait_s:g}", ip],
-                        timeout=count * wait_s + 5)
+    def ping(self, ip: str, count: int = 1, wait_s: float = 1.0,
+             interval_s: float = 1.0) -> bool:
+        """``count`` echo requests ``interval_s`` apart, each answered within ``wait_s``."""
+        done = self.run(["ping", "-n", "-q", "-c", str(count), "-i", f"{interval_s:g}",
+                         "-W", f"{wait_s:g}", ip],
+                        timeout=count * max(wait_s, interval_s) + 5)
         return done.returncode == 0
 
 

@@ -167,7 +167,7 @@ def test_forwarding_survives_the_controller_dying(live):
     os.killpg(live.controller.pid, signal.SIGKILL)
     assert wait_for(lambda: not live.controller.alive(), 5)
     for plane in range(spec.planes):
-        assert live.fabric.ping(a.name, b.interface(plane, 0).ip, count=3, wait_s=2)
+        assert live.fabric.ping(a.name, b.interface(plane, 0).ip, count=3, wait_s=2, interval_s=0.2)
     flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows",
                             spec.hosts[0].interfaces[0].switch], capture_output=True,
                            text=True).stdout

@@ -71,7 +71,7 @@ def test_lab_processes_forward_through_the_shaped_veths(tmp_path_factory):
         a, b = spec.hosts[0], spec.hosts[-1]
         queues0 = fabric.queue_stats()
         for plane in range(spec.planes):
-            assert fabric.ping(a.name, b.interface(plane, 0).ip, count=20, wait_s=2)
+            assert fabric.ping(a.name, b.interface(plane, 0).ip, count=20, wait_s=2, interval_s=0.1)
         queues1 = fabric.queue_stats()
         # the frames left through the veths' egress queues (the emulated ports): 20
         # requests and 20 replies a plane, over at least 3 switches each way
