@@ -85,7 +85,7 @@ def every_pair_pings(live) -> list[str]:
     for plane in range(spec.planes):
         for a in spec.hosts:
             ips = [b.interface(plane, 0).ip for b in spec.hosts if b is not a]
-            script = " ".join(f"(ping -n -q -c 2 -W 2 {ip} >/dev/null || echo FAIL {ip}) &"
+            script = " ".join(f"(ping -n -q -c 2 -i 0.2 -W 2 {ip} >/dev/null || echo FAIL {ip}) &"
                               for ip in ips) + " wait"
             done = live.fabric.run(a.name, ["sh", "-c", script], timeout=30)
             failed += [f"{a.name} -> {line.split()[1]} (plane {plane})"

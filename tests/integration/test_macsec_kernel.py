@@ -80,7 +80,7 @@ def test_kernel_link_counters_match_userspace_names(tmp_path: Path) -> None:
         assert " 0% packet loss" in out.stdout
         link.rotate()
         time.sleep(0.2)
-        assert " 0% packet loss" in run(["ping", "-c", "3", cfg.b.address],
+        assert " 0% packet loss" in run(["ping", "-c", "3", "-i", "0.2", cfg.b.address],
                                         netns=cfg.a.netns).stdout
         ca, cb = link.counters("a"), link.counters("b")
         assert set(ca) == set(SecYCounters().as_dict())
