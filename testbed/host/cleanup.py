@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.host import sysctls as host_settings
 from testbed.host.naming import OVS_EXTERNAL_ID, RUN_ROOT, live_runs, recorded_pid, registered
-from testbed.host.procs import stop_groups, wait_for
+from testbed.host.procs import stop_groups, stop_processes
 
 MININET_SHELL = re.compile(r"mininet:(\S+)")
 
@@ -231,28 +230,5 @@ def _stop(pids: list[int]) -> None:
             (leaders if os.getpgid(pid) == pid else single).append(pid)
         except ProcessLookupError:
             continue
-    if leaders:
-        stop_groups(leaders, grace=2.0)
-    left = set(single)
-    for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 1.0)):
-        for pid in list(left):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                left.discard(pid)
-
-        def all_gone() -> bool:
-            left.intersection_update({p for p in left if _alive(p)})
-            return not left
-
-        if not left or wait_for(all_gone, wait, interval=0.02):
-            return
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its parent to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
+    stop_groups(leaders, grace=2.0)
+    stop_processes(single, grace=2.0)

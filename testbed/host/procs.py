@@ -135,27 +135,52 @@ def live_groups(pgids: set[int], proc: Path = Path("/proc")) -> set[int]:
     return alive
 
 
-def stop_groups(pgids: Sequence[int], grace: float,
-                gone: Callable[[], bool] | None = None) -> None:
-    """Stop the process groups ``pgids`` together: SIGTERM to each, wait up to ``grace``
-    s for all, then SIGKILL to those left (``gone``: called while waiting, to reap a
+def live_processes(pids: set[int], proc: Path = Path("/proc")) -> set[int]:
+    """Those of ``pids`` that run: not gone, not a zombie waiting to be reaped."""
+    alive = set()
+    for pid in pids:
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] not in "ZX":
+            alive.add(pid)
+    return alive
+
+
+def _stop_all(ids: Sequence[int], grace: float, send: Callable[[int, int], None],
+              alive: Callable[[set[int]], set[int]], gone: Callable[[], bool] | None) -> None:
+    """SIGTERM to each of ``ids`` by ``send``, wait up to ``grace`` s until ``alive``
+    finds none, then SIGKILL to those left (``gone``: called while waiting, to reap a
     leader that is our child)."""
-    left = set(pgids)
+    left = set(ids)
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
-        for pgid in list(left):
+        for one in list(left):
             try:
-                os.killpg(pgid, sig)
+                send(one, sig)
             except ProcessLookupError:
-                left.discard(pgid)
+                left.discard(one)
 
         def all_gone() -> bool:
             if gone:
                 gone()  # reaps the leader, whose zombie would keep the group alive
-            left.intersection_update(live_groups(left))
+            left.intersection_update(alive(left))
             return not left
 
         if not left or wait_for(all_gone, wait, interval=0.02):
             return
+
+
+def stop_groups(pgids: Sequence[int], grace: float,
+                gone: Callable[[], bool] | None = None) -> None:
+    """Stop the process groups ``pgids`` together: SIGTERM to each, wait up to ``grace``
+    s for all, then SIGKILL to those left."""
+    _stop_all(pgids, grace, os.killpg, live_groups, gone)
+
+
+def stop_processes(pids: Sequence[int], grace: float) -> None:
+    """Stop the processes ``pids`` (not their groups) together, as :func:`stop_groups`."""
+    _stop_all(pids, grace, os.kill, live_processes, None)
 
 
 def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) -> None:

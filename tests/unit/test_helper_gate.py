@@ -74,7 +74,7 @@ def test_an_exited_group_is_gone_before_its_parent_reaps_it():
     import time
     from pathlib import Path
 
-    from testbed.host.procs import live_groups, stop_groups
+    from testbed.host.procs import live_groups, live_processes, stop_groups, stop_processes
 
     quick = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     slow = subprocess.Popen(["sleep", "30"], start_new_session=True)
@@ -88,6 +88,13 @@ def test_an_exited_group_is_gone_before_its_parent_reaps_it():
         stop_groups([quick.pid, slow.pid], grace=5.0)  # nobody reaps while it waits
         assert time.monotonic() - t0 < 2.0
         assert live_groups({quick.pid, slow.pid}) == set()
+        # processes one by one, as testbed clean stops those that lead no group
+        other = subprocess.Popen(["sleep", "30"])
+        assert live_processes({quick.pid, other.pid}) == {other.pid}
+        t0 = time.monotonic()
+        stop_processes([quick.pid, other.pid], grace=5.0)
+        assert time.monotonic() - t0 < 2.0 and live_processes({other.pid}) == set()
+        other.wait()
     finally:
         for p in (quick, slow):
             p.kill()
