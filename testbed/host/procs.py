@@ -108,6 +108,16 @@ class Helper:
         return code
 
 
+def _stat(path: Path) -> tuple[str, int] | None:
+    """State and process group of ``/proc/PID/stat`` at ``path`` (None: gone)."""
+    try:
+        stat = path.read_text()
+    except OSError:
+        return None
+    state, _, pgrp = stat[stat.rindex(")") + 2:].split(None, 3)[:3]
+    return state, int(pgrp)
+
+
 def live_groups(pgids: set[int], proc: Path = Path("/proc")) -> set[int]:
     """Those of the process groups ``pgids`` with a member that is not a zombie. A
     member that exited is gone, also while its parent has not reaped it yet (an init
@@ -123,29 +133,16 @@ def live_groups(pgids: set[int], proc: Path = Path("/proc")) -> set[int]:
         return left
     alive = set()
     for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (proc / entry.name / "stat").read_text()
-        except OSError:
-            continue
-        state, _, pgrp = stat[stat.rindex(")") + 2:].split(None, 3)[:3]
-        if int(pgrp) in left and state not in "ZX":
-            alive.add(int(pgrp))
+        if entry.name.isdigit() and (st := _stat(proc / entry.name / "stat")) \
+                and st[1] in left and st[0] not in "ZX":
+            alive.add(st[1])
     return alive
 
 
 def live_processes(pids: set[int], proc: Path = Path("/proc")) -> set[int]:
     """Those of ``pids`` that run: not gone, not a zombie waiting to be reaped."""
-    alive = set()
-    for pid in pids:
-        try:
-            stat = (proc / str(pid) / "stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] not in "ZX":
-            alive.add(pid)
-    return alive
+    return {pid for pid in pids
+            if (st := _stat(proc / str(pid) / "stat")) and st[0] not in "ZX"}
 
 
 def _stop_all(ids: Sequence[int], grace: float, send: Callable[[int, int], None],
@@ -207,16 +204,9 @@ def stop_strays(shells: Sequence[int], grace: float = 1.0) -> list[int]:
     strays = [int(e.name) for e in os.scandir("/proc")
               if e.name.isdigit() and int(e.name) not in keep
               and netns_inode(e.name) in spaces]
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
-        alive = [pid for pid in strays if netns_inode(pid) in spaces]
-        for pid in alive:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        if not alive or wait_for(lambda alive=alive: all(
-                netns_inode(p) not in spaces for p in alive), wait, interval=0.02):
-            break
+    # still in one of those namespaces: a pid that ended is not signalled again
+    _stop_all(strays, grace, os.kill, lambda left: {p for p in left
+                                                    if netns_inode(p) in spaces}, None)
     return strays
 
 
