@@ -186,7 +186,8 @@ def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) 
 
 
 def netns_inode(pid: int | str) -> int | None:
-    """The inode of process ``pid``'s network namespace, or None when it is gone."""
+    """The inode of process ``pid``'s network namespace (``"self"``: ours), or None when
+    it is gone or unreadable."""
     try:
         return os.stat(f"/proc/{pid}/ns/net").st_ino
     except OSError:
@@ -197,9 +198,10 @@ def stop_strays(shells: Sequence[int], grace: float = 1.0) -> list[int]:
     """Stop every process that shares a network namespace with one of ``shells`` (the
     namespaces' own processes, say Mininet's host shells), the shells left running:
     what a user started there by hand and detached (``iperf3 -s -D``) would keep the
-    namespace alive after the shells end. Never the host's own namespace (pid 1's).
+    namespace alive after the shells end. Never the host's own namespace: ours, nor
+    pid 1's (which an init may keep unreadable, as a microVM's does).
     SIGTERM, up to ``grace`` s, then SIGKILL; returns the pids found."""
-    spaces = {netns_inode(pid) for pid in shells} - {None, netns_inode(1)}
+    spaces = {netns_inode(pid) for pid in shells} - {None, netns_inode("self"), netns_inode(1)}
     keep = set(shells) | {os.getpid()}
     strays = [int(e.name) for e in os.scandir("/proc")
               if e.name.isdigit() and int(e.name) not in keep

@@ -15,7 +15,8 @@ def test_strays_in_a_shells_namespace_stop_and_the_shell_and_host_stay():
     shell = subprocess.Popen(["unshare", "--net", "sleep", "60"])
     outside = subprocess.Popen(["sleep", "60"])  # the host's namespace: never touched
     try:
-        assert wait_for(lambda: netns_inode(shell.pid) != netns_inode(1), 5)
+        # unshare has made its namespace (pid 1's may be unreadable: compare with ours)
+        assert wait_for(lambda: netns_inode(shell.pid) not in (None, netns_inode("self")), 5)
         # detached like `iperf3 -s -D`: its own session, parent gone
         subprocess.run(["nsenter", "-t", str(shell.pid), "-n", "setsid", "-f", "sleep", "60"],
                        check=True)
@@ -25,6 +26,9 @@ def test_strays_in_a_shells_namespace_stop_and_the_shell_and_host_stay():
         assert stop_strays([shell.pid]) == [stray]
         assert _in(space) == [shell.pid]
         assert shell.poll() is None and outside.poll() is None
+        # a "shell" in the host's namespace names no stray: the host is never swept
+        assert stop_strays([outside.pid]) == []
+        assert outside.poll() is None
     finally:
         for proc in (shell, outside):
             proc.kill()
