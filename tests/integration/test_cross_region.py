@@ -22,7 +22,7 @@ from testbed.host.naming import OWNER, RUN_ROOT, new_run_id, recorded_pid
 from testbed.host.procs import python_env, wait_for
 from testbed.storage import seaweedfs
 from tests.integration.conftest import sigint_default
-from tests.integration.test_backbone import _leftovers
+from tests.integration.test_backbone import QUICK_RETRANSMIT, _leftovers
 from topologies.backbone import small_backbone
 
 #: what a cross-region run starts besides the backbone (pid files in the variant's folder)
@@ -54,7 +54,8 @@ def _section(macsec: bool = True, **checkpoints) -> dict:
         "regions": [{"name": "ra", "pops": ["p1", "p4"]}, {"name": "rb", "pops": ["p2", "p3"]}],
         "links": links, "settle_s": 1, "probe_rate_pps": 50,
         "timers": {"fast": {"bfd_ms": 100, "bfd_multiplier": 3, "hello_s": 1, "dead_s": 3,
-                            "lsa_interval_ms": 100, "lsa_arrival_ms": 50}},
+                            "lsa_interval_ms": 100, "lsa_arrival_ms": 50,
+                            **QUICK_RETRANSMIT}},
         "macsec": {"enabled": macsec, "cipher": "gcm-aes-128"},
         "checkpoints": {"src": "ra", "dst": "rb", "size_kb": 128, "interval_ms": 200,
                         "drain_s": 20, **checkpoints},

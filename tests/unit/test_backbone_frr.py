@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -40,7 +41,11 @@ def test_ospfd_render(tmp_path):
     assert text.count("ip ospf bfd profile backbone") == 2
     assert text.count("ip ospf network point-to-point") == 2
     assert "interface lo\n ip ospf area 0\n ip ospf passive" in text
+    assert text.count("ip ospf retransmit-interval 5\n") == 2  # FRR's default, unless set
     assert "$" not in text
+    quick = dataclasses.replace(ROUTER, timers=ROUTER.timers.model_copy(
+        update={"retransmit_s": 1}))
+    assert Ospfd(quick, RouterPaths(tmp_path)).render().count("retransmit-interval 1\n") == 2
 
 
 def test_bfdd_and_zebra_render(tmp_path):

@@ -30,6 +30,7 @@ class Ospfd(FrrDaemon):
         interfaces = "".join(
             passive.substitute(ifname=i.name) if i.passive else
             active.substitute(ifname=i.name, cost=i.cost, hello_s=t.hello_s, dead_s=t.dead_s,
+                              retransmit_s=t.retransmit_s,
                               bfd=(f" ip ospf bfd\n ip ospf bfd profile {PROFILE}\n"
                                    if r.bfd else ""))
             for i in r.interfaces)

@@ -30,6 +30,9 @@ class Timers(Section):
                                  "between two originations of an LSA, ms")
     lsa_arrival_ms: int = Field(1000, ge=0, le=600000, description="MinLSArrival: newer "
                                 "copies of an LSA arriving sooner are dropped, ms")
+    retransmit_s: int = Field(5, ge=1, le=65535, description="OSPF LSA retransmit "
+                              "interval: an LSA a neighbour has not acknowledged is sent "
+                              "again after it, s")
 
     @field_validator("dead_s")
     @classmethod
