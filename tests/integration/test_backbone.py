@@ -23,10 +23,10 @@ from testbed.macsec.decrypt import decrypt_frame, keys_from, receivers
 from topologies.backbone import small_backbone
 from traffic.pcapfile import read_frames
 
-#: OSPF's LSA retransmit at 1 s (FRR's default, 5 s, is every preset's): at bring-up an
-#: LSA flooded to a neighbour still exchanging its database is dropped and waits for the
-#: retransmit; on examples/backbone-topology.yaml the whole run took 27-28 s instead of
-#: 39 s, its detect and restore times the same. The tests judge what comes after.
+#: OSPF's LSA retransmit at 1 s (FRR's default, 5 s, is every preset's): at bring-up some
+#: LSAs only arrive by a retransmit (why was not traced); on
+#: examples/backbone-topology.yaml the whole run took 27-28 s instead of 39 s (two runs
+#: each), its detect and restore times the same. The tests judge what comes after.
 QUICK_RETRANSMIT = {"retransmit_s": 1}
 
 pytestmark = [pytest.mark.root, pytest.mark.vm,
