@@ -18,7 +18,9 @@ from testbed.experiments.backbone import faults as fault_kinds
 from testbed.experiments.backbone.schema import macsec_backend
 from testbed.host.capabilities import probe
 from testbed.host.files import write_json
+from testbed.host.hosts import NetnsHost
 from testbed.host.naming import claim, run_dir, run_prefix
+from testbed.lab import state
 from testbed.macsec.wireshark import UAT_FILE, write_uat
 
 Progress = Callable[[str], None]
@@ -27,6 +29,8 @@ KEYS_FILE = layout.MACSEC_KEYS
 
 class BackboneLab:
     KIND = "backbone"
+    #: what ``testbed up`` and ``inspect`` call its nodes
+    NODES = "routers"
 
     def __init__(self, scenario, variant, *, run_id: str, name: str, out: Path,
                  stack: ExitStack, progress: Progress) -> None:
@@ -92,6 +96,43 @@ class BackboneLab:
                 + ("   # then: testbed decrypt FILE --keys "
                    f"{self.out / KEYS_FILE} -o plain.pcap" if self.net.secure else ""),
                 f"testbed down {lab}"]
+
+    # -- what the lab commands read from a lab's record (class methods: no live lab) ----
+    @staticmethod
+    def inspect_lines(record: dict) -> list[str]:
+        """``testbed inspect``'s lines after the routers: every link and its wires."""
+        return ["links:"] + [f"  {name:<14}{link['a']} - {link['b']}  (wires "
+                             f"{link['wire_a']}, {link['wire_b']})"
+                             for name, link in record.get("links", {}).items()]
+
+    @staticmethod
+    def inspect_json(record: dict) -> dict:
+        """What ``testbed inspect --json`` adds to the record: nothing."""
+        return {}
+
+    @staticmethod
+    def cli_argv(record: dict, node: str | None, command: str | None) -> list[str]:
+        """``testbed cli LAB ROUTER``: the router's vtysh (``command``: one line of it)."""
+        if not node:
+            raise ConfigError("ROUTER", f"name a router of {record['name']}: "
+                                        f"{', '.join(record['hosts'])}")
+        state.host(record, node)  # checks the name
+        entry = record["hosts"][node]
+        return (["ip", "netns", "exec", entry["netns"], "vtysh", "--vty_socket",
+                 entry["vty"]] + (["-c", command] if command else []))
+
+    @staticmethod
+    def capture_target(record: dict, port: str) -> tuple[NetnsHost, str, str]:
+        """(namespace, interface, short name) of ``LINK[:a|:b]``, the wire of a link's end."""
+        link, _, side = port.partition(":")
+        links = record.get("links", {})
+        if link not in links or side not in ("", "a", "b"):
+            raise ConfigError("PORT", f"no link {port!r} (a link name, optionally :a or :b "
+                                      f"for its end, e.g. {next(iter(links), 'nyc-lon-1')}:b)")
+        side = side or "a"
+        node = links[link][side]
+        return (NetnsHost(record["hosts"][node]["netns"]), links[link][f"wire_{side}"],
+                f"{link}-{side}")
 
     def check_fault_kind(self, kind: str) -> None:
         if kind not in fault_kinds.KINDS:

@@ -149,13 +149,19 @@ def _await_ready(fd: int, proc: subprocess.Popen) -> dict:
     return {"error": f"not up after {UP_TIMEOUT_S} s"}
 
 
+def _lab(record: dict) -> type:
+    """The lab class of the record's kind (:meth:`Experiment.lab_class`): what differs
+    between kinds in these commands (what its nodes are called, what ``inspect`` adds,
+    what ``cli`` runs, where ``capture`` listens) is the lab's to say."""
+    return experiments.get(record["kind"]).lab_class()
+
+
 def describe(record: dict) -> str:
     """What ``testbed up`` prints: the lab, its hosts and addresses, example commands."""
     lines = [f"lab {record['name']} is up (run {record['run_id']}, {record['kind']} "
              f"{record['scenario']}/{record['variant']}, {state.size(record)}, "
              f"{record['up_s']:g} s); results and logs: {record['out']}", ""]
-    role = "routers" if record["kind"] == "backbone" else "hosts"
-    lines.append(f"{role}:")
+    lines.append(f"{_lab(record).NODES}:")
     for short, host in record["hosts"].items():
         where = f"netns {host['netns']}" if not host.get("pid") else f"pid {host['pid']}"
         extra = f" [{host['role']}]" if host.get("role") else ""
@@ -208,38 +214,18 @@ def inspect_lines(record: dict) -> list[str]:
                      f"{controller.get('openflow', '?')}"
                      + (f", metrics {controller['metrics']}" if controller.get("metrics") else "")
                      + f", log {controller.get('log')}")
-    role = "routers" if record["kind"] == "backbone" else "hosts"
-    lines.append(f"{role}:")
+    lab = _lab(record)
+    lines.append(f"{lab.NODES}:")
     for short, host in record["hosts"].items():
         extra = f" [{host['role']}]" if host.get("role") else ""
         lines.append(f"  {short:<10}{', '.join(host['addresses'])}{extra}")
-    if record["kind"] == "backbone":
-        lines.append("links:")
-        for name, link in record.get("links", {}).items():
-            lines.append(f"  {name:<14}{link['a']} - {link['b']}  (wires {link['wire_a']}, "
-                         f"{link['wire_b']})")
-        return lines
-    from topologies.spec import FabricSpec
-
-    spec = FabricSpec.from_json(Path(record["spec"]))
-    short = lambda n: n[len(spec.prefix):]  # noqa: E731
-    ports: dict[str, list[str]] = {}
-    for p in spec.switch_ports():
-        ports.setdefault(p.switch, []).append(f"{p.port}:{short(p.ifname)}>{short(p.peer)}")
-    lines.append("switches (datapath id; port:interface>peer):")
-    for sw in spec.switches:
-        lines.append(f"  {short(sw.name):<8}{sw.dpid:#018x}  {sw.role}, plane {sw.plane}  "
-                     + " ".join(ports.get(sw.name, [])))
-    return lines
+    return lines + lab.inspect_lines(record)
 
 
 def cmd_inspect(args) -> int:
     record = state.find(args.lab, live=False)
     if args.json:
-        out = dict(record)
-        if record["kind"] == "fabric":
-            out["spec"] = json.loads(Path(record["spec"]).read_text())
-        print(json.dumps(out, indent=1))
+        print(json.dumps({**record, **_lab(record).inspect_json(record)}, indent=1))
         return 0
     print("\n".join(inspect_lines(record)))
     return 0
@@ -265,20 +251,11 @@ def cmd_exec(args) -> int:
 # -- cli -------------------------------------------------------------------------------
 def cmd_cli(args) -> int:
     record = state.find(args.lab)
-    if record["kind"] == "backbone":
-        if not args.node:
-            raise ConfigError("ROUTER", f"name a router of {record['name']}: "
-                                        f"{', '.join(record['hosts'])}")
-        state.host(record, args.node)  # checks the name
-        entry = record["hosts"][args.node]
-        _root("testbed cli")
-        argv = ["ip", "netns", "exec", entry["netns"], "vtysh", "--vty_socket", entry["vty"]]
-        return subprocess.run(argv + (["-c", args.command] if args.command else [])).returncode
-    if args.node:
-        raise ConfigError("NODE", "a fabric lab has one CLI (Mininet's); for a shell in a "
-                                  f"host: testbed exec {record['name']} {args.node}")
+    argv = _lab(record).cli_argv(record, args.node, args.command)  # checks the node
     _root("testbed cli")
-    return attach_cli(record, args.command)
+    if argv is None:  # the lab's supervisor serves it
+        return attach_cli(record, args.command)
+    return subprocess.run(argv).returncode
 
 
 def attach_cli(record: dict, command: str | None = None) -> int:
@@ -457,33 +434,11 @@ def cmd_fault(args) -> int:
 
 
 # -- capture ---------------------------------------------------------------------------
-def _capture_target(record: dict, port: str):
-    """(host, interface, short name) of a port of the lab."""
-    from testbed.host.hosts import NetnsHost, RootHost
-    from testbed.lab.capture import port_of
-    from topologies.spec import FabricSpec
-
-    if record["kind"] == "backbone":
-        link, _, side = port.partition(":")
-        links = record.get("links", {})
-        if link not in links or side not in ("", "a", "b"):
-            raise ConfigError("PORT", f"no link {port!r} (a link name, optionally :a or :b "
-                                      f"for its end, e.g. {next(iter(links), 'nyc-lon-1')}:b)")
-        side = side or "a"
-        node = links[link][side]
-        return NetnsHost(record["hosts"][node]["netns"]), links[link][f"wire_{side}"], \
-            f"{link}-{side}"
-    spec = FabricSpec.from_json(Path(record["spec"]))
-    p = port_of(spec, port)
-    host = state.host(record, p.host[len(spec.prefix):]) if p.host else RootHost()
-    return host, p.ifname, p.name
-
-
 def cmd_capture(args) -> int:
     from testbed.lab import capture
 
     record = state.find(args.lab)
-    host, ifname, short = _capture_target(record, args.port)
+    host, ifname, short = _lab(record).capture_target(record, args.port)
     if args.seconds is not None and not 0 < args.seconds <= 86400:
         raise ConfigError("--seconds", f"must be 0..86400, got {args.seconds:g}")
     if args.count is not None and args.count < 1:

@@ -4,6 +4,7 @@ bring_up`), optionally its workloads, its scenario captures, and the fault actio
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -15,15 +16,19 @@ from testbed.fabric.bringup import LiveFabric, bring_up
 from testbed.faults import kinds as fault_kinds
 from testbed.faults.fabric import FabricFaults, needs, parse_faults
 from testbed.host.capabilities import probe
+from testbed.host.hosts import Host, RootHost
 from testbed.host.naming import run_prefix
-from testbed.lab import capture, mncli
+from testbed.lab import capture, mncli, state
 from testbed.workloads import generators
+from topologies.spec import FabricSpec
 
 Progress = Callable[[str], None]
 
 
 class FabricLab:
     KIND = "fabric"
+    #: what ``testbed up`` and ``inspect`` call its nodes
+    NODES = "hosts"
 
     def __init__(self, scenario, variant, *, run_id: str, name: str, out: Path,
                  stack: ExitStack, progress: Progress) -> None:
@@ -122,6 +127,40 @@ class FabricLab:
                 f"testbed capture {lab} {short(port.a_intf)} --seconds 5",
                 f"ovs-ofctl -O OpenFlow13 dump-flows {self._ofctl_target(port.a)}",
                 f"testbed down {lab}"]
+
+    # -- what the lab commands read from a lab's record (class methods: no live lab) ----
+    @staticmethod
+    def inspect_lines(record: dict) -> list[str]:
+        """``testbed inspect``'s lines after the hosts: every switch with its datapath id
+        and ports."""
+        spec = FabricSpec.from_json(Path(record["spec"]))
+        short = lambda n: n[len(spec.prefix):]  # noqa: E731
+        ports: dict[str, list[str]] = {}
+        for p in spec.switch_ports():
+            ports.setdefault(p.switch, []).append(f"{p.port}:{short(p.ifname)}>{short(p.peer)}")
+        return ["switches (datapath id; port:interface>peer):"] + [
+            f"  {short(sw.name):<8}{sw.dpid:#018x}  {sw.role}, plane {sw.plane}  "
+            + " ".join(ports.get(sw.name, [])) for sw in spec.switches]
+
+    @staticmethod
+    def inspect_json(record: dict) -> dict:
+        """What ``testbed inspect --json`` adds to the record: the topology spec itself."""
+        return {"spec": json.loads(Path(record["spec"]).read_text())}
+
+    @staticmethod
+    def cli_argv(record: dict, node: str | None, command: str | None) -> None:
+        """``testbed cli LAB``: Mininet's CLI, which the lab's supervisor serves (None)."""
+        if node:
+            raise ConfigError("NODE", "a fabric lab has one CLI (Mininet's); for a shell in "
+                                      f"a host: testbed exec {record['name']} {node}")
+
+    @staticmethod
+    def capture_target(record: dict, port: str) -> tuple[Host, str, str]:
+        """(host, interface, short name) of a port of the fabric (short or full name)."""
+        spec = FabricSpec.from_json(Path(record["spec"]))
+        p = capture.port_of(spec, port)
+        host = state.host(record, p.host[len(spec.prefix):]) if p.host else RootHost()
+        return host, p.ifname, p.name
 
     def _ofctl_target(self, bridge: str) -> str:
         """What ovs-ofctl is given for ``bridge``: its management socket when it lives in

@@ -309,3 +309,59 @@ def test_compare_shows_elephants_and_checkpoints(tmp_path: Path) -> None:
     assert rows["async ckpt lag p50 ms"] == ["300.0", "330.0", "1.10"]
     assert rows["async ckpt write p99 ms"] == ["12.2", "12.2", "1.00"]
     assert rows["async ckpts lost"] == ["0", "0", "-"]
+
+
+def test_each_lab_kind_answers_the_lab_commands_from_its_record(tmp_path: Path) -> None:
+    """What differs between kinds in ``testbed up/inspect/cli/capture`` is the lab class's:
+    the commands name no kind."""
+    from testbed.lab import commands
+    from testbed.lab.backbone_lab import BackboneLab
+    from testbed.lab.fabric_lab import FabricLab
+
+    spec = small_spec()
+    spec.to_json(tmp_path / "spec.json")
+    fabric = {"name": "f", "kind": "fabric", "prefix": "tb0000",
+              "spec": str(tmp_path / "spec.json"),
+              "hosts": {"n0": {"name": "tb0000n0", "pid": 42, "netns": "/proc/42/ns/net",
+                               "addresses": ["p0r0 10.0.0.1/24"]}}}
+    backbone = {"name": "b", "kind": "backbone", "prefix": "tb0000",
+                "hosts": {"nyc": {"name": "tb0000nyc", "netns": "tb0000nyc", "role": "pop",
+                                  "vty": "/run/x/nyc", "addresses": ["lo 10.255.0.1/32"]},
+                          "lon": {"name": "tb0000lon", "netns": "tb0000lon", "role": "pop",
+                                  "vty": "/run/x/lon", "addresses": []}},
+                "links": {"nyc-lon-1": {"a": "nyc", "b": "lon", "wire_a": "tb0000w1a",
+                                        "wire_b": "tb0000w1b"}}}
+    assert commands._lab(fabric) is FabricLab and commands._lab(backbone) is BackboneLab
+
+    # what inspect prints after the nodes, and --json adds
+    lines = FabricLab.inspect_lines(fabric)
+    assert lines[0].startswith("switches") and len(lines) == 1 + len(spec.switches)
+    assert FabricLab.inspect_json(fabric)["spec"]["prefix"] == "tb0000"
+    assert BackboneLab.inspect_lines(backbone) == [
+        "links:", "  nyc-lon-1     nyc - lon  (wires tb0000w1a, tb0000w1b)"]
+    assert BackboneLab.inspect_json(backbone) == {}
+
+    # cli: Mininet's through the supervisor (no node), a router's vtysh (one node)
+    assert FabricLab.cli_argv(fabric, None, None) is None
+    with pytest.raises(ConfigError, match="^NODE: a fabric lab has one CLI"):
+        FabricLab.cli_argv(fabric, "n0", None)
+    assert BackboneLab.cli_argv(backbone, "nyc", "show ip route") == [
+        "ip", "netns", "exec", "tb0000nyc", "vtysh", "--vty_socket", "/run/x/nyc",
+        "-c", "show ip route"]
+    with pytest.raises(ConfigError, match="^ROUTER: name a router of b: nyc, lon"):
+        BackboneLab.cli_argv(backbone, None, None)
+    with pytest.raises(ConfigError, match="^HOST: no host 'sfo'"):
+        BackboneLab.cli_argv(backbone, "sfo", None)
+
+    # capture: a fabric port by its short name, a backbone link's end
+    host, ifname, short = FabricLab.capture_target(fabric, "n0p0r0")
+    assert (host.argv(["true"])[:3], ifname, short) == (["mnexec", "-a", "42"],
+                                                         "tb0000n0p0r0", "n0p0r0")
+    host, ifname, short = BackboneLab.capture_target(backbone, "nyc-lon-1:b")
+    assert (host.argv(["true"])[:4], ifname, short) == (
+        ["ip", "netns", "exec", "tb0000lon"], "tb0000w1b", "nyc-lon-1-b")
+    with pytest.raises(ConfigError, match="^PORT: no link 'nyc-lon-1:c'"):
+        BackboneLab.capture_target(backbone, "nyc-lon-1:c")
+    assert "\nrouters:\n" in "\n".join(commands.inspect_lines(
+        {**backbone, "run_id": "0000", "scenario": "s", "variant": "v", "alive": True,
+         "created": 0, "out": "/tmp/x", "size": {"routers": 2}}))
