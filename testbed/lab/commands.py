@@ -162,10 +162,11 @@ def describe(record: dict) -> str:
              f"{record['scenario']}/{record['variant']}, {state.size(record)}, "
              f"{record['up_s']:g} s); results and logs: {record['out']}", ""]
     lines.append(f"{_lab(record).NODES}:")
+    width = max([12, *map(len, record["hosts"])]) + 2
     for short, host in record["hosts"].items():
         where = f"netns {host['netns']}" if not host.get("pid") else f"pid {host['pid']}"
         extra = f" [{host['role']}]" if host.get("role") else ""
-        lines.append(f"  {short:<14}{', '.join(host['addresses'])}  ({where}){extra}")
+        lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}  ({where}){extra}")
     if record.get("switches"):
         lines.append(f"switches: {' '.join(record['switches'])}")
     if record.get("traffic"):
@@ -216,9 +217,10 @@ def inspect_lines(record: dict) -> list[str]:
                      + f", log {controller.get('log')}")
     lab = _lab(record)
     lines.append(f"{lab.NODES}:")
+    width = max([8, *map(len, record["hosts"])]) + 2  # a region's name can be long
     for short, host in record["hosts"].items():
         extra = f" [{host['role']}]" if host.get("role") else ""
-        lines.append(f"  {short:<10}{', '.join(host['addresses'])}{extra}")
+        lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}{extra}")
     return lines + lab.inspect_lines(record)
 
 

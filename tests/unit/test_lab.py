@@ -362,6 +362,12 @@ def test_each_lab_kind_answers_the_lab_commands_from_its_record(tmp_path: Path) 
         ["ip", "netns", "exec", "tb0000lon"], "tb0000w1b", "nyc-lon-1-b")
     with pytest.raises(ConfigError, match="^PORT: no link 'nyc-lon-1:c'"):
         BackboneLab.capture_target(backbone, "nyc-lon-1:c")
-    assert "\nrouters:\n" in "\n".join(commands.inspect_lines(
+    inspected = "\n".join(commands.inspect_lines(
         {**backbone, "run_id": "0000", "scenario": "s", "variant": "v", "alive": True,
          "created": 0, "out": "/tmp/x", "size": {"routers": 2}}))
+    assert "\nrouters:\n  nyc       lo 10.255.0.1/32 [pop]\n  lon        [pop]\nlinks:" in inspected
+    long_name = {**backbone, "hosts": {**backbone["hosts"], "ap-southeast-2": {
+        "netns": "x", "addresses": ["lo 10.255.1.9/32"]}}}
+    assert "  ap-southeast-2  lo 10.255.1.9/32" in "\n".join(commands.inspect_lines(
+        {**long_name, "run_id": "0000", "scenario": "s", "variant": "v", "alive": True,
+         "created": 0, "out": "/tmp/x", "size": {"routers": 3}}))
