@@ -152,10 +152,13 @@ def default_out(results_root: Path, name: str, label: str = "") -> Path:
 
 
 def link_latest(results_root: Path, out: Path) -> None:
+    """Point ``results_root/latest`` at ``out`` by a relative path, so that the link
+    still holds where the folder is seen under another path (the Vagrant VM's results,
+    shared with the host; a copied or moved results folder)."""
     latest = results_root / "latest"
     if latest.exists() and not latest.is_symlink():
         return  # somebody's own folder of that name: left alone
     tmp = results_root / f".latest.{os.getpid()}"
     tmp.unlink(missing_ok=True)
-    tmp.symlink_to(out.resolve())
+    tmp.symlink_to(os.path.relpath(out.resolve(), results_root.resolve()))
     tmp.replace(latest)  # atomically: latest never missing

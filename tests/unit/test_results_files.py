@@ -26,6 +26,12 @@ def test_latest_is_replaced_in_one_step_and_a_real_folder_is_left_alone(tmp_path
     link_latest(tmp_path, first)
     link_latest(tmp_path, second)
     assert (tmp_path / "latest").resolve() == second.resolve()
+    # relative: it holds where the folder is seen under another path (a VM's share)
+    assert os.readlink(tmp_path / "latest") == "s/2"
+    moved = tmp_path.parent / f"{tmp_path.name}-moved"
+    tmp_path.rename(moved)
+    assert (moved / "latest").resolve() == (moved / "s" / "2").resolve()
+    moved.rename(tmp_path)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     (tmp_path / "latest").unlink()
     (tmp_path / "latest").mkdir()  # somebody's own folder named latest
