@@ -97,7 +97,7 @@ class BackboneLab:
                    f"{self.out / KEYS_FILE} -o plain.pcap" if self.net.secure else ""),
                 f"testbed down {lab}"]
 
-    # -- what the lab commands read from a lab's record (class methods: no live lab) ----
+    # -- what the lab commands read from a lab's record (static: no live lab needed) --
     @staticmethod
     def inspect_lines(record: dict) -> list[str]:
         """``testbed inspect``'s lines after the routers: every link and its wires."""

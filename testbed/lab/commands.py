@@ -156,13 +156,18 @@ def _lab(record: dict) -> type:
     return experiments.get(record["kind"]).lab_class()
 
 
+def _name_width(record: dict, least: int) -> int:
+    """The column of the lab's node names: the longest name (a region's can be long)."""
+    return max([least, *map(len, record["hosts"])]) + 2
+
+
 def describe(record: dict) -> str:
     """What ``testbed up`` prints: the lab, its hosts and addresses, example commands."""
     lines = [f"lab {record['name']} is up (run {record['run_id']}, {record['kind']} "
              f"{record['scenario']}/{record['variant']}, {state.size(record)}, "
              f"{record['up_s']:g} s); results and logs: {record['out']}", ""]
     lines.append(f"{_lab(record).NODES}:")
-    width = max([12, *map(len, record["hosts"])]) + 2
+    width = _name_width(record, 12)
     for short, host in record["hosts"].items():
         where = f"netns {host['netns']}" if not host.get("pid") else f"pid {host['pid']}"
         extra = f" [{host['role']}]" if host.get("role") else ""
@@ -217,7 +222,7 @@ def inspect_lines(record: dict) -> list[str]:
                      + f", log {controller.get('log')}")
     lab = _lab(record)
     lines.append(f"{lab.NODES}:")
-    width = max([8, *map(len, record["hosts"])]) + 2  # a region's name can be long
+    width = _name_width(record, 8)
     for short, host in record["hosts"].items():
         extra = f" [{host['role']}]" if host.get("role") else ""
         lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}{extra}")

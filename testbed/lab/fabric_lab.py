@@ -128,7 +128,7 @@ class FabricLab:
                 f"ovs-ofctl -O OpenFlow13 dump-flows {self._ofctl_target(port.a)}",
                 f"testbed down {lab}"]
 
-    # -- what the lab commands read from a lab's record (class methods: no live lab) ----
+    # -- what the lab commands read from a lab's record (static: no live lab needed) --
     @staticmethod
     def inspect_lines(record: dict) -> list[str]:
         """``testbed inspect``'s lines after the hosts: every switch with its datapath id
