@@ -74,6 +74,9 @@ SWITCH_PROCESSES_LOG = "switch-processes.log"  # the lab's own ovs-vswitchd inst
 # a lab's folder (testbed up)
 LAB_REQUEST = "lab-request.json"  # what testbed up asked its supervisor for
 SUPERVISOR_LOG = "supervisor.log"
+LAB_FAULTS = "lab-faults.jsonl"  # faults applied by hand (testbed fault), as applied
+MONITOR_LOG = "monitor.log"  # the lab monitor: metrics and the live dashboard
+MONITOR_STATUS = "monitor-status.jsonl"  # where the monitor listens, or why it could not
 # plots of the results folder
 CHAIN_PLOT = "chain_latency.png"
 TRAINING_PLOT = "training_iterations.png"

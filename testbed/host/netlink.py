@@ -9,7 +9,9 @@ read or write only a few fields, so they speak netlink here, by hand:
   the PFC agent, the fabric's settle check);
 - a token bucket changed in place (:func:`tbf_change`: the PFC agent pauses a class);
 - link state changes, as they happen (:func:`link_watch`, :func:`link_events`: the
-  MACsec forwarder follows its wire's carrier).
+  MACsec forwarder follows its wire's carrier);
+- every interface's counters and carrier, one dump a sample (:class:`LinkReader`: the
+  lab monitor's port rates and link states).
 
 Every socket is made in this thread's namespace or, given a path, in another one
 (:func:`route_socket`), and keeps it.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 from testbed.host import netns
 
-RTM_NEWLINK = 16
+RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 RTMGRP_LINK = 1
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -37,6 +39,7 @@ TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
 TCA_TBF_PARMS, TCA_TBF_BURST = 1, 6
 TC_LINKLAYER_ETHERNET = 1
 IFF_UP, IFF_RUNNING = 0x1, 0x40
+IFLA_IFNAME, IFLA_STATS64 = 3, 23
 
 NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port
 TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
@@ -44,6 +47,8 @@ IFINFO = struct.Struct("=BxHiII")  # family, type, ifindex, flags, change
 RTATTR = struct.Struct("=HH")  # length, type
 GNET_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
 GNET_BASIC = struct.Struct("=QI")  # bytes, packets
+#: the first eight fields of struct rtnl_link_stats64
+LINK_STATS64 = struct.Struct("=8Q")  # rx/tx packets, rx/tx bytes, rx/tx errors, rx/tx dropped
 #: struct tc_tbf_qopt: rate and peak rate (tc_ratespec), limit, buffer, mtu
 TBF_QOPT = struct.Struct("=BBhhHI BBhhHI III")
 
@@ -193,6 +198,83 @@ class QueueReader:
         self._resolve()
         return {(self._names[i], major): q for (i, major), q in self.dump(True).items()
                 if i in self._names}
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+# -- interface counters and carrier ---------------------------------------------------------
+@dataclass(frozen=True)
+class LinkCounters:
+    """An interface's counters (rtnl_link_stats64) and state: ``running`` is up with
+    carrier, which a cut of either end of a veth clears."""
+
+    rx_packets: int
+    tx_packets: int
+    rx_bytes: int
+    tx_bytes: int
+    rx_errors: int
+    tx_errors: int
+    rx_dropped: int
+    tx_dropped: int
+    running: bool
+
+
+def parse_link_dump(data: bytes) -> tuple[dict[str, LinkCounters], bool]:
+    """Counters and state by interface name from RTM_NEWLINK messages; and whether the
+    dump is complete (NLMSG_DONE seen).
+
+    >>> stats = LINK_STATS64.pack(1, 2, 100, 200, 0, 0, 0, 3)
+    >>> body = IFINFO.pack(0, 1, 9, IFF_UP | IFF_RUNNING, 0)
+    >>> body += attr(IFLA_IFNAME, b"sw1e1" + bytes(1))
+    >>> body += attr(IFLA_STATS64, stats + bytes(8 * 16))
+    >>> msg = NLMSG.pack(NLMSG.size + len(body), RTM_NEWLINK, 0, 0, 0) + body
+    >>> links, done = parse_link_dump(msg + NLMSG.pack(NLMSG.size, NLMSG_DONE, 0, 0, 0))
+    >>> links["sw1e1"].tx_bytes, links["sw1e1"].tx_dropped, links["sw1e1"].running, done
+    (200, 3, True, True)
+    """
+    out: dict[str, LinkCounters] = {}
+    done = False
+    for kind, body, end in messages(data):
+        if kind == NLMSG_DONE:
+            done = True
+        elif kind == NLMSG_ERROR:
+            raise OSError("netlink error in link dump")
+        elif kind == RTM_NEWLINK and end - body >= IFINFO.size:
+            flags = IFINFO.unpack_from(data, body)[3]
+            name, stats = None, None
+            for kind2, a, b in attrs(data, body + IFINFO.size, end):
+                if kind2 == IFLA_IFNAME:
+                    name = data[a:b].split(b"\0", 1)[0].decode()
+                elif kind2 == IFLA_STATS64 and b - a >= LINK_STATS64.size:
+                    stats = LINK_STATS64.unpack_from(data, a)
+            if name is not None and stats is not None:
+                out[name] = LinkCounters(*stats, running=bool(flags & IFF_UP
+                                                              and flags & IFF_RUNNING))
+    return out, done
+
+
+class LinkReader:
+    """Counters and carrier of every interface of a namespace, one netlink dump per call
+    (parsed here for the few fields read, as :class:`QueueReader` is, for the same
+    reason: a sample a second of a fabric's hundreds of ports)."""
+
+    def __init__(self, sock: socket.socket | None = None):
+        self._sock = sock if sock is not None else route_socket()
+        self._sock.settimeout(2.0)
+        self._seq = 0
+
+    def read(self) -> dict[str, LinkCounters]:
+        self._seq += 1
+        request = NLMSG.pack(NLMSG.size + IFINFO.size, RTM_GETLINK,
+                             NLM_F_REQUEST | NLM_F_DUMP, self._seq, 0)
+        self._sock.send(request + IFINFO.pack(0, 0, 0, 0, 0))
+        out: dict[str, LinkCounters] = {}
+        while True:
+            part, done = parse_link_dump(self._sock.recv(1 << 20))
+            out.update(part)
+            if done:
+                return out
 
     def close(self) -> None:
         self._sock.close()

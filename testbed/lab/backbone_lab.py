@@ -42,7 +42,7 @@ class BackboneLab:
         self.net: BackboneNet | None = None
         self.folder = run_dir(run_id) / "backbone" / variant.name
 
-    def start(self, *, traffic: bool, duration_s: float) -> None:
+    def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto") -> None:
         caps = probe(self.run_id)
         backend = macsec_backend(self.cfg["macsec"], caps)
         claim(self.run_id)

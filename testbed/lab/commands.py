@@ -68,6 +68,7 @@ def cmd_up(args) -> int:
             duration = float(args.duration)
         except ValueError:
             raise ConfigError("--duration", f"must be seconds, got {args.duration!r}") from None
+    monitor_port = check_port(args.monitor_port, "--monitor-port")
     path = scenario.path_of(args.scenario).resolve()
     sc = scenario.load(path, duration_override=duration)
     kind = experiments.get(sc.kind)
@@ -91,7 +92,7 @@ def cmd_up(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     request = {"run_id": run_id, "name": name, "scenario_file": str(path),
                "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
-               "out": str(out), "created": time.time(),
+               "monitor_port": monitor_port, "out": str(out), "created": time.time(),
                "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
     request_file = out / layout.LAB_REQUEST
     request_file.write_text(json.dumps(request, indent=1))
@@ -123,6 +124,30 @@ def cmd_up(args) -> int:
                         f"(log: {out / 'supervisor.log'})")
     print(describe(reply["ready"]))
     return 0
+
+
+def check_port(value: str, field: str) -> int | str:
+    """``auto``, or a port on 127.0.0.1 that nobody holds now (so that a taken port is
+    refused before anything is created).
+
+    >>> check_port("auto", "--p"), check_port("0", "--p")
+    ('auto', 'auto')
+    >>> check_port("70000", "--p")
+    Traceback (most recent call last):
+    ...
+    testbed.errors.ConfigError: --p: '70000' must be auto or a port number 1-65535
+    """
+    if value in ("auto", "0"):
+        return "auto"
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ConfigError(field, f"{value!r} must be auto or a port number 1-65535")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", int(value)))
+        except OSError as exc:
+            raise ConfigError(field, f"127.0.0.1:{value}: {exc.strerror} (another lab's?); "
+                                     "give another port, or auto") from None
+    return int(value)
 
 
 def _await_ready(fd: int, proc: subprocess.Popen) -> dict:
@@ -178,6 +203,9 @@ def describe(record: dict) -> str:
         lines.append(f"traffic: {record['traffic']}")
     if record.get("captures"):
         lines.append(f"captures: {' '.join(record['captures'])}")
+    if record.get("monitor"):
+        lines.append(f"dashboard: {record['monitor']['url']}  (metrics: "
+                     f"{record['monitor']['metrics']})")
     lines += ["", "try:"] + [f"  {line}" for line in record.get("examples", [])]
     return "\n".join(lines)
 
@@ -220,6 +248,10 @@ def inspect_lines(record: dict) -> list[str]:
                      f"{controller.get('openflow', '?')}"
                      + (f", metrics {controller['metrics']}" if controller.get("metrics") else "")
                      + f", log {controller.get('log')}")
+    if record.get("monitor"):
+        monitor = record["monitor"]
+        lines.append(f"monitor: pid {monitor['pid']}, dashboard {monitor['url']}, "
+                     f"metrics {monitor['metrics']}")
     lab = _lab(record)
     lines.append(f"{lab.NODES}:")
     width = _name_width(record, 8)
@@ -235,6 +267,17 @@ def cmd_inspect(args) -> int:
         print(json.dumps({**record, **_lab(record).inspect_json(record)}, indent=1))
         return 0
     print("\n".join(inspect_lines(record)))
+    return 0
+
+
+# -- dashboard -------------------------------------------------------------------------
+def cmd_dashboard(args) -> int:
+    record = state.find(args.lab)
+    monitor = record.get("monitor")
+    if not monitor:
+        raise ConfigError("LAB", f"lab {args.lab!r} runs no monitor (a {record['kind']} "
+                                 "lab has none)")
+    print(f"dashboard: {monitor['url']}\nmetrics:   {monitor['metrics']}")
     return 0
 
 
@@ -507,7 +550,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--duration", help="seconds of traffic with --traffic (default: the "
                                       "scenario's duration_s)")
     p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--monitor-port", default="auto", help="where the lab's dashboard and "
+                   "metrics listen on 127.0.0.1 (default: auto, a free port)")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "
+                                         "Prometheus metrics are")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
+    p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("ls", help="list the labs on this host")
     p.add_argument("--json", action="store_true", help="every lab's record as JSON")

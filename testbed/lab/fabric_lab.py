@@ -19,6 +19,7 @@ from testbed.host.capabilities import probe
 from testbed.host.hosts import Host, RootHost
 from testbed.host.naming import run_prefix
 from testbed.lab import capture, mncli, state
+from testbed.monitor import launch as monitor
 from testbed.workloads import generators
 from topologies.spec import FabricSpec
 
@@ -40,13 +41,14 @@ class FabricLab:
         self.cli: mncli.Sessions | None = None
         self.pcaps: list[Path] = []
         self.traffic: str | None = None
+        self.monitor: monitor.Monitor | None = None
 
     @property
     def spec(self):
         assert self.live is not None
         return self.live.spec
 
-    def start(self, *, traffic: bool, duration_s: float) -> None:
+    def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto") -> None:
         caps = self.caps = probe(self.run_id)
         spec = self.variant.fabric(run_prefix(self.run_id))
         self.progress(f"{self.name}: starting fabric ({spec.planes} planes, "
@@ -68,6 +70,11 @@ class FabricLab:
         self.faults = FabricFaults(live, self.stack)
         self.pcaps = capture.start_all(live.fabric, self.variant.capture, out=self.out,
                                        pid_dir=live.pid_dir, stack=self.stack)
+        self.monitor = monitor.start(spec_file=self.out / layout.SPEC, out=self.out,
+                                     pid_dir=live.pid_dir, stack=self.stack, name=self.name,
+                                     port=monitor_port)
+        self.progress(f"{self.name}: dashboard at {self.monitor.url}, metrics at "
+                      f"{self.monitor.metrics}")
         if traffic:
             self._traffic(duration_s)
 
@@ -108,7 +115,8 @@ class FabricLab:
                                 "log": str(self.out / layout.CONTROLLER_LOG)}
                                if live.controller else
                                {"remote": self.variant.controller["remote"]}),
-                "captures": [str(p) for p in self.pcaps], "traffic": self.traffic}
+                "captures": [str(p) for p in self.pcaps], "traffic": self.traffic,
+                "monitor": self.monitor.record() if self.monitor else None}
 
     def examples(self, lab: str) -> list[str]:
         spec = self.spec
@@ -189,7 +197,14 @@ class FabricLab:
             result = actions[step.action](step.target, **step.params)
             done.append(f"{step.action} {step.target}" + (
                 f" (pid {result})" if step.action.startswith("controller") else ""))
+            self._faults_file(step.action, step.target, done[-1])
         return "; ".join(done)
+
+    def _faults_file(self, kind: str, target: str, text: str) -> None:
+        """Append an applied fault to the lab's record of them (the monitor marks it)."""
+        with (self.out / layout.LAB_FAULTS).open("a") as f:
+            f.write(json.dumps({"t": time.time(), "kind": kind, "target": target,
+                                "text": text}) + "\n")
 
     def check_fault_kind(self, kind: str) -> None:
         fault_kinds.kind(kind, "KIND")

@@ -1,0 +1,70 @@
+"""The lab monitor process: ``python -m testbed.monitor --spec SPEC --out DIR --status FILE``.
+
+Started by the lab beside its fabric (a helper of the run, in its own process group),
+it binds 127.0.0.1 (``--port``: a number, or ``auto`` for one the kernel picks, so
+that two labs never collide), says where in ``--status`` (a JSON line: ``listening``
+with the port, or ``failed`` with the reason), then samples the lab every ``--interval``
+seconds until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from testbed.monitor.fabric import FabricWatch
+from testbed.monitor.metrics import FabricCollector
+from testbed.monitor.server import MonitorServer
+from testbed.monitor.timeline import Timeline
+from topologies.spec import FabricSpec
+
+
+def status(path: Path, **event) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps({"t": time.time(), **event}) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="testbed.monitor")
+    parser.add_argument("--spec", type=Path, required=True, help="the fabric's spec.json")
+    parser.add_argument("--out", type=Path, required=True, help="the lab's results folder")
+    parser.add_argument("--status", type=Path, required=True)
+    parser.add_argument("--port", default="auto", help="a port on 127.0.0.1, or auto")
+    parser.add_argument("--name", default="lab")
+    parser.add_argument("--interval", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    spec = FabricSpec.from_json(args.spec)
+    watch, timeline, lock = FabricWatch(spec, args.out), Timeline(), threading.Lock()
+    try:
+        server = MonitorServer(watch=watch, timeline=timeline, collector=FabricCollector(watch),
+                               lab={"lab": args.name, "interval_s": args.interval},
+                               port=0 if args.port == "auto" else int(args.port), lock=lock)
+    except OSError as exc:
+        status(args.status, event="failed", port=args.port, error=exc.strerror or str(exc))
+        return 2
+    with lock:
+        watch.sample(timeline)
+    server.start()
+    status(args.status, event="listening", port=server.port,
+           url=f"http://127.0.0.1:{server.port}/")
+    next_at = time.monotonic() + args.interval
+    while not stop.wait(max(0.0, next_at - time.monotonic())):
+        next_at += args.interval
+        if next_at < time.monotonic():  # a slow sample: skip the missed ticks
+            next_at = time.monotonic() + args.interval
+        with lock:
+            watch.sample(timeline)
+    server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+// The lab's live dashboard: the topology from /api/topology, then /api/state once a
+// second (what changed since the last time this page has): links coloured by their
+// utilization, every switch port's queue, charts of the last minutes with the lab's
+// events marked on them.
+"use strict";
+
+const WINDOW_S = 300;   // seconds of history the charts keep
+const POLL_MS = 1000;
+const state = { since: 0, topo: null, cy: null, charts: {}, series: {}, events: [],
+                ports: {} };
+window.testbedDashboard = state;  // for the browser test and the curious
+
+function utilColour(u) {  // green through amber to red
+  const stops = [[0, [46, 125, 50]], [0.5, [249, 168, 37]], [1, [198, 40, 40]]];
+  u = Math.max(0, Math.min(1, u));
+  const i = u <= 0.5 ? 0 : 1;
+  const [u0, c0] = stops[i], [u1, c1] = stops[i + 1];
+  const f = (u - u0) / (u1 - u0);
+  return `rgb(${c0.map((c, k) => Math.round(c + f * (c1[k] - c))).join(",")})`;
+}
+
+// -- the topology ------------------------------------------------------------------------
+function positions(topo) {
+  // switches: one band per plane, tiers stacked (spines on top); hosts along the bottom
+  const switches = topo.nodes.filter(n => n.type === "switch");
+  const hosts = topo.nodes.filter(n => n.type === "host");
+  const maxTier = Math.max(0, ...switches.map(n => n.tier));
+  const planes = Math.max(1, topo.planes);
+  const bandW = Math.max(260, 90 * Math.max(...[0, ...switches.map(n => n.index)]) + 200);
+  const pos = {};
+  for (let p = 0; p < planes; p++) {
+    for (let t = 0; t <= maxTier; t++) {
+      const row = switches.filter(n => n.plane === p && n.tier === t)
+                          .sort((a, b) => a.index - b.index);
+      row.forEach((n, i) => {
+        pos[n.id] = { x: p * bandW + (i + 0.5) * bandW / row.length,
+                      y: (maxTier - t) * 120 + 40 };
+      });
+    }
+  }
+  const width = planes * bandW;
+  hosts.sort((a, b) => a.node - b.node).forEach((n, i) => {
+    pos[n.id] = { x: (i + 0.5) * width / hosts.length, y: (maxTier + 1) * 120 + 60 };
+  });
+  return pos;
+}
+
+function drawTopology(topo) {
+  const pos = positions(topo);
+  const elements = topo.nodes.map(n => ({
+    data: { id: n.id, label: n.id, type: n.type, role: n.role || "host" },
+    position: pos[n.id] || { x: 0, y: 0 } }));
+  for (const l of topo.links) {
+    elements.push({ data: { id: l.id, source: l.a, target: l.b, kind: l.kind, util: 0,
+                            up: 1, colour: utilColour(0) } });
+  }
+  state.cy = cytoscape({
+    container: document.getElementById("graph"), elements, layout: { name: "preset" },
+    autoungrabify: false,
+    style: [
+      { selector: "node", style: { label: "data(label)", "font-size": 11, "text-valign":
+        "center", "text-halign": "center", width: 44, height: 22, shape: "round-rectangle",
+        "background-color": "#eceff1", "border-width": 1, "border-color": "#607d8b" } },
+      { selector: "node[type = 'host']", style: { shape: "ellipse", width: 34,
+        "background-color": "#fff" } },
+      { selector: "node[role = 'spine']", style: { "background-color": "#cfd8dc" } },
+      { selector: "edge", style: { width: 3, "line-color": "data(colour)",
+        "curve-style": "straight" } },
+      { selector: "edge[kind = 'host']", style: { width: 2 } },
+      { selector: "edge[up = 0]", style: { "line-color": "#9e9e9e", "line-style": "dashed" } },
+    ],
+  });
+  state.cy.fit(undefined, 20);
+}
+
+function updateLinks(links) {
+  const body = document.querySelector("#links tbody");
+  for (const l of state.topo.links) {
+    const s = links[l.id];
+    if (!s) continue;
+    const edge = state.cy.getElementById(l.id);
+    edge.data({ util: s.util, up: s.up ? 1 : 0, colour: utilColour(s.util) });
+    let row = body.querySelector(`tr[data-link="${l.id}"]`);
+    if (!row) {
+      row = document.createElement("tr");
+      row.dataset.link = l.id;
+      row.innerHTML = `<td>${l.id}</td><td>${l.plane}</td><td>${l.kind}</td>` +
+                      "<td class=ab></td><td class=ba></td><td class=st></td>";
+      body.appendChild(row);
+    }
+    row.dataset.util = s.util;
+    row.dataset.up = s.up ? "1" : "0";
+    row.className = s.up ? "" : "down";
+    row.querySelector(".ab").textContent = pct(s.ab);
+    row.querySelector(".ba").textContent = pct(s.ba);
+    row.querySelector(".st").textContent = s.up ? "up" : "DOWN";
+  }
+}
+
+function pct(u) { return `${(100 * u).toFixed(1)} %`; }
+
+function updatePorts(ports) {
+  const body = document.querySelector("#ports tbody");
+  const limit = 1000 * (state.topo.queue_kb || 100);
+  const names = Object.keys(ports).sort();
+  for (const name of names) {
+    const p = ports[name], meta = state.topo.ports[name] || {};
+    let row = body.querySelector(`tr[data-port="${name}"]`);
+    if (!row) {
+      row = document.createElement("tr");
+      row.dataset.port = name;
+      row.innerHTML = `<td>${meta.switch}</td><td>${meta.port}</td><td>${meta.role}</td>` +
+        "<td class='bar util'><span></span><b></b></td>" +
+        "<td class='bar queue'><span></span><b></b></td><td class=drops></td><td class=st></td>";
+      body.appendChild(row);
+    }
+    row.dataset.util = p.util;
+    row.dataset.backlog = p.backlog_bytes;
+    row.className = p.up ? "" : "down";
+    row.querySelector(".util span").style.width = `${Math.round(80 * p.util)}px`;
+    row.querySelector(".util b").textContent = `${p.tx_mbps.toFixed(2)} Mb/s`;
+    row.querySelector(".queue span").style.width =
+      `${Math.round(80 * Math.min(1, p.backlog_bytes / limit))}px`;
+    row.querySelector(".queue b").textContent = `${(p.backlog_bytes / 1000).toFixed(1)} KB`;
+    row.querySelector(".drops").textContent = p.queue_drops;
+    row.querySelector(".st").textContent = p.up ? "up" : "DOWN";
+  }
+}
+
+// -- the charts --------------------------------------------------------------------------
+const CHARTS = {
+  chains: { title: "agent chains: latency of those that ended (ms)",
+            series: [["chain_p50_ms", "p50", "#1e88e5"], ["chain_p99_ms", "p99", "#c62828"]] },
+  training: { title: "training: slowest iteration that ended (ms)",
+              series: [["iteration_ms", "iteration", "#6a1b9a"]] },
+  fabric: { title: "fabric: busiest uplink (%) and all queued (KB)",
+            series: [["uplink_util_max", "busiest uplink %", "#ef6c00", 100],
+                     ["backlog_kb", "queued KB", "#00897b"]] },
+  marks: { title: "per second: PFC pauses, ECN marks received",
+           series: [["pauses", "pauses", "#c62828"], ["ce_marks", "CE marks", "#1565c0"]] },
+};
+
+function markEvents(u) {  // a vertical line at every event on the chart's time axis
+  const ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
+  ctx.save();
+  for (const e of state.events) {
+    const x = u.valToPos(e.t, "x", true);
+    if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+    ctx.strokeStyle = e.kind === "fault" ? "#c62828" : e.kind === "link" ? "#6a1b9a"
+                                                                       : "#90caf9";
+    ctx.lineWidth = e.kind === "fault" ? 2 : 1;
+    ctx.beginPath();
+    ctx.moveTo(x, top);
+    ctx.lineTo(x, top + h);
+    ctx.stroke();
+  }
+  ctx.restore();
+}
+
+function makeCharts() {
+  const width = Math.max(420, document.getElementById("right").clientWidth - 4);
+  for (const [key, c] of Object.entries(CHARTS)) {
+    state.series[key] = [[], ...c.series.map(() => [])];
+    const opts = {
+      title: c.title, width, height: 150,
+      series: [{}, ...c.series.map(([, label, stroke]) => ({ label, stroke, width: 1.5,
+                                                            spanGaps: false }))],
+      axes: [{}, { size: 50 }], legend: { live: false },
+      hooks: { draw: [markEvents] },
+    };
+    state.charts[key] = new uPlot(opts, state.series[key],
+                                  document.getElementById(`chart-${key}`));
+  }
+}
+
+function addPoints(points) {
+  for (const [key, c] of Object.entries(CHARTS)) {
+    const data = state.series[key];
+    for (const p of points) {
+      data[0].push(p.t);
+      c.series.forEach(([field, , , scale], i) => {
+        const v = p[field];
+        data[i + 1].push(v === null || v === undefined ? null : v * (scale || 1));
+      });
+    }
+    const cut = data[0].findIndex(t => t >= data[0][data[0].length - 1] - WINDOW_S);
+    if (cut > 0) data.forEach(arr => arr.splice(0, cut));
+    state.charts[key].setData(data);
+  }
+}
+
+function addEvents(events) {
+  const list = document.getElementById("events");
+  for (const e of events) {
+    state.events.push(e);
+    const li = document.createElement("li");
+    li.className = e.kind;
+    li.dataset.kind = e.kind;
+    li.textContent = `${new Date(e.t * 1000).toLocaleTimeString()}  ${e.kind}: ${e.text}`;
+    list.prepend(li);
+  }
+}
+
+// -- the loop ----------------------------------------------------------------------------
+async function poll() {
+  const status = document.getElementById("status");
+  try {
+    const r = await fetch(`/api/state?since=${state.since}`, { cache: "no-store" });
+    const s = await r.json();
+    updateLinks(s.links);
+    updatePorts(s.ports);
+    addEvents(s.events);
+    addPoints(s.points);
+    if (s.points.length) state.since = s.points[s.points.length - 1].t;
+    const clock = document.getElementById("clock");
+    clock.dataset.t = s.t;
+    clock.textContent = `sampled ${new Date(s.t * 1000).toLocaleTimeString()}`;
+    state.polls = (state.polls || 0) + 1;
+    status.textContent = "live";
+    status.className = "live";
+  } catch (err) {
+    status.textContent = "no answer from the lab (is it down?)";
+    status.className = "stale";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+async function main() {
+  const r = await fetch("/api/topology");
+  state.topo = await r.json();
+  state.topo.ports = Object.fromEntries((state.topo.switch_ports || []).map(p => [p.ifname, p]));
+  document.getElementById("title").textContent =
+    `lab ${state.topo.lab}: ${state.topo.kind}, ${state.topo.planes} planes`;
+  document.title = `${state.topo.lab} - lab dashboard`;
+  drawTopology(state.topo);
+  makeCharts();
+  poll();
+}
+
+main();
