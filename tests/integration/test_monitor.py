@@ -1,0 +1,152 @@
+"""A running lab watched live: its metrics scraped as Prometheus would, its dashboard opened
+in headless Chromium while training runs (link utilizations change in the page, a
+``link_down`` fault shows within 2 s), nothing of it listening beyond 127.0.0.1, nothing
+left after ``testbed down``; bad requests get one line and exit 2."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from testbed.host.procs import wait_for
+
+from .chromium import CHROMIUM, Browser
+from .conftest import leftovers
+from .test_lab import SCENARIO, record_of, run_testbed
+
+pytestmark = pytest.mark.ovs
+
+#: where the screenshots go besides the test's own folder (docs/ takes them from there)
+SHOTS = os.environ.get("TESTBED_SCREENSHOTS")
+
+
+def listeners() -> set[str]:
+    """Every listening TCP and UDP address of the host's namespace."""
+    out = subprocess.run(["ss", "-ltunH"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[4] for line in out.splitlines() if line.strip()}
+
+
+def scrape(url: str) -> dict[str, dict[tuple, float]]:
+    """Metric samples by name, each by its labels (sorted pairs); every family's name
+    (with no samples yet too) maps to its samples' names."""
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    out: dict[str, dict] = {}
+    for family in text_string_to_metric_families(text):
+        out.setdefault(family.name, {"family": family.type})
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def keep(shot: Path, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(SHOTS) / name)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium (scripts/setup.sh --dev "
+                    "installs chromium-headless-shell where the distribution has it)")
+def test_a_running_lab_is_watched_live(tmp_path, record_property):
+    before = listeners()
+    name = f"m{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", name, "--traffic", "--duration", "30",
+                     "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    try:
+        monitor = record["monitor"]
+        assert monitor["url"] == f"http://127.0.0.1:{monitor['port']}/"
+        assert f"dashboard: {monitor['url']}" in up.stdout
+        shown = run_testbed("dashboard", name)
+        assert shown.returncode == 0 and monitor["metrics"] in shown.stdout, shown.stderr
+        # what the lab added to the host's namespace listens on loopback only
+        new = listeners() - before
+        assert f"127.0.0.1:{monitor['port']}" in new
+        assert all(a.startswith("127.0.0.1:") for a in new), new
+
+        # the metrics, as Prometheus parses them: counters that grow while training runs
+        sent = "testbed_port_transmit_bytes_total"
+        first = scrape(monitor["metrics"])
+        assert len(first[sent]) == 12  # every switch port of the fabric
+        busy = lambda: sum(scrape(monitor["metrics"])[sent].values()) > 1e5 + sum(  # noqa: E731
+            first[sent].values())
+        assert wait_for(busy, 15, interval=0.5), "the ports' counters did not grow"
+        second = scrape(monitor["metrics"])
+        families = {"testbed_port_queue_backlog_bytes": "gauge",
+                    "testbed_port_queue_drops": "counter", "testbed_link_utilization": "gauge",
+                    "testbed_link_up": "gauge", "testbed_controller_decisions": "counter",
+                    "testbed_pfc_pauses_received": "counter", "testbed_chains": "counter",
+                    "testbed_chain_latency_seconds": "histogram",
+                    "testbed_training_iteration_seconds": "histogram"}
+        for family, kind in families.items():
+            assert second[family]["family"] == kind, family
+        assert second["testbed_training_iterations_total"], "no training iteration counted"
+        assert max(v for k, v in second["testbed_link_utilization"].items() if k != "family") > 0
+
+        # the page in a browser: it draws the fabric and follows it
+        with Browser(tmp_path / "profile") as browser:
+            browser.open(monitor["url"])
+            browser.wait_for("window.testbedDashboard && testbedDashboard.polls >= 2", 20)
+            assert browser.evaluate("testbedDashboard.cy.edges().length") == 8  # 4 + 4 links
+            utils = "JSON.stringify([...document.querySelectorAll('#links tr[data-link]')]" \
+                    ".map(r => r.dataset.util))"
+            seen = {browser.evaluate(utils)}
+            deadline = time.monotonic() + 10
+            while len(seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                seen.add(browser.evaluate(utils))
+            assert len(seen) >= 3, f"link utilizations did not change: {seen}"
+            assert any(float(u) > 0 for s in seen for u in eval(s)), seen  # noqa: S307
+            shot = browser.screenshot(tmp_path / "dashboard.png")
+            record_property("screenshot", str(shot))
+            keep(shot, "dashboard-fabric.png")
+
+            link = "p0l0-p0s0"
+            row = f"document.querySelector('#links tr[data-link=\"{link}\"]')"
+            assert browser.evaluate(f"{row}.dataset.up") == "1"
+            t0 = time.monotonic()
+            cut = run_testbed("fault", name, "link_down", link)
+            assert cut.returncode == 0, cut.stderr
+            browser.wait_for(f"{row}.dataset.up === '0'", 5, interval=0.05)
+            shown_s = time.monotonic() - t0
+            record_property("link_down shown after s", round(shown_s, 2))
+            assert shown_s <= 2.0, f"the cut showed {shown_s:.2f} s after testbed fault began"
+            browser.wait_for("[...document.querySelectorAll('#events li')].some(li => "
+                             f"li.textContent.includes('link_down {link}'))", 3)
+            shot = browser.screenshot(tmp_path / "dashboard-cut.png")
+            keep(shot, "dashboard-fabric-cut.png")
+        after = scrape(monitor["metrics"])
+        assert after["testbed_link_up"][(("kind", "fabric"), ("link", link), ("plane", "0"))] == 0
+    finally:
+        down = run_testbed("down", name)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(f"tb{record['run_id']}") == []
+    assert f"127.0.0.1:{monitor['port']}" not in listeners()
+
+
+def test_dashboard_of_no_running_lab_is_one_line_and_exit_2():
+    done = run_testbed("dashboard", "no-such-lab")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no lab named 'no-such-lab'" in done.stderr
+
+
+def test_a_taken_monitor_port_is_refused_before_anything_is_made(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = run_testbed("up", str(SCENARIO), "--monitor-port", str(port),
+                           "--results", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and f"--monitor-port: 127.0.0.1:{port}" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+    bad = run_testbed("up", str(SCENARIO), "--monitor-port", "http", "--results", str(tmp_path))
+    assert bad.returncode == 2 and "--monitor-port: 'http' must be auto" in bad.stderr
