@@ -77,6 +77,9 @@ SUPERVISOR_LOG = "supervisor.log"
 LAB_FAULTS = "lab-faults.jsonl"  # faults applied by hand (testbed fault), as applied
 MONITOR_LOG = "monitor.log"  # the lab monitor: metrics and the live dashboard
 MONITOR_STATUS = "monitor-status.jsonl"  # where the monitor listens, or why it could not
+PROMETHEUS_LOG = "prometheus.log"  # the lab's own Prometheus (testbed up --monitor)
+PROMETHEUS_SNAPSHOT = "prometheus-snapshot"  # its samples, kept when the lab went down
+GRAFANA = "grafana"  # Grafana provisioning for that Prometheus (testbed.monitor.grafana)
 # plots of the results folder
 CHAIN_PLOT = "chain_latency.png"
 TRAINING_PLOT = "training_iterations.png"

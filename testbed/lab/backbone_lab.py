@@ -42,7 +42,8 @@ class BackboneLab:
         self.net: BackboneNet | None = None
         self.folder = run_dir(run_id) / "backbone" / variant.name
 
-    def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto") -> None:
+    def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto",
+              with_prometheus: bool = False) -> None:
         caps = probe(self.run_id)
         backend = macsec_backend(self.cfg["macsec"], caps)
         claim(self.run_id)

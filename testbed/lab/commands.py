@@ -92,7 +92,8 @@ def cmd_up(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     request = {"run_id": run_id, "name": name, "scenario_file": str(path),
                "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
-               "monitor_port": monitor_port, "out": str(out), "created": time.time(),
+               "monitor_port": monitor_port, "prometheus": args.monitor, "out": str(out),
+               "created": time.time(),
                "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
     request_file = out / layout.LAB_REQUEST
     request_file.write_text(json.dumps(request, indent=1))
@@ -206,6 +207,8 @@ def describe(record: dict) -> str:
     if record.get("monitor"):
         lines.append(f"dashboard: {record['monitor']['url']}  (metrics: "
                      f"{record['monitor']['metrics']})")
+    if record.get("prometheus"):
+        lines.append(f"prometheus: {record['prometheus']['url']}")
     lines += ["", "try:"] + [f"  {line}" for line in record.get("examples", [])]
     return "\n".join(lines)
 
@@ -252,6 +255,9 @@ def inspect_lines(record: dict) -> list[str]:
         monitor = record["monitor"]
         lines.append(f"monitor: pid {monitor['pid']}, dashboard {monitor['url']}, "
                      f"metrics {monitor['metrics']}")
+    if record.get("prometheus"):
+        lines.append(f"prometheus: pid {record['prometheus']['pid']}, "
+                     f"{record['prometheus']['url']}")
     lab = _lab(record)
     lines.append(f"{lab.NODES}:")
     width = _name_width(record, 8)
@@ -277,7 +283,9 @@ def cmd_dashboard(args) -> int:
     if not monitor:
         raise ConfigError("LAB", f"lab {args.lab!r} runs no monitor (a {record['kind']} "
                                  "lab has none)")
-    print(f"dashboard: {monitor['url']}\nmetrics:   {monitor['metrics']}")
+    print(f"dashboard:  {monitor['url']}\nmetrics:    {monitor['metrics']}")
+    if record.get("prometheus"):
+        print(f"prometheus: {record['prometheus']['url']}")
     return 0
 
 
@@ -550,6 +558,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--duration", help="seconds of traffic with --traffic (default: the "
                                       "scenario's duration_s)")
     p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--monitor", action="store_true", help="also run a Prometheus server "
+                   "of the lab's own, on 127.0.0.1, scraping it every second (fabric)")
     p.add_argument("--monitor-port", default="auto", help="where the lab's dashboard and "
                    "metrics listen on 127.0.0.1 (default: auto, a free port)")
     p.set_defaults(func=cmd_up)

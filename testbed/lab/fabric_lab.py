@@ -19,6 +19,7 @@ from testbed.host.capabilities import probe
 from testbed.host.hosts import Host, RootHost
 from testbed.host.naming import run_prefix
 from testbed.lab import capture, mncli, state
+from testbed.monitor import grafana, panels, prometheus
 from testbed.monitor import launch as monitor
 from testbed.workloads import generators
 from topologies.spec import FabricSpec
@@ -42,13 +43,15 @@ class FabricLab:
         self.pcaps: list[Path] = []
         self.traffic: str | None = None
         self.monitor: monitor.Monitor | None = None
+        self.prometheus: prometheus.Server | None = None
 
     @property
     def spec(self):
         assert self.live is not None
         return self.live.spec
 
-    def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto") -> None:
+    def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto",
+              with_prometheus: bool = False) -> None:
         caps = self.caps = probe(self.run_id)
         spec = self.variant.fabric(run_prefix(self.run_id))
         self.progress(f"{self.name}: starting fabric ({spec.planes} planes, "
@@ -75,6 +78,18 @@ class FabricLab:
                                      port=monitor_port)
         self.progress(f"{self.name}: dashboard at {self.monitor.url}, metrics at "
                       f"{self.monitor.metrics}")
+        if with_prometheus:
+            targets = {"testbed": f"127.0.0.1:{self.monitor.port}"}
+            if live.metrics_url:  # the controller's own exporter (controller.prometheus_port)
+                targets["controller"] = live.metrics_url.split("/")[2]
+            self.prometheus = prometheus.start(
+                name=self.name, targets=targets, folder=live.pid_dir / "prometheus",
+                out=self.out, pid_dir=live.pid_dir, stack=self.stack)
+            board = grafana.write(self.out / layout.GRAFANA, self.prometheus.url, self.name,
+                                  panels.FABRIC)
+            self.progress(f"{self.name}: Prometheus at {self.prometheus.url}, scraping every "
+                          f"{prometheus.SCRAPE_S} s; Grafana provisioning for it in "
+                          f"{board.parent.parent}")
         if traffic:
             self._traffic(duration_s)
 
@@ -116,7 +131,8 @@ class FabricLab:
                                if live.controller else
                                {"remote": self.variant.controller["remote"]}),
                 "captures": [str(p) for p in self.pcaps], "traffic": self.traffic,
-                "monitor": self.monitor.record() if self.monitor else None}
+                "monitor": self.monitor.record() if self.monitor else None,
+                "prometheus": self.prometheus.record() if self.prometheus else None}
 
     def examples(self, lab: str) -> list[str]:
         spec = self.spec

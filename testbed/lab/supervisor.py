@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             lab = lab_class(sc.kind)(sc, variant, run_id=run_id, name=name, out=out,
                                      stack=stack, progress=progress)
             lab.start(traffic=request.get("traffic", False), duration_s=sc.duration_s,
-                      monitor_port=request.get("monitor_port", "auto"))
+                      monitor_port=request.get("monitor_port", "auto"),
+                      with_prometheus=request.get("prometheus", False))
             record = {
                 "name": name, "run_id": run_id, "kind": sc.kind, "scenario": sc.name,
                 "scenario_file": request["scenario_file"], "variant": variant.name,

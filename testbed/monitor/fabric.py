@@ -23,6 +23,7 @@ from pathlib import Path
 from testbed.core import layout
 from testbed.faults.fabric import link_name, short
 from testbed.host.netlink import LinkCounters, LinkReader, Queue, QueueReader
+from testbed.monitor import panels
 from testbed.monitor.tail import Tail, Tails
 from topologies.spec import FabricSpec
 from traffic.stats import percentiles
@@ -107,7 +108,7 @@ def topology(spec: FabricSpec) -> dict:
               "role": p.role} for p in spec.switch_ports()]
     return {"kind": "fabric", "prefix": spec.prefix, "planes": spec.planes,
             "rails": spec.rails, "queue_kb": spec.queue_kb, "nodes": nodes, "links": links,
-            "switch_ports": ports}
+            "switch_ports": ports, "panels": panels.as_json(panels.FABRIC)}
 
 
 class FabricWatch:
@@ -123,7 +124,8 @@ class FabricWatch:
         self.queues = QueueReader(sorted(self.ports))
         self.prev: dict[str, tuple[float, LinkCounters]] = {}
         self.link_up: dict[str, bool] = {}
-        self.classes = self._classes(out / layout.PFC_CONFIG)
+        pfc = self._config(out / layout.PFC_CONFIG)
+        self.classes = pfc.get("classes", [])
         self.events = Tail(out / layout.CONTROLLER_EVENTS)
         self.faults = Tail(out / layout.LAB_FAULTS)
         self.pfc = Tail(out / layout.PFC_EVENTS)
@@ -139,14 +141,21 @@ class FabricWatch:
         self.rank_iterations: Counter[int] = Counter()
         self.rank_ce: Counter[int] = Counter()
         self.rank_cnps: Counter[int] = Counter()
+        self.rank_last: dict[int, float] = {}  # each rank's last iteration (seconds)
+        self.training: dict | None = None
+        if pfc.get("pfc"):  # every port's lossless priorities count from zero
+            for name in self.ports:
+                for c in self.classes:
+                    if c.get("lossless"):
+                        self.pauses_received[(name, c["priority"])] = 0
         self.latest: dict = {"t": 0.0, "ports": {}, "links": {}, "classes": {}}
 
     @staticmethod
-    def _classes(config: Path) -> list[dict]:
+    def _config(path: Path) -> dict:
         try:
-            return json.loads(config.read_text()).get("classes", [])
+            return json.loads(path.read_text())
         except (OSError, ValueError):
-            return []
+            return {}
 
     def topology(self) -> dict:
         return self.topo
@@ -252,6 +261,11 @@ class FabricWatch:
             if ok and c.get("latency_ms") is not None:
                 latencies.append(c["latency_ms"])
                 self.chain_latency.observe(c["latency_ms"] / 1000)
+        if self.training is None:  # written when the traffic starts: its ranks count from 0
+            self.training = self._config(self.out / layout.TRAINING_CONFIG) or None
+            for rank in range(len((self.training or {}).get("ranks", []))):
+                for counter in (self.rank_iterations, self.rank_ce, self.rank_cnps):
+                    counter[rank] += 0
         iterations, ce = [], 0
         for r in self.ranks.read():
             if "iteration_ms" not in r:
@@ -262,6 +276,7 @@ class FabricWatch:
             self.rank_cnps[rank] += int(r.get("cnps_received", 0))
             ce += int(r.get("ce_received", 0))
             iterations.append(r["iteration_ms"])
+            self.rank_last[rank] = r["iteration_ms"] / 1000
             self.iteration.observe(r["iteration_ms"] / 1000)
         p50 = p99 = None
         if latencies:

@@ -135,6 +135,11 @@ class FabricCollector:
             for rank, n in sorted(counter.items()):
                 family.add_metric([str(rank)], n)
             yield family
+        last = GaugeMetricFamily("testbed_training_last_iteration_seconds", "a rank's last "
+                                 "iteration time", labels=["rank"])
+        for rank, seconds in sorted(w.rank_last.items()):
+            last.add_metric([str(rank)], seconds)
+        yield last
 
 
 def _histogram(name: str, doc: str, h) -> HistogramMetricFamily:

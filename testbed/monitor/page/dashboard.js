@@ -128,17 +128,7 @@ function updatePorts(ports) {
 }
 
 // -- the charts --------------------------------------------------------------------------
-const CHARTS = {
-  chains: { title: "agent chains: latency of those that ended (ms)",
-            series: [["chain_p50_ms", "p50", "#1e88e5"], ["chain_p99_ms", "p99", "#c62828"]] },
-  training: { title: "training: slowest iteration that ended (ms)",
-              series: [["iteration_ms", "iteration", "#6a1b9a"]] },
-  fabric: { title: "fabric: busiest uplink (%) and all queued (KB)",
-            series: [["uplink_util_max", "busiest uplink %", "#ef6c00", 100],
-                     ["backlog_kb", "queued KB", "#00897b"]] },
-  marks: { title: "per second: PFC pauses, ECN marks received",
-           series: [["pauses", "pauses", "#c62828"], ["ce_marks", "CE marks", "#1565c0"]] },
-};
+let CHARTS = {};  // the panels, as the monitor defines them (/api/topology)
 
 function markEvents(u) {  // a vertical line at every event on the chart's time axis
   const ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
@@ -163,8 +153,8 @@ function makeCharts() {
     state.series[key] = [[], ...c.series.map(() => [])];
     const opts = {
       title: c.title, width, height: 150,
-      series: [{}, ...c.series.map(([, label, stroke]) => ({ label, stroke, width: 1.5,
-                                                            spanGaps: false }))],
+      series: [{}, ...c.series.map(s => ({ label: s.label, stroke: s.colour, width: 1.5,
+                                           spanGaps: false }))],
       axes: [{}, { size: 50 }], legend: { live: false },
       hooks: { draw: [markEvents] },
     };
@@ -178,9 +168,9 @@ function addPoints(points) {
     const data = state.series[key];
     for (const p of points) {
       data[0].push(p.t);
-      c.series.forEach(([field, , , scale], i) => {
-        const v = p[field];
-        data[i + 1].push(v === null || v === undefined ? null : v * (scale || 1));
+      c.series.forEach((s, i) => {
+        const v = p[s.field];
+        data[i + 1].push(v === null || v === undefined ? null : v * s.scale);
       });
     }
     const cut = data[0].findIndex(t => t >= data[0][data[0].length - 1] - WINDOW_S);
@@ -233,6 +223,14 @@ async function main() {
     `lab ${state.topo.lab}: ${state.topo.kind}, ${state.topo.planes} planes`;
   document.title = `${state.topo.lab} - lab dashboard`;
   drawTopology(state.topo);
+  CHARTS = Object.fromEntries(state.topo.panels.map(p => [p.key, p]));
+  const right = document.getElementById("right");
+  for (const key of Object.keys(CHARTS)) {
+    const div = document.createElement("div");
+    div.className = "chart";
+    div.id = `chart-${key}`;
+    right.appendChild(div);
+  }
   makeCharts();
   poll();
 }
