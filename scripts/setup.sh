@@ -79,14 +79,17 @@ if [ ${#missing[@]} -gt 0 ]; then
         systemctl disable --now frr >/dev/null 2>&1 || true
     fi
     # likewise nginx: the node-local caches are the testbed's own nginx processes in its
-    # namespaces (testbed/storage/cache.py); the package's service would serve port 80
-    if [[ " ${missing[*]} " == *" nginx "* ]]; then
+    # namespaces (testbed/storage/cache.py); the package's service would serve port 80;
+    # and prometheus: a lab runs its own (testbed/monitor/prometheus.py, on 127.0.0.1),
+    # the package's service would listen on every address (port 9090)
+    for service in nginx prometheus; do
+        [[ " ${missing[*]} " == *" $service "* ]] || continue
         if [ -d /run/systemd/system ]; then
-            systemctl disable --now nginx >/dev/null 2>&1 || true
+            systemctl disable --now "$service" >/dev/null 2>&1 || true
         else
-            service nginx stop >/dev/null 2>&1 || true
+            service "$service" stop >/dev/null 2>&1 || true
         fi
-    fi
+    done
 fi
 
 if $image; then

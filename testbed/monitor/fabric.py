@@ -116,12 +116,13 @@ class FabricWatch:
 
     KIND = "fabric"
 
-    def __init__(self, spec: FabricSpec, out: Path) -> None:
+    def __init__(self, spec: FabricSpec, out: Path, *, links: LinkReader | None = None,
+                 queues: QueueReader | None = None) -> None:
         self.spec, self.out = spec, out
         self.ports = ports_of(spec)
         self.topo = topology(spec)
-        self.links = LinkReader()
-        self.queues = QueueReader(sorted(self.ports))
+        self.links = links or LinkReader()
+        self.queues = queues or QueueReader(sorted(self.ports))
         self.prev: dict[str, tuple[float, LinkCounters]] = {}
         self.link_up: dict[str, bool] = {}
         pfc = self._config(out / layout.PFC_CONFIG)

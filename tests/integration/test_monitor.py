@@ -1,10 +1,15 @@
-"""A running lab watched live: its metrics scraped as Prometheus would, its dashboard opened
-in headless Chromium while training runs (link utilizations change in the page, a
-``link_down`` fault shows within 2 s), nothing of it listening beyond 127.0.0.1, nothing
-left after ``testbed down``; bad requests get one line and exit 2."""
+"""A running lab watched live (the lossless scenario's PFC + DCQCN variant: agent chains,
+training, traffic classes, PFC and ECN, so that every panel has something to show): its
+metrics parsed as Prometheus parses them, its own Prometheus answering every Grafana
+panel's query, its dashboard opened in headless Chromium (link utilizations change in the
+page, a ``link_down`` fault shows within 2 s), nothing of it listening beyond 127.0.0.1,
+nothing left after ``testbed down`` but the samples kept in the results; bad requests get
+one line and exit 2."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import socket
@@ -17,10 +22,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.host.procs import wait_for
+from testbed.monitor import grafana, prometheus
 
 from .chromium import CHROMIUM, Browser
 from .conftest import leftovers
 from .test_lab import SCENARIO, record_of, run_testbed
+
+LOSSLESS = Path(__file__).resolve().parents[2] / "scenarios" / "lossless.yaml"
 
 pytestmark = pytest.mark.ovs
 
@@ -46,6 +54,12 @@ def scrape(url: str) -> dict[str, dict[tuple, float]]:
     return out
 
 
+def answered(url: str, expr: str) -> bool:
+    """Whether an instant query returns at least one number."""
+    values = [float(r["value"][1]) for r in prometheus.query(url, expr)]
+    return any(not math.isnan(v) for v in values)
+
+
 def keep(shot: Path, name: str) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
@@ -54,11 +68,13 @@ def keep(shot: Path, name: str) -> None:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium (scripts/setup.sh --dev "
                     "installs chromium-headless-shell where the distribution has it)")
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is not "
+                    "installed (scripts/setup.sh installs it)")
 def test_a_running_lab_is_watched_live(tmp_path, record_property):
     before = listeners()
     name = f"m{os.getpid() % 100000}"
-    up = run_testbed("up", str(SCENARIO), "--name", name, "--traffic", "--duration", "30",
-                     "--results", str(tmp_path))
+    up = run_testbed("up", str(LOSSLESS), "--variant", "pfc-dcqcn", "--name", name,
+                     "--traffic", "--duration", "40", "--monitor", "--results", str(tmp_path))
     assert up.returncode == 0, up.stderr + up.stdout
     record = record_of(name)
     try:
@@ -69,13 +85,13 @@ def test_a_running_lab_is_watched_live(tmp_path, record_property):
         assert shown.returncode == 0 and monitor["metrics"] in shown.stdout, shown.stderr
         # what the lab added to the host's namespace listens on loopback only
         new = listeners() - before
-        assert f"127.0.0.1:{monitor['port']}" in new
+        assert {f"127.0.0.1:{monitor['port']}", f"127.0.0.1:{record['prometheus']['port']}"} <= new
         assert all(a.startswith("127.0.0.1:") for a in new), new
 
         # the metrics, as Prometheus parses them: counters that grow while training runs
         sent = "testbed_port_transmit_bytes_total"
         first = scrape(monitor["metrics"])
-        assert len(first[sent]) == 12  # every switch port of the fabric
+        assert len(first[sent]) == 32  # every switch port of the fabric
         busy = lambda: sum(scrape(monitor["metrics"])[sent].values()) > 1e5 + sum(  # noqa: E731
             first[sent].values())
         assert wait_for(busy, 15, interval=0.5), "the ports' counters did not grow"
@@ -95,7 +111,7 @@ def test_a_running_lab_is_watched_live(tmp_path, record_property):
         with Browser(tmp_path / "profile") as browser:
             browser.open(monitor["url"])
             browser.wait_for("window.testbedDashboard && testbedDashboard.polls >= 2", 20)
-            assert browser.evaluate("testbedDashboard.cy.edges().length") == 8  # 4 + 4 links
+            assert browser.evaluate("testbedDashboard.cy.edges().length") == 24  # 16 + 8 links
             utils = "JSON.stringify([...document.querySelectorAll('#links tr[data-link]')]" \
                     ".map(r => r.dataset.util))"
             seen = {browser.evaluate(utils)}
@@ -125,10 +141,24 @@ def test_a_running_lab_is_watched_live(tmp_path, record_property):
             keep(shot, "dashboard-fabric-cut.png")
         after = scrape(monitor["metrics"])
         assert after["testbed_link_up"][(("kind", "fabric"), ("link", link), ("plane", "0"))] == 0
+
+        # every query of the Grafana dashboard returns data from the lab's Prometheus
+        board = json.loads((Path(record["out"]) / "grafana" / "dashboards" /
+                            "testbed-fabric.json").read_text())
+        queries = grafana.queries(board)
+        assert len(queries) == 9
+        missing = queries
+        deadline = time.monotonic() + 30
+        while missing and time.monotonic() < deadline:
+            missing = [(title, q) for title, q in missing
+                       if not answered(record["prometheus"]["url"], q)]
+            time.sleep(0.5)
+        assert not missing, f"no data for: {missing}"
     finally:
         down = run_testbed("down", name)
     assert down.returncode == 0, down.stderr
     assert leftovers(f"tb{record['run_id']}") == []
+    assert (Path(record["out"]) / "prometheus-snapshot").is_dir()  # the samples, kept
     assert f"127.0.0.1:{monitor['port']}" not in listeners()
 
 
