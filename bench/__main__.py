@@ -16,6 +16,7 @@ from bench import (
     dctcp,
     fabric_bench,
     macsec_bench,
+    monitor_bench,
     replay_bench,
     scale_bench,
     switch_cost,
@@ -39,6 +40,9 @@ BENCHES = {
                switch_cost.main),
     "adaptive": ("adaptive vs ECMP goodput (stride), ECN on vs off (chain p99)",
                  adaptive_bench.main),
+    "monitor": ("the default scenario plain vs watched live (monitor, Prometheus, the "
+                "dashboard open in a browser): the watched run passes the fidelity monitor",
+                monitor_bench.main),
 }
 
 

@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 
 from testbed.errors import BringUpError, ConfigError
 from testbed.host.commands import Cmd
-from testbed.host.procs import Helper, python_env, wait_for
+from testbed.host.procs import Helper, cpu_seconds, python_env, wait_for
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import OVERHEAD, LinkConfig, SideConfig
 from testbed.macsec.errors import BackendError
@@ -136,15 +136,6 @@ def keys_record(configs: dict[str, LinkConfig]) -> dict:
                                      "keys": {str(an): k for an, k in cfg.side(s).keys.items()}}
                                  for s in "ab"}}
                       for name, cfg in configs.items()]}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (from /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class SecureLinks:
@@ -262,7 +253,7 @@ class SecureLinks:
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds each router's forwarder used so far (userspace only)."""
-        return {node: round(_cpu_seconds(h.pid), 2) for node, h in self.forwarders.items()}
+        return {node: round(cpu_seconds(h.pid), 2) for node, h in self.forwarders.items()}
 
     def keys(self) -> dict:
         return keys_record(self.configs)

@@ -10,6 +10,7 @@ the teardown.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import os
@@ -62,6 +63,8 @@ def cmd_run(args) -> int:
                                        f"{args.seeds!r}") from None
     sc = scenario.load(scenario.path_of(args.scenario), duration_override=duration,
                        seeds_override=seeds)
+    if args.monitor:
+        sc = dataclasses.replace(sc, monitor=sc.monitor.model_copy(update={"prometheus": True}))
     if os.geteuid() != 0:
         raise HostError("running a scenario needs root (namespaces, Open vSwitch)")
     results_root = Path(args.results)
@@ -146,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(overrides the file: judge on seeds it was not tuned on)")
     p.add_argument("--out", help="write results straight into this folder")
     p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--monitor", action="store_true", help="watch each fabric variant live: "
+                   "its dashboard and metrics, and a Prometheus of the run's own, on "
+                   "127.0.0.1 (the scenario's monitor key)")
     p.add_argument("--no-fidelity", action="store_true",
                    help="run without the fidelity monitor (to measure what it costs)")
     p.set_defaults(func=cmd_run)

@@ -85,7 +85,7 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
         write_json(out / layout.MANIFEST, {**summary, "fidelity": _fidelity_record([]),
                                            "scenario_source": scenario.source})
         ctx = RunContext(caps=caps, root=out, duration_s=scenario.duration_s, progress=progress,
-                         stack=stack, run_id=run_id)
+                         stack=stack, run_id=run_id, watching=scenario.monitor)
         experiment.start(ctx)
         total = len(scenario.variants) * len(seeds)
         per_seed: dict[str, list[dict]] = {}

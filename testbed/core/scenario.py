@@ -22,6 +22,7 @@ from testbed import REPO, experiments
 from testbed.errors import ConfigError
 from testbed.experiments.base import Experiment
 from testbed.experiments.fabric.schema import Name
+from testbed.monitor.schema import Watching
 from topologies import plugins
 from topologies.params import ParamError, Section, clip
 from topologies.params import parse as parse_section
@@ -52,6 +53,8 @@ class Head(Section):
     seeds: list[int] | None = Field(None, min_length=1, max_length=MAX_SEEDS,
                                     description="run every variant once per seed")
     duration_s: float = Field(30, ge=1, le=3600, description="seconds of traffic a variant")
+    monitor: Watching = Field(Watching(), description="watch the run live: metrics, a "
+                              "dashboard and Prometheus (fabric variants)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Scenario:
     kind: str
     experiment: Experiment
     seeds: tuple[int, ...]
+    monitor: Watching = Watching()
 
     @property
     def variants(self) -> tuple[Any, ...]:
@@ -135,7 +139,7 @@ def parse(data: Any, duration_override: float | None = None,
                      duration_s=head.duration_s)
     return Scenario(name=head.name, description=head.description.strip(), seed=head.seed,
                     duration_s=head.duration_s, source=data, kind=kind,
-                    experiment=experiment, seeds=seeds)
+                    experiment=experiment, seeds=seeds, monitor=head.monitor)
 
 
 #: bounds of a scenario document: the file, and the document with every alias expanded

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from testbed.core.fidelity import Monitor, WatchedLink
 from testbed.errors import ConfigError
 from testbed.host.capabilities import Capabilities
+from testbed.monitor.schema import Watching
 from topologies.params import ParamError, Section, parse
 
 Progress = Callable[[str], None]
@@ -41,6 +42,8 @@ class RunContext:
     run_id: str | None = None
     #: the fidelity monitor beside the variant that runs (set by the runner), else None
     monitor: Monitor | None = None
+    #: the scenario's ``monitor`` key: watch each variant live (dashboard, Prometheus)
+    watching: Watching | None = None
 
     @contextmanager
     def watch(self, links: Iterable[WatchedLink] = ()) -> Iterator[None]:

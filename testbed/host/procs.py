@@ -185,6 +185,15 @@ def stop_group(pgid: int, grace: float, gone: Callable[[], bool] | None = None) 
     stop_groups([pgid], grace, gone)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (from /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def netns_inode(pid: int | str) -> int | None:
     """The inode of process ``pid``'s network namespace (``"self"``: ours), or None when
     it is gone or unreadable."""

@@ -19,7 +19,6 @@ from testbed.host.capabilities import probe
 from testbed.host.hosts import Host, RootHost
 from testbed.host.naming import run_prefix
 from testbed.lab import capture, mncli, state
-from testbed.monitor import grafana, panels, prometheus
 from testbed.monitor import launch as monitor
 from testbed.workloads import generators
 from topologies.spec import FabricSpec
@@ -42,8 +41,7 @@ class FabricLab:
         self.cli: mncli.Sessions | None = None
         self.pcaps: list[Path] = []
         self.traffic: str | None = None
-        self.monitor: monitor.Monitor | None = None
-        self.prometheus: prometheus.Server | None = None
+        self.watched: monitor.Watched | None = None
 
     @property
     def spec(self):
@@ -73,23 +71,11 @@ class FabricLab:
         self.faults = FabricFaults(live, self.stack)
         self.pcaps = capture.start_all(live.fabric, self.variant.capture, out=self.out,
                                        pid_dir=live.pid_dir, stack=self.stack)
-        self.monitor = monitor.start(spec_file=self.out / layout.SPEC, out=self.out,
-                                     pid_dir=live.pid_dir, stack=self.stack, name=self.name,
-                                     port=monitor_port)
-        self.progress(f"{self.name}: dashboard at {self.monitor.url}, metrics at "
-                      f"{self.monitor.metrics}")
-        if with_prometheus:
-            targets = {"testbed": f"127.0.0.1:{self.monitor.port}"}
-            if live.metrics_url:  # the controller's own exporter (controller.prometheus_port)
-                targets["controller"] = live.metrics_url.split("/")[2]
-            self.prometheus = prometheus.start(
-                name=self.name, targets=targets, folder=live.pid_dir / "prometheus",
-                out=self.out, pid_dir=live.pid_dir, stack=self.stack)
-            board = grafana.write(self.out / layout.GRAFANA, self.prometheus.url, self.name,
-                                  panels.FABRIC)
-            self.progress(f"{self.name}: Prometheus at {self.prometheus.url}, scraping every "
-                          f"{prometheus.SCRAPE_S} s; Grafana provisioning for it in "
-                          f"{board.parent.parent}")
+        self.watched = monitor.watch(
+            spec_file=self.out / layout.SPEC, out=self.out, pid_dir=live.pid_dir,
+            stack=self.stack, name=self.name, port=monitor_port,
+            with_prometheus=with_prometheus, controller_metrics=live.metrics_url,
+            progress=self.progress)
         if traffic:
             self._traffic(duration_s)
 
@@ -131,8 +117,9 @@ class FabricLab:
                                if live.controller else
                                {"remote": self.variant.controller["remote"]}),
                 "captures": [str(p) for p in self.pcaps], "traffic": self.traffic,
-                "monitor": self.monitor.record() if self.monitor else None,
-                "prometheus": self.prometheus.record() if self.prometheus else None}
+                "monitor": self.watched.monitor.record() if self.watched else None,
+                "prometheus": (self.watched.prometheus.record()
+                               if self.watched and self.watched.prometheus else None)}
 
     def examples(self, lab: str) -> list[str]:
         spec = self.spec

@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.host.procs import wait_for
 from testbed.monitor import grafana, prometheus
+from testbed.monitor.browser import CHROMIUM, Browser
 
-from .chromium import CHROMIUM, Browser
 from .conftest import leftovers
 from .test_lab import SCENARIO, record_of, run_testbed
 

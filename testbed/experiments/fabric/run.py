@@ -48,6 +48,7 @@ from testbed.faults.schedule import Fault
 from testbed.host.capabilities import Capabilities
 from testbed.host.naming import SPEC_PREFIX, new_run_id, run_prefix
 from testbed.lab import capture
+from testbed.monitor import launch as monitor
 from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
 from testbed.workloads import kinds as workload_kinds
@@ -485,6 +486,15 @@ class FabricExperiment(base.Experiment):
             if live.metrics_url:
                 progress(f"{tag}: Prometheus metrics at {live.metrics_url}")
                 entry["metrics_url"] = live.metrics_url
+            watched = None
+            if ctx.watching is not None and ctx.watching.wanted:
+                watched = monitor.watch(
+                    spec_file=out / layout.SPEC, out=out, pid_dir=live.pid_dir, stack=stack,
+                    name=tag, port=ctx.watching.port,
+                    with_prometheus=ctx.watching.prometheus,
+                    keep_samples=ctx.watching.keep_samples,
+                    controller_metrics=live.metrics_url, field="monitor.port",
+                    progress=progress)
             send_buffer = (ovs_socket.send_buffer_bytes(fabric.switch_pids())
                            if caps.ovs_datapath == "user" else None)
             if send_buffer is not None and send_buffer < OVS_SOCKET_BUFFER:
@@ -524,6 +534,8 @@ class FabricExperiment(base.Experiment):
                                                                      spec.link_mbps)
             if faults:
                 faults.stop(end=time.time())
+            if watched is not None:  # what watching cost, over the variant's traffic
+                entry["monitor"] = {**watched.record(), "cpu": watched.cpu()}
             roles = fabric.port_roles()
             stats = fabric.queue_stats()
             unseen = drops.delta(drops_before, fabric.unseen_drops())

@@ -1,7 +1,8 @@
 """Headless Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``:
 commands on the browser's fd 3, replies on its fd 4, each a JSON message ended by a NUL),
 the way Playwright talks to it, with no driver and no listening socket: a page is opened,
-scripts run in it, screenshots taken."""
+scripts run in it, screenshots taken. The dashboard's browser test, the monitor bench
+(a page open while a run is measured) and the docs' screenshots use it."""
 
 from __future__ import annotations
 
