@@ -12,7 +12,7 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test
+.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test screenshots
 
 setup:
 	@./scripts/setup.sh
@@ -54,6 +54,11 @@ lint: setup
 # Each lesson page's key figure, from a real run (docs/img/runs/; refuses flagged runs)
 figures: setup
 	$(VENV)/bin/python scripts/lesson_figures.py $(FIGURES)
+
+# The dashboard's screenshots on docs/watching.md, taken by its browser test from a running lab
+screenshots: setup-dev
+	TESTBED_SCREENSHOTS=docs/img/watching $(VENV)/bin/python -m pytest -q \
+		tests/integration/test_monitor.py -k watched_live
 
 # The docs site into site/ (strict: a warning or a broken link fails the build)
 docs: setup-dev

@@ -42,7 +42,8 @@ class Browser:
             os.close(fd)
         argv = [CHROMIUM, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}",
                 f"--window-size={width},{height}", "about:blank"]
-        with open(profile.parent / "chromium.log", "wb") as log:
+        profile.mkdir(parents=True, exist_ok=True)
+        with open(profile.parent / f"{profile.name}-chromium.log", "wb") as log:
             self.proc = subprocess.Popen(
                 ["bash", "-c", f'exec 3<&{high[0]} 4>&{high[1]} {high[0]}<&- {high[1]}>&-; '
                              'exec "$@"', "chromium", *argv],
