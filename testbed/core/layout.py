@@ -77,6 +77,7 @@ SUPERVISOR_LOG = "supervisor.log"
 LAB_FAULTS = "lab-faults.jsonl"  # faults applied by hand (testbed fault), as applied
 MONITOR_LOG = "monitor.log"  # the lab monitor: metrics and the live dashboard
 MONITOR_STATUS = "monitor-status.jsonl"  # where the monitor listens, or why it could not
+MONITOR_BACKBONE = "monitor-backbone.json"  # a backbone lab described for its monitor
 PROMETHEUS_LOG = "prometheus.log"  # the lab's own Prometheus (testbed up --monitor)
 PROMETHEUS_SNAPSHOT = "prometheus-snapshot"  # its samples, kept when the lab went down
 GRAFANA = "grafana"  # Grafana provisioning for that Prometheus (testbed.monitor.grafana)

@@ -302,13 +302,16 @@ def tbf_change(index: int, minor: int, rate_bps: int, burst: int, limit: int) ->
 
 
 # -- link state, as it changes --------------------------------------------------------------
-def link_watch() -> socket.socket:
-    """A non-blocking netlink socket that receives this namespace's link state changes."""
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    sock.bind((0, RTMGRP_LINK))
-    sock.setblocking(False)
-    return sock
+def link_watch(path: str | os.PathLike | None = None) -> socket.socket:
+    """A non-blocking netlink socket that receives the link state changes of the network
+    namespace at ``path`` (None: this thread's)."""
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.bind((0, RTMGRP_LINK))
+        sock.setblocking(False)
+        return sock
+    return netns.made_in(path, make)
 
 
 def link_events(data: bytes) -> list[tuple[int, bool, bool]]:

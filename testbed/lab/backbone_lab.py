@@ -22,6 +22,8 @@ from testbed.host.hosts import NetnsHost
 from testbed.host.naming import claim, run_dir, run_prefix
 from testbed.lab import state
 from testbed.macsec.wireshark import UAT_FILE, write_uat
+from testbed.monitor import backbone as watch_backbone
+from testbed.monitor import launch as monitor
 
 Progress = Callable[[str], None]
 KEYS_FILE = layout.MACSEC_KEYS
@@ -41,6 +43,7 @@ class BackboneLab:
         self.stack, self.progress = stack, progress
         self.net: BackboneNet | None = None
         self.folder = run_dir(run_id) / "backbone" / variant.name
+        self.watched: monitor.Watched | None = None
 
     def start(self, *, traffic: bool, duration_s: float, monitor_port: int | str = "auto",
               with_prometheus: bool = False) -> None:
@@ -61,6 +64,13 @@ class BackboneLab:
         if self.net.secure:  # so that a capture of a wire can be decrypted
             write_json(self.out / KEYS_FILE, self.net.secure.keys(), secret=True)
             write_uat(self.net.secure.keys(), self.out / UAT_FILE)
+        desc = self.out / layout.MONITOR_BACKBONE
+        write_json(desc, watch_backbone.describe(self.bb, self.net, self.net.protocol,
+                                                 self.folder))
+        self.watched = monitor.watch(
+            spec_file=desc, out=self.out, pid_dir=run_dir(self.run_id), stack=self.stack,
+            name=self.name, port=monitor_port, with_prometheus=with_prometheus,
+            kind="backbone", progress=self.progress)
 
     def hosts(self) -> dict[str, dict]:
         net, pops = self.net, {p.name for p in self.bb.pops}
@@ -82,7 +92,10 @@ class BackboneLab:
                                  "wire_b": net.phys(name, "b")}
                           for name, (_, lk) in net.links.items()},
                 "keys": str(self.out / KEYS_FILE) if net.secure else None,
-                "traffic": None}
+                "traffic": None,
+                "monitor": self.watched.monitor.record() if self.watched else None,
+                "prometheus": (self.watched.prometheus.record()
+                               if self.watched and self.watched.prometheus else None)}
 
     def examples(self, lab: str) -> list[str]:
         regions = [r.name for r in self.bb.regions]
@@ -159,4 +172,5 @@ class BackboneLab:
             if loss is not None:
                 raise ConfigError("--loss", f"not used by {kind}")
             cls().apply(self.net, target)
+        state.record_fault(self.out, kind, target, f"{kind} {target}")
         return f"{kind} {target}"

@@ -281,8 +281,7 @@ def cmd_dashboard(args) -> int:
     record = state.find(args.lab)
     monitor = record.get("monitor")
     if not monitor:
-        raise ConfigError("LAB", f"lab {args.lab!r} runs no monitor (a {record['kind']} "
-                                 "lab has none)")
+        raise ConfigError("LAB", f"lab {args.lab!r} runs no monitor")
     print(f"dashboard:  {monitor['url']}\nmetrics:    {monitor['metrics']}")
     if record.get("prometheus"):
         print(f"prometheus: {record['prometheus']['url']}")

@@ -200,14 +200,8 @@ class FabricLab:
             result = actions[step.action](step.target, **step.params)
             done.append(f"{step.action} {step.target}" + (
                 f" (pid {result})" if step.action.startswith("controller") else ""))
-            self._faults_file(step.action, step.target, done[-1])
+            state.record_fault(self.out, step.action, step.target, done[-1])
         return "; ".join(done)
-
-    def _faults_file(self, kind: str, target: str, text: str) -> None:
-        """Append an applied fault to the lab's record of them (the monitor marks it)."""
-        with (self.out / layout.LAB_FAULTS).open("a") as f:
-            f.write(json.dumps({"t": time.time(), "kind": kind, "target": target,
-                                "text": text}) + "\n")
 
     def check_fault_kind(self, kind: str) -> None:
         fault_kinds.kind(kind, "KIND")

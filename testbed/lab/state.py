@@ -21,6 +21,7 @@ import re
 import time
 from pathlib import Path
 
+from testbed.core.layout import LAB_FAULTS
 from testbed.errors import ConfigError
 from testbed.host.hosts import Host, MininetHost, NetnsHost
 from testbed.host.naming import RUN_ROOT, run_dir
@@ -51,6 +52,14 @@ def write(record: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, path)
+
+
+def record_fault(out: Path, kind: str, target: str | None, text: str) -> None:
+    """Append a fault applied by hand to the lab's record of them (``lab-faults.jsonl``
+    in its results folder), which the lab's monitor marks on its timeline."""
+    with (out / LAB_FAULTS).open("a") as f:
+        f.write(json.dumps({"t": time.time(), "kind": kind, "target": target,
+                            "text": text}) + "\n")
 
 
 def alive(record: dict) -> bool:

@@ -20,11 +20,24 @@ import time
 from pathlib import Path
 
 from testbed.host.netlink import link_watch
+from testbed.monitor.backbone import BackboneCollector, BackboneWatch
 from testbed.monitor.fabric import FabricWatch
 from testbed.monitor.metrics import FabricCollector
 from testbed.monitor.server import MonitorServer
 from testbed.monitor.timeline import Timeline
 from topologies.spec import FabricSpec
+
+
+def watch_of(spec: Path, out: Path):
+    """(watch, collector, namespaces whose links it follows) of the lab ``spec`` describes:
+    a fabric's spec.json, or a backbone's monitor-backbone.json."""
+    data = json.loads(spec.read_text())
+    if data.get("kind") == "backbone":
+        watch = BackboneWatch(data, out)
+        return watch, BackboneCollector(watch), [f"/run/netns/{n['netns']}"
+                                                 for n in data["nodes"]]
+    watch = FabricWatch(FabricSpec.from_dict(data), out)
+    return watch, FabricCollector(watch), [None]
 
 
 def status(path: Path, **event) -> None:
@@ -34,7 +47,8 @@ def status(path: Path, **event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed.monitor")
-    parser.add_argument("--spec", type=Path, required=True, help="the fabric's spec.json")
+    parser.add_argument("--spec", type=Path, required=True,
+                        help="the fabric's spec.json or the backbone's monitor-backbone.json")
     parser.add_argument("--out", type=Path, required=True, help="the lab's results folder")
     parser.add_argument("--status", type=Path, required=True)
     parser.add_argument("--port", default="auto", help="a port on 127.0.0.1, or auto")
@@ -44,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    spec = FabricSpec.from_json(args.spec)
-    watch, timeline, lock = FabricWatch(spec, args.out), Timeline(), threading.Lock()
+    watch, collector, namespaces = watch_of(args.spec, args.out)
+    timeline, lock = Timeline(), threading.Lock()
     try:
-        server = MonitorServer(watch=watch, timeline=timeline, collector=FabricCollector(watch),
+        server = MonitorServer(watch=watch, timeline=timeline, collector=collector,
                                lab={"lab": args.name, "interval_s": args.interval},
                                port=0 if args.port == "auto" else int(args.port), lock=lock)
     except OSError as exc:
@@ -58,19 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     status(args.status, event="listening", port=server.port,
            url=f"http://127.0.0.1:{server.port}/")
-    changes = link_watch()
+    changes = [link_watch(path) for path in namespaces]
     next_at = time.monotonic() + args.interval
     while not stop.is_set():
         try:
-            ready, _, _ = select.select([changes], [], [], max(0.0, next_at - time.monotonic()))
+            ready, _, _ = select.select(changes, [], [], max(0.0, next_at - time.monotonic()))
         except InterruptedError:
             continue
         if ready:  # a link changed: drain the news, sample now (at most 10 a second)
-            try:
-                while changes.recv(1 << 16):
+            for sock in ready:
+                try:
+                    while sock.recv(1 << 16):
+                        pass
+                except BlockingIOError:
                     pass
-            except BlockingIOError:
-                pass
             time.sleep(0.1)
         else:
             next_at += args.interval
@@ -78,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 next_at = time.monotonic() + args.interval
         with lock:
             watch.sample(timeline)
-    changes.close()
+    for sock in changes:
+        sock.close()
     server.close()
     return 0
 

@@ -7,7 +7,7 @@ bar gauges; the page draws those on the topology and in its port table).
 
     folder/provisioning/datasources/testbed.yaml
     folder/provisioning/dashboards/testbed.yaml   (a file provider of folder/dashboards)
-    folder/dashboards/testbed-fabric.json
+    folder/dashboards/testbed-fabric.json          (or testbed-backbone.json)
 
 which ``grafana-server`` takes with ``--config`` pointing ``paths.provisioning`` at
 ``folder/provisioning`` (or copied into ``/etc/grafana/provisioning``).
@@ -56,23 +56,26 @@ def _bars(title: str, expr: str, legend: str, unit: str, ds: dict, y: int, *,
                          "legendFormat": legend}]}
 
 
-def dashboard(panels: tuple[Panel, ...], lab: str) -> dict:
-    """The dashboard: the page's charts, two a row, then the links and the queues."""
+def dashboard(panels: tuple[Panel, ...], lab: str, kind: str = "fabric") -> dict:
+    """The dashboard: the page's charts, two a row, then the links (and a fabric's
+    queues)."""
     ds = {"type": "prometheus", "uid": datasource_uid(lab)}
     out = [_timeseries(p, ds, 8 * (i // 2), (i % 2) * WIDTH // 2) for i, p in enumerate(panels)]
     y = 8 * ((len(panels) + 1) // 2)
     out.append(_bars("link utilization (each way)", "testbed_link_utilization",
                      "{{link}} {{direction}}", "percentunit", ds, y, maximum=1))
-    out.append(_bars("switch port queues", "testbed_port_queue_backlog_bytes",
-                     "{{ifname}}", "bytes", ds, y))
+    if kind == "fabric":
+        out.append(_bars("switch port queues", "testbed_port_queue_backlog_bytes",
+                         "{{ifname}}", "bytes", ds, y))
     for i, panel in enumerate(out):
         panel["id"] = i + 1
-    return {"uid": f"testbed-fabric-{lab}"[:40], "title": f"testbed lab {lab}: fabric",
+    return {"uid": f"testbed-{kind}-{lab}"[:40], "title": f"testbed lab {lab}: {kind}",
             "tags": ["testbed"], "timezone": "browser", "schemaVersion": 38,
             "refresh": "5s", "time": {"from": "now-15m", "to": "now"}, "panels": out}
 
 
-def write(folder: Path, prometheus_url: str, lab: str, panels: tuple[Panel, ...]) -> Path:
+def write(folder: Path, prometheus_url: str, lab: str, panels: tuple[Panel, ...],
+          kind: str = "fabric") -> Path:
     """The provisioning tree for this lab's Prometheus; returns its dashboard file."""
     sources = folder / "provisioning" / "datasources"
     providers = folder / "provisioning" / "dashboards"
@@ -86,8 +89,8 @@ def write(folder: Path, prometheus_url: str, lab: str, panels: tuple[Panel, ...]
     (providers / "testbed.yaml").write_text(yaml.safe_dump({"apiVersion": 1, "providers": [{
         "name": "testbed", "folder": "testbed", "type": "file",
         "options": {"path": str(boards.resolve())}}]}, sort_keys=False))
-    board = boards / "testbed-fabric.json"
-    board.write_text(json.dumps(dashboard(panels, lab), indent=1))
+    board = boards / f"testbed-{kind}.json"
+    board.write_text(json.dumps(dashboard(panels, lab, kind), indent=1))
     return board
 
 

@@ -95,10 +95,11 @@ class Watched:
 def watch(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: str,
           port: int | str = "auto", with_prometheus: bool = False, keep_samples: bool = True,
           controller_metrics: str | None = None, field: str = "--monitor-port",
+          kind: str = "fabric",
           progress: Callable[[str], None] = lambda line: None) -> Watched:
-    """The monitor of a fabric (its spec and results folder), and with ``with_prometheus``
-    a Prometheus scraping it (and the controller's own exporter, where it runs one) with
-    Grafana provisioning for it in the results."""
+    """The monitor of a lab (its spec and results folder; ``kind`` fabric or backbone),
+    and with ``with_prometheus`` a Prometheus scraping it (and the controller's own
+    exporter, where it runs one) with Grafana provisioning for it in the results."""
     since = time.monotonic()
     mon = start(spec_file=spec_file, out=out, pid_dir=pid_dir, stack=stack, name=name,
                 port=port, field=field)
@@ -110,7 +111,8 @@ def watch(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: 
             targets["controller"] = controller_metrics.split("/")[2]
         server = prometheus.start(name=name, targets=targets, folder=pid_dir / "prometheus",
                                   out=out, pid_dir=pid_dir, stack=stack, keep=keep_samples)
-        board = grafana.write(out / layout.GRAFANA, server.url, name, panels.FABRIC)
+        board = grafana.write(out / layout.GRAFANA, server.url, name,
+                              panels.BACKBONE if kind == "backbone" else panels.FABRIC, kind)
         progress(f"{name}: Prometheus at {server.url}, scraping every "
                  f"{prometheus.SCRAPE_S} s; Grafana provisioning for it in "
                  f"{board.parent.parent}")

@@ -55,6 +55,22 @@ FABRIC = (
 )
 
 
+BACKBONE = (
+    Panel("links", "backbone: busiest link (%) and links down", "short", (
+        Series("busiest link %", "link_util_max", "max(testbed_link_utilization) * 100",
+               "#ef6c00", scale=100),
+        Series("links down", "links_down", "sum(1 - testbed_link_up)", "#c62828"))),
+    Panel("transit", "regions: traffic into the backbone (Mb/s)", "Mbits", (
+        Series("all regions", "transit_mbps", "sum(rate(testbed_region_transit_bytes_total"
+               f'{{direction="out"}}[{WINDOW}])) * 8 / 1e6', "#1e88e5"),)),
+    Panel("routing", "routing: adjacencies and sessions", "short", (
+        Series("OSPF Full", "ospf_full", "sum(testbed_ospf_neighbors_full)", "#2e7d32"),
+        Series("BGP Established", "bgp_established",
+               "sum(testbed_bgp_sessions_established)", "#6a1b9a"),
+        Series("BFD up", "bfd_up", "sum(testbed_bfd_sessions_up)", "#00897b"))),
+)
+
+
 def as_json(panels: tuple[Panel, ...]) -> list[dict]:
     """The panels as the page reads them (``/api/topology``)."""
     return [asdict(p) for p in panels]

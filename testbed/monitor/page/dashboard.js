@@ -20,7 +20,26 @@ function utilColour(u) {  // green through amber to red
 }
 
 // -- the topology ------------------------------------------------------------------------
+function backbonePositions(topo) {
+  // a schematic map: PoPs in columns by area, west to east; each region below its first PoP
+  const pos = {};
+  const pops = topo.nodes.filter(n => n.type === "pop");
+  topo.areas.forEach((area, col) => {
+    pops.filter(n => n.area === area).forEach((n, i) => {
+      pos[n.id] = { x: 60 + col * 220 + (i % 2) * 90, y: 60 + i * 90 };
+    });
+  });
+  const below = {};
+  for (const r of topo.nodes.filter(n => n.type === "region")) {
+    const home = pos[r.pops[0]] || { x: 0, y: 0 };
+    below[r.pops[0]] = (below[r.pops[0]] || 0) + 1;
+    pos[r.id] = { x: home.x + 40 * (below[r.pops[0]] - 1), y: home.y + 260 };
+  }
+  return pos;
+}
+
 function positions(topo) {
+  if (topo.kind === "backbone") return backbonePositions(topo);
   // switches: one band per plane, tiers stacked (spines on top); hosts along the bottom
   const switches = topo.nodes.filter(n => n.type === "switch");
   const hosts = topo.nodes.filter(n => n.type === "host");
@@ -48,7 +67,7 @@ function positions(topo) {
 function drawTopology(topo) {
   const pos = positions(topo);
   const elements = topo.nodes.map(n => ({
-    data: { id: n.id, label: n.id, type: n.type, role: n.role || "host" },
+    data: { id: n.id, label: n.id, type: n.type, role: n.role || n.type },
     position: pos[n.id] || { x: 0, y: 0 } }));
   for (const l of topo.links) {
     elements.push({ data: { id: l.id, source: l.a, target: l.b, kind: l.kind, util: 0,
@@ -64,8 +83,12 @@ function drawTopology(topo) {
       { selector: "node[type = 'host']", style: { shape: "ellipse", width: 34,
         "background-color": "#fff" } },
       { selector: "node[role = 'spine']", style: { "background-color": "#cfd8dc" } },
+      { selector: "node[type = 'pop']", style: { shape: "ellipse", width: 48, height: 48,
+        "background-color": "#e3f2fd" } },
+      { selector: "node[type = 'region']", style: { shape: "round-rectangle", width: 70,
+        "background-color": "#fff8e1" } },
       { selector: "edge", style: { width: 3, "line-color": "data(colour)",
-        "curve-style": "straight" } },
+        "curve-style": "bezier" } },
       { selector: "edge[kind = 'host']", style: { width: 2 } },
       { selector: "edge[up = 0]", style: { "line-color": "#9e9e9e", "line-style": "dashed" } },
     ],
@@ -84,7 +107,8 @@ function updateLinks(links) {
     if (!row) {
       row = document.createElement("tr");
       row.dataset.link = l.id;
-      row.innerHTML = `<td>${l.id}</td><td>${l.plane}</td><td>${l.kind}</td>` +
+      const where = l.plane !== undefined ? l.plane : `${l.km} km`;
+      row.innerHTML = `<td>${l.id}</td><td>${where}</td><td>${l.kind}</td>` +
                       "<td class=ab></td><td class=ba></td><td class=st></td>";
       body.appendChild(row);
     }
@@ -136,8 +160,8 @@ function markEvents(u) {  // a vertical line at every event on the chart's time 
   for (const e of state.events) {
     const x = u.valToPos(e.t, "x", true);
     if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
-    ctx.strokeStyle = e.kind === "fault" ? "#c62828" : e.kind === "link" ? "#6a1b9a"
-                                                                       : "#90caf9";
+    ctx.strokeStyle = { fault: "#c62828", link: "#6a1b9a", routing: "#81c784" }[e.kind]
+                      || "#90caf9";
     ctx.lineWidth = e.kind === "fault" ? 2 : 1;
     ctx.beginPath();
     ctx.moveTo(x, top);
@@ -198,7 +222,7 @@ async function poll() {
     const r = await fetch(`/api/state?since=${state.since}`, { cache: "no-store" });
     const s = await r.json();
     updateLinks(s.links);
-    updatePorts(s.ports);
+    if (s.ports) updatePorts(s.ports);
     addEvents(s.events);
     addPoints(s.points);
     if (s.points.length) state.since = s.points[s.points.length - 1].t;
@@ -219,8 +243,11 @@ async function main() {
   const r = await fetch("/api/topology");
   state.topo = await r.json();
   state.topo.ports = Object.fromEntries((state.topo.switch_ports || []).map(p => [p.ifname, p]));
-  document.getElementById("title").textContent =
-    `lab ${state.topo.lab}: ${state.topo.kind}, ${state.topo.planes} planes`;
+  const topo = state.topo;
+  document.getElementById("title").textContent = topo.kind === "backbone"
+    ? `lab ${topo.lab}: backbone, ${topo.nodes.length} routers`
+    : `lab ${topo.lab}: fabric, ${topo.planes} planes`;
+  if (topo.kind === "backbone") document.getElementById("ports-box").hidden = true;
   document.title = `${state.topo.lab} - lab dashboard`;
   drawTopology(state.topo);
   CHARTS = Object.fromEntries(state.topo.panels.map(p => [p.key, p]));
