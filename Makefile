@@ -58,7 +58,7 @@ figures: setup
 # The dashboard's screenshots on docs/watching.md, taken by its browser test from a running lab
 screenshots: setup-dev
 	TESTBED_SCREENSHOTS=docs/img/watching $(VENV)/bin/python -m pytest -q \
-		tests/integration/test_monitor.py -k watched_live
+		tests/integration/test_monitor.py -k watched
 
 # The docs site into site/ (strict: a warning or a broken link fails the build)
 docs: setup-dev

@@ -180,3 +180,49 @@ def test_a_taken_monitor_port_is_refused_before_anything_is_made(tmp_path):
     assert list(tmp_path.iterdir()) == []
     bad = run_testbed("up", str(SCENARIO), "--monitor-port", "http", "--results", str(tmp_path))
     assert bad.returncode == 2 and "--monitor-port: 'http' must be auto" in bad.stderr
+
+
+BACKBONE = Path(__file__).resolve().parents[2] / "examples" / "backbone-topology.yaml"
+
+
+@pytest.mark.skipif(not Path("/usr/lib/frr/ospfd").exists(), reason="needs FRR "
+                    "(apt-get install frr)")
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium (scripts/setup.sh --dev "
+                    "installs chromium-headless-shell where the distribution has it)")
+def test_a_backbone_lab_is_watched_as_a_map_of_its_routers(tmp_path):
+    """A ring of five PoPs and two regions: the page draws it, the metrics carry each
+    link's traffic and carrier and FRR's adjacencies, a cut link shows within 2 s."""
+    name = f"b{os.getpid() % 100000}"
+    up = run_testbed("up", str(BACKBONE), "--name", name, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    try:
+        monitor = record["monitor"]
+        assert monitor["url"].startswith("http://127.0.0.1:")
+        full = "testbed_ospf_neighbors_full"
+        assert wait_for(lambda: sum(v for k, v in scrape(monitor["metrics"]).get(
+            full, {}).items() if k != "family") > 0, 15), "no OSPF adjacency in the metrics"
+        metrics = scrape(monitor["metrics"])
+        assert len([k for k in metrics["testbed_link_up"] if k != "family"]) == len(
+            record["links"])
+        assert metrics["testbed_region_transit_bytes_total"]
+        with Browser(tmp_path / "profile") as browser:
+            browser.open(monitor["url"])
+            browser.wait_for("window.testbedDashboard && testbedDashboard.polls >= 1", 20)
+            assert browser.evaluate("testbedDashboard.cy.nodes().length") == len(
+                record["hosts"])
+            row = "document.querySelector('#links tr[data-link=\"lax-den-1\"]')"
+            assert browser.evaluate(f"{row}.dataset.up") == "1"
+            t0 = time.monotonic()
+            cut = run_testbed("fault", name, "cut_link", "lax-den-1")
+            assert cut.returncode == 0, cut.stderr
+            browser.wait_for(f"{row}.dataset.up === '0'", 5, interval=0.05)
+            assert time.monotonic() - t0 <= 2.0
+            # the routers' view follows: an adjacency fewer, on the timeline
+            browser.wait_for("[...document.querySelectorAll('#events li.routing')].some("
+                             "li => li.textContent.includes('ospf_full'))", 15)
+            keep(browser.screenshot(tmp_path / "backbone.png"), "dashboard-backbone.png")
+    finally:
+        down = run_testbed("down", name)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(f"tb{record['run_id']}") == []
