@@ -92,6 +92,20 @@ def messages(data: bytes) -> Iterator[tuple[int, int, int]]:
         offset = (offset + length + 3) & ~3
 
 
+def dump_part(data: bytes, what: str) -> tuple[list[tuple[int, int, int]], bool]:
+    """The messages of one datagram of a dump (type, body start, end), and whether the
+    dump ended in it (NLMSG_DONE); an error message raises OSError naming ``what``."""
+    found, done = [], False
+    for kind, body, end in messages(data):
+        if kind == NLMSG_DONE:
+            done = True
+        elif kind == NLMSG_ERROR:
+            raise OSError(f"netlink error in {what} dump")
+        else:
+            found.append((kind, body, end))
+    return found, done
+
+
 # -- queue counters -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Queue:
@@ -118,13 +132,9 @@ def parse_qdisc_dump(data: bytes, leaves: bool = False) -> tuple[dict, bool]:
     ({5: Queue(backlog_bytes=3000, drops=1, sent_bytes=0, sent_packets=0, backlog_packets=2)}, True)
     """
     out: dict = {}
-    done = False
-    for kind, body, end in messages(data):
-        if kind == NLMSG_DONE:
-            done = True
-        elif kind == NLMSG_ERROR:
-            raise OSError("netlink error in qdisc dump")
-        elif kind == RTM_NEWQDISC:
+    found, done = dump_part(data, "qdisc")
+    for kind, body, end in found:
+        if kind == RTM_NEWQDISC:
             _, index, handle, parent, _ = TCMSG.unpack_from(data, body)
             if (parent != TC_H_ROOT) != leaves:
                 continue
@@ -234,13 +244,9 @@ def parse_link_dump(data: bytes) -> tuple[dict[str, LinkCounters], bool]:
     (200, 3, True, True)
     """
     out: dict[str, LinkCounters] = {}
-    done = False
-    for kind, body, end in messages(data):
-        if kind == NLMSG_DONE:
-            done = True
-        elif kind == NLMSG_ERROR:
-            raise OSError("netlink error in link dump")
-        elif kind == RTM_NEWLINK and end - body >= IFINFO.size:
+    found, done = dump_part(data, "link")
+    for kind, body, end in found:
+        if kind == RTM_NEWLINK and end - body >= IFINFO.size:
             flags = IFINFO.unpack_from(data, body)[3]
             name, stats = None, None
             for kind2, a, b in attrs(data, body + IFINFO.size, end):
