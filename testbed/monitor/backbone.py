@@ -2,7 +2,9 @@
 every router's namespace, once a second), each region's transit (its access links),
 and the routing state FRR reports (OSPF adjacencies Full, BFD sessions up, BGP sessions
 Established; ``vtysh`` in each router, every :data:`ROUTING_EVERY_S` seconds), plus
-the faults applied by hand.
+the faults applied by hand; on protected links, each end's MACsec SecY counters (the
+userspace forwarders' stats files, or ``ip -s macsec`` of a kernel SecY) on the same
+beat as the routing state.
 
 The lab describes itself for the monitor in ``monitor-backbone.json`` (:func:`describe`):
 routers with their namespace, vty folder and place (PoPs by area, regions), links with
@@ -18,8 +20,11 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from testbed.backbone.secure import COUNTERS
 from testbed.core import layout
 from testbed.host.netlink import LinkCounters, LinkReader, route_socket
+from testbed.macsec.forwarder import stats_path
+from testbed.macsec.kernel import macsec_stats_argv, parse_ip_macsec_stats
 from testbed.monitor import panels
 from testbed.monitor.tail import Tail
 
@@ -39,8 +44,37 @@ def describe(bb, net, protocol: str, folder: Path) -> dict:
               "netns": net.ns(n), "vty": str(folder / "frr" / n)} for n in bb.nodes]
     links = [{"id": name, "a": lk.a, "b": lk.b, "a_if": net.ifname(name, "a"),
               "b_if": net.ifname(name, "b"), "mbps": lk.capacity_mbps, "km": lk.length_km,
-              "kind": lk.kind} for name, (_, lk) in net.links.items()]
+              "kind": lk.kind, "macsec": _macsec_ends(net, name)}
+             for name, (_, lk) in net.links.items()]
     return {"kind": "backbone", "protocol": protocol, "nodes": nodes, "links": links}
+
+
+def _macsec_ends(net, name: str) -> dict | None:
+    """Where each end of a protected link keeps its SecY counters; None unprotected."""
+    secure = net.secure
+    if secure is None or name not in secure.configs:
+        return None
+    cfg = secure.configs[name]
+    return {s: {"backend": secure.backend, "netns": cfg.side(s).netns, "tap": cfg.side(s).tap,
+                "stats": str(stats_path(secure.link_dir(name), s))} for s in "ab"}
+
+
+def macsec_counters(end: dict) -> dict[str, int]:
+    """One link end's SecY counters (:data:`testbed.backbone.secure.COUNTERS`)."""
+    if end["backend"] == "kernel":
+        try:
+            done = subprocess.run(["ip", "netns", "exec", end["netns"],
+                                   *macsec_stats_argv(end["tap"])],
+                                  capture_output=True, text=True, timeout=VTY_TIMEOUT_S)
+            full = parse_ip_macsec_stats(done.stdout)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            return {}
+    else:
+        try:
+            full = json.loads(Path(end["stats"]).read_text()).get("counters", {})
+        except (OSError, ValueError):
+            return {}
+    return {k: int(full[k]) for k in COUNTERS if k in full}
 
 
 def topology(desc: dict) -> dict:
@@ -54,16 +88,18 @@ def topology(desc: dict) -> dict:
 class BackboneWatch:
     KIND = "backbone"
 
-    def __init__(self, desc: dict, out: Path) -> None:
+    def __init__(self, desc: dict, out: Path, *, readers: dict | None = None) -> None:
         self.desc, self.out = desc, out
         self.topo = topology(desc)
-        self.readers = {n["id"]: LinkReader(route_socket(f"/run/netns/{n['netns']}"))
-                        for n in desc["nodes"]}
+        self.readers = readers or {
+            n["id"]: LinkReader(route_socket(f"/run/netns/{n['netns']}"))
+            for n in desc["nodes"]}
         self.prev: dict[tuple[str, str], tuple[float, LinkCounters]] = {}
         self.link_up: dict[str, bool] = {}
         self.faults = Tail(out / layout.LAB_FAULTS)
         self.routing: dict[str, dict] = {}
         self.routing_at = 0.0
+        self.macsec: dict[tuple[str, str], dict[str, int]] = {}  # (link, router): counters
         self.latest: dict = {"t": 0.0, "links": {}, "routers": {}}
 
     def topology(self) -> dict:
@@ -140,6 +176,11 @@ class BackboneWatch:
             self.routing_at = now
             before = self.routing
             self.routing = self._routing()
+            for lk in self.desc["links"]:
+                for side, end in (lk.get("macsec") or {}).items():
+                    counters = macsec_counters(end)
+                    if counters:
+                        self.macsec[(lk["id"], lk[side])] = counters
             for node, state in self.routing.items():
                 for key, n in state.items():
                     old = before.get(node, {}).get(key)
@@ -206,3 +247,11 @@ class BackboneCollector:
                 if key in state:
                     family.add_metric([router], state[key])
             yield family
+        macsec = CounterMetricFamily("testbed_macsec_packets", "a link end's MACsec SecY "
+                                     "counters (IEEE 802.1AE names: OutPktsProtected, "
+                                     "InPktsOK, InPktsLate, InPktsNotValid ...)",
+                                     labels=["link", "router", "counter"])
+        for (link, router), counters in sorted(w.macsec.items()):
+            for name, n in counters.items():
+                macsec.add_metric([link, router, name], n)
+        yield macsec

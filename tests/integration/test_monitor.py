@@ -120,7 +120,10 @@ def test_a_running_lab_is_watched_live(tmp_path, record_property):
                 time.sleep(0.5)
                 seen.add(browser.evaluate(utils))
             assert len(seen) >= 3, f"link utilizations did not change: {seen}"
-            assert any(float(u) > 0 for s in seen for u in eval(s)), seen  # noqa: S307
+            assert any(float(u) > 0 for s in seen for u in json.loads(s)), seen
+            # the traffic classes' queues, per port
+            assert browser.evaluate("[...document.querySelectorAll('#ports td.classes')]"
+                                    ".some(td => td.textContent.includes(' KB'))")
             shot = browser.screenshot(tmp_path / "dashboard.png")
             record_property("screenshot", str(shot))
             keep(shot, "dashboard-fabric.png")

@@ -201,3 +201,53 @@ def test_the_server_answers_only_its_own_paths(lab):
             assert server.answer(bad)[0] in (400, 404), bad
     finally:
         server.httpd.server_close()
+
+
+def test_a_backbone_watch_counts_links_transit_routing_and_macsec(tmp_path, monkeypatch):
+    from testbed.monitor import backbone
+
+    stats = tmp_path / "stats-a.json"
+    stats.write_text(json.dumps({"counters": {"InPktsOK": 40, "InPktsLate": 2,
+                                              "OutPktsProtected": 50, "Other": 9}}))
+    desc = {"kind": "backbone", "protocol": "ospfd", "nodes": [
+        {"id": "nyc", "role": "pop", "area": "na", "pops": [], "netns": "x", "vty": "v"},
+        {"id": "us-east", "role": "region", "area": None, "pops": ["nyc"], "netns": "y",
+         "vty": "v"}],
+        "links": [{"id": "us-east-nyc", "a": "us-east", "b": "nyc", "a_if": "l0a",
+                   "b_if": "l0b", "mbps": 10, "km": 50, "kind": "access",
+                   "macsec": {"a": {"backend": "userspace", "netns": "y", "tap": "t",
+                                    "stats": str(stats)}}}]}
+    ends = {"us-east": Links(), "nyc": Links()}
+    ends["us-east"].links["l0a"] = counters(tx=0)
+    ends["nyc"].links["l0b"] = counters(tx=0)
+    watch = backbone.BackboneWatch(desc, tmp_path, readers=ends)
+    full = iter([3, 2])  # OSPF adjacencies Full: 3, then 2 after a cut
+    monkeypatch.setattr(watch, "_routing", lambda: {"nyc": {"ospf_full": next(full),
+                                                            "bfd_up": 1}})
+    tl = Timeline()
+    watch.sample(tl, now=100.0)
+    ends["us-east"].links["l0a"] = counters(tx=625_000, rx=1000)  # the region sends 5 Mb/s
+    ends["nyc"].links["l0b"] = counters(tx=0, running=False)
+    state = watch.sample(tl, now=101.0)
+    assert state["links"]["us-east-nyc"]["ab"] == 0.5 and not state["links"]["us-east-nyc"]["up"]
+    assert tl.view()["points"][-1]["transit_mbps"] == 5.0
+    watch.routing_at = 0  # the next sample asks the routers again
+    watch.sample(tl, now=102.0)
+    texts = [e["text"] for e in tl.view()["events"]]
+    assert texts == ["us-east-nyc down", "nyc: ospf_full 3 -> 2"]
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(
+                   exposition(backbone.BackboneCollector(watch)).decode()) for s in f.samples}
+    assert samples[("testbed_region_transit_bytes_total",
+                    (("direction", "out"), ("region", "us-east")))] == 625_000
+    assert samples[("testbed_ospf_neighbors_full", (("router", "nyc"),))] == 2
+    assert samples[("testbed_macsec_packets_total", (("counter", "InPktsLate"),
+                                                     ("link", "us-east-nyc"),
+                                                     ("router", "us-east")))] == 2
+    assert ("testbed_macsec_packets_total", (("counter", "Other"), ("link", "us-east-nyc"),
+                                             ("router", "us-east"))) not in samples
+    board = grafana.dashboard(panels.BACKBONE, "wan", "backbone")
+    for panel in panels.BACKBONE:
+        for s in panel.series:
+            assert s.field in tl.view()["points"][-1]
+    assert "switch port queues" not in [p["title"] for p in board["panels"]]

@@ -123,7 +123,12 @@ function updateLinks(links) {
 
 function pct(u) { return `${(100 * u).toFixed(1)} %`; }
 
-function updatePorts(ports) {
+function classText(classes, name) {  // "roce 12.0 KB, other 0.0 KB" where classes exist
+  return Object.values(classes || {}).filter(c => c.port === name)
+    .map(c => `${c.class} ${(c.backlog_bytes / 1000).toFixed(1)} KB`).join(", ");
+}
+
+function updatePorts(ports, classes) {
   const body = document.querySelector("#ports tbody");
   const limit = 1000 * (state.topo.queue_kb || 100);
   const names = Object.keys(ports).sort();
@@ -135,7 +140,8 @@ function updatePorts(ports) {
       row.dataset.port = name;
       row.innerHTML = `<td>${meta.switch}</td><td>${meta.port}</td><td>${meta.role}</td>` +
         "<td class='bar util'><span></span><b></b></td>" +
-        "<td class='bar queue'><span></span><b></b></td><td class=drops></td><td class=st></td>";
+        "<td class='bar queue'><span></span><b></b></td><td class=classes></td>" +
+        "<td class=drops></td><td class=st></td>";
       body.appendChild(row);
     }
     row.dataset.util = p.util;
@@ -146,6 +152,7 @@ function updatePorts(ports) {
     row.querySelector(".queue span").style.width =
       `${Math.round(80 * Math.min(1, p.backlog_bytes / limit))}px`;
     row.querySelector(".queue b").textContent = `${(p.backlog_bytes / 1000).toFixed(1)} KB`;
+    row.querySelector(".classes").textContent = classText(classes, name);
     row.querySelector(".drops").textContent = p.queue_drops;
     row.querySelector(".st").textContent = p.up ? "up" : "DOWN";
   }
@@ -222,7 +229,7 @@ async function poll() {
     const r = await fetch(`/api/state?since=${state.since}`, { cache: "no-store" });
     const s = await r.json();
     updateLinks(s.links);
-    if (s.ports) updatePorts(s.ports);
+    if (s.ports) updatePorts(s.ports, s.classes);
     addEvents(s.events);
     addPoints(s.points);
     if (s.points.length) state.since = s.points[s.points.length - 1].t;
