@@ -28,15 +28,16 @@ from testbed.monitor.timeline import Timeline
 from topologies.spec import FabricSpec
 
 
-def watch_of(spec: Path, out: Path):
+def watch_of(spec: Path, out: Path, kind: str = "fabric"):
     """(watch, collector, namespaces whose links it follows) of the lab ``spec`` describes:
-    a fabric's spec.json, or a backbone's monitor-backbone.json."""
+    a fabric's spec.json (``kind`` storage: with the storage scenario's reads), or a
+    backbone's monitor-backbone.json."""
     data = json.loads(spec.read_text())
     if data.get("kind") == "backbone":
         watch = BackboneWatch(data, out)
         return watch, BackboneCollector(watch), [f"/run/netns/{n['netns']}"
                                                  for n in data["nodes"]]
-    watch = FabricWatch(FabricSpec.from_dict(data), out)
+    watch = FabricWatch(FabricSpec.from_dict(data), out, storage=kind == "storage")
     return watch, FabricCollector(watch), [None]
 
 
@@ -53,12 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", type=Path, required=True)
     parser.add_argument("--port", default="auto", help="a port on 127.0.0.1, or auto")
     parser.add_argument("--name", default="lab")
+    parser.add_argument("--kind", default="fabric", choices=("fabric", "storage", "backbone"))
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    watch, collector, namespaces = watch_of(args.spec, args.out)
+    watch, collector, namespaces = watch_of(args.spec, args.out, args.kind)
     timeline, lock = Timeline(), threading.Lock()
     try:
         server = MonitorServer(watch=watch, timeline=timeline, collector=collector,

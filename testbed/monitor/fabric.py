@@ -25,6 +25,7 @@ from testbed.faults.fabric import link_name, short
 from testbed.host.netlink import LinkCounters, LinkReader, Queue, QueueReader
 from testbed.monitor import panels
 from testbed.monitor.tail import Tail, Tails
+from testbed.storage.cache import FROM_CACHE
 from topologies.spec import FabricSpec
 from traffic.stats import percentiles
 
@@ -93,7 +94,7 @@ def ports_of(spec: FabricSpec) -> dict[str, Port]:
     return out
 
 
-def topology(spec: FabricSpec) -> dict:
+def topology(spec: FabricSpec, charts: tuple = panels.FABRIC) -> dict:
     """The fabric as the page draws it: nodes (switches with tier, plane, rail; hosts)
     and links with their ends' interfaces and rates."""
     nodes = [{"id": short(spec, s.name), "type": "switch", "role": s.role, "tier": s.tier,
@@ -108,7 +109,7 @@ def topology(spec: FabricSpec) -> dict:
               "role": p.role} for p in spec.switch_ports()]
     return {"kind": "fabric", "prefix": spec.prefix, "planes": spec.planes,
             "rails": spec.rails, "queue_kb": spec.queue_kb, "nodes": nodes, "links": links,
-            "switch_ports": ports, "panels": panels.as_json(panels.FABRIC)}
+            "switch_ports": ports, "panels": panels.as_json(charts)}
 
 
 class FabricWatch:
@@ -117,10 +118,11 @@ class FabricWatch:
     KIND = "fabric"
 
     def __init__(self, spec: FabricSpec, out: Path, *, links: LinkReader | None = None,
-                 queues: QueueReader | None = None) -> None:
+                 queues: QueueReader | None = None, storage: bool = False) -> None:
         self.spec, self.out = spec, out
         self.ports = ports_of(spec)
-        self.topo = topology(spec)
+        self.charts = panels.FABRIC + (panels.STORAGE if storage else ())
+        self.topo = topology(spec, self.charts)
         self.links = links or LinkReader()
         self.queues = queues or QueueReader(sorted(self.ports))
         self.prev: dict[str, tuple[float, LinkCounters]] = {}
@@ -132,6 +134,7 @@ class FabricWatch:
         self.pfc = Tail(out / layout.PFC_EVENTS)
         self.chains = Tail(out / layout.CHAINS)
         self.ranks = Tails(out, layout.RANK_GLOB)
+        self.reads = Tail(out / layout.READS)
         # what the metrics count, from the lab's start
         self.decisions: Counter[str] = Counter()
         self.pauses_received: Counter[tuple[str, int]] = Counter()
@@ -143,6 +146,12 @@ class FabricWatch:
         self.rank_ce: Counter[int] = Counter()
         self.rank_cnps: Counter[int] = Counter()
         self.rank_last: dict[int, float] = {}  # each rank's last iteration (seconds)
+        #: the storage scenario's reads by outcome: hit, miss (by the node's cache),
+        #: store (no cache asked), error
+        self.storage_reads: Counter[str] = Counter()
+        if storage:
+            for outcome in ("hit", "miss", "store", "error"):
+                self.storage_reads[outcome] += 0
         self.training: dict | None = None
         if pfc.get("pfc"):  # every port's lossless priorities count from zero
             for name in self.ports:
@@ -279,12 +288,33 @@ class FabricWatch:
             iterations.append(r["iteration_ms"])
             self.rank_last[rank] = r["iteration_ms"] / 1000
             self.iteration.observe(r["iteration_ms"] / 1000)
+        hits = misses = 0
+        for r in self.reads.read():
+            outcome = read_outcome(r)
+            self.storage_reads[outcome] += 1
+            hits, misses = hits + (outcome == "hit"), misses + (outcome == "miss")
         p50 = p99 = None
         if latencies:
             p50, p99 = (round(v, 2) for v in percentiles(latencies, (50, 99)))
         return {"chains": len(latencies), "chain_p50_ms": p50, "chain_p99_ms": p99,
                 "iteration_ms": round(max(iterations), 1) if iterations else None,
-                "pauses": pauses, "ce_marks": ce}
+                "pauses": pauses, "ce_marks": ce,
+                "storage_hit_ratio": round(hits / (hits + misses), 4) if hits + misses else None}
+
+
+def read_outcome(r: dict) -> str:
+    """A storage read's outcome: hit or miss of the node's cache, store (read without a
+    cache), error (as :func:`testbed.experiments.storage.run.read_entry` counts them).
+
+    >>> [read_outcome(r) for r in ({"status": 200, "cache": "HIT"}, {"status": 200,
+    ...  "cache": "MISS"}, {"status": 200, "cache": None}, {"status": 0, "cache": None})]
+    ['hit', 'miss', 'store', 'error']
+    """
+    if r.get("status") != 200:
+        return "error"
+    if not r.get("cache"):
+        return "store"
+    return "hit" if r["cache"] in FROM_CACHE else "miss"
 
 
 def decision_text(e: dict) -> str:

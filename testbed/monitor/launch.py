@@ -42,7 +42,8 @@ def _events(path: Path) -> list[dict]:
 
 
 def start(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: str,
-          port: int | str = "auto", field: str = "--monitor-port") -> Monitor:
+          port: int | str = "auto", field: str = "--monitor-port",
+          kind: str = "fabric") -> Monitor:
     """The monitor of the lab whose spec and results are ``spec_file`` and ``out``,
     listening on 127.0.0.1:``port`` (``auto``: a free one). A port someone holds is
     the user's to change: ConfigError naming ``field``."""
@@ -50,7 +51,7 @@ def start(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: 
     status.unlink(missing_ok=True)
     helper = Helper("monitor", [sys.executable, "-m", "testbed.monitor", "--spec",
                                 str(spec_file), "--out", str(out), "--status", str(status),
-                                "--port", str(port), "--name", name],
+                                "--port", str(port), "--name", name, "--kind", kind],
                     pid_dir=pid_dir, log=out / layout.MONITOR_LOG, env=python_env())
     stack.callback(helper.stop)
     if not wait_for(lambda: _events(status) or not helper.alive(), START_TIMEOUT_S):
@@ -102,7 +103,7 @@ def watch(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: 
     exporter, where it runs one) with Grafana provisioning for it in the results."""
     since = time.monotonic()
     mon = start(spec_file=spec_file, out=out, pid_dir=pid_dir, stack=stack, name=name,
-                port=port, field=field)
+                port=port, field=field, kind=kind)
     progress(f"{name}: dashboard at {mon.url}, metrics at {mon.metrics}")
     server = board = None
     if with_prometheus:
@@ -111,9 +112,22 @@ def watch(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: 
             targets["controller"] = controller_metrics.split("/")[2]
         server = prometheus.start(name=name, targets=targets, folder=pid_dir / "prometheus",
                                   out=out, pid_dir=pid_dir, stack=stack, keep=keep_samples)
-        board = grafana.write(out / layout.GRAFANA, server.url, name,
-                              panels.BACKBONE if kind == "backbone" else panels.FABRIC, kind)
+        charts = {"backbone": panels.BACKBONE,
+                  "storage": panels.FABRIC + panels.STORAGE}.get(kind, panels.FABRIC)
+        board = grafana.write(out / layout.GRAFANA, server.url, name, charts, kind)
         progress(f"{name}: Prometheus at {server.url}, scraping every "
                  f"{prometheus.SCRAPE_S} s; Grafana provisioning for it in "
                  f"{board.parent.parent}")
     return Watched(mon, server, board.parent.parent if board else None, since)
+
+
+def watch_run(ctx, live, *, out: Path, stack: ExitStack, tag: str,
+              kind: str = "fabric") -> Watched | None:
+    """A variant of a run watched as its scenario's ``monitor`` key asks (None: not)."""
+    settings = ctx.watching
+    if settings is None or not settings.wanted:
+        return None
+    return watch(spec_file=out / layout.SPEC, out=out, pid_dir=live.pid_dir, stack=stack,
+                 name=tag, port=settings.port, with_prometheus=settings.prometheus,
+                 keep_samples=settings.keep_samples, controller_metrics=live.metrics_url,
+                 field="monitor.port", kind=kind, progress=ctx.progress)

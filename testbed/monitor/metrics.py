@@ -135,6 +135,12 @@ class FabricCollector:
             for rank, n in sorted(counter.items()):
                 family.add_metric([str(rank)], n)
             yield family
+        reads = CounterMetricFamily("testbed_storage_reads", "the storage scenario's "
+                                    "object reads: hit or miss of the node's cache, store "
+                                    "(no cache), error", labels=["outcome"])
+        for outcome, n in sorted(w.storage_reads.items()):
+            reads.add_metric([outcome], n)
+        yield reads
         last = GaugeMetricFamily("testbed_training_last_iteration_seconds", "a rank's last "
                                  "iteration time", labels=["rank"])
         for rank, seconds in sorted(w.rank_last.items()):

@@ -55,6 +55,16 @@ FABRIC = (
 )
 
 
+#: where the lab has the storage scenario's caches: the retriever's reads
+STORAGE = (
+    Panel("storage", "storage: the retriever's reads served by the node cache (%)", "percent", (
+        Series("hit ratio", "storage_hit_ratio",
+               f'100 * sum(rate(testbed_storage_reads_total{{outcome="hit"}}[{WINDOW}])) / '
+               f'sum(rate(testbed_storage_reads_total{{outcome=~"hit|miss"}}[{WINDOW}]))',
+               "#2e7d32", scale=100,
+               note="page: the reads of the second; Grafana: over the window"),)),
+)
+
 BACKBONE = (
     Panel("links", "backbone: busiest link (%) and links down", "short", (
         Series("busiest link %", "link_util_max", "max(testbed_link_utilization) * 100",

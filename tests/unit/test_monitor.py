@@ -251,3 +251,22 @@ def test_a_backbone_watch_counts_links_transit_routing_and_macsec(tmp_path, monk
         for s in panel.series:
             assert s.field in tl.view()["points"][-1]
     assert "switch port queues" not in [p["title"] for p in board["panels"]]
+
+
+def test_a_storage_labs_reads_give_its_cache_hit_ratio(tmp_path):
+    spec = build_fabric(prefix=PREFIX, nodes=4, leaves_per_plane=2, spines_per_plane=2)
+    links, queues = Links(), Queues()
+    watch = FabricWatch(spec, tmp_path, links=links, queues=queues, storage=True)
+    assert [p["key"] for p in watch.topology()["panels"]][-1] == "storage"
+    append(tmp_path / "reads.jsonl", *({"status": 200, "cache": c} for c in
+                                       ("HIT", "HIT", "STALE", "MISS")),
+           {"status": 0, "cache": None})
+    tl = Timeline()
+    watch.sample(tl, now=1.0)
+    assert tl.view()["points"][-1]["storage_hit_ratio"] == 0.75
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(
+                   exposition(FabricCollector(watch)).decode()) for s in f.samples}
+    assert samples[("testbed_storage_reads_total", (("outcome", "hit"),))] == 3
+    assert samples[("testbed_storage_reads_total", (("outcome", "store"),))] == 0
+    assert samples[("testbed_storage_reads_total", (("outcome", "error"),))] == 1

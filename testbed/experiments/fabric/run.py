@@ -486,15 +486,7 @@ class FabricExperiment(base.Experiment):
             if live.metrics_url:
                 progress(f"{tag}: Prometheus metrics at {live.metrics_url}")
                 entry["metrics_url"] = live.metrics_url
-            watched = None
-            if ctx.watching is not None and ctx.watching.wanted:
-                watched = monitor.watch(
-                    spec_file=out / layout.SPEC, out=out, pid_dir=live.pid_dir, stack=stack,
-                    name=tag, port=ctx.watching.port,
-                    with_prometheus=ctx.watching.prometheus,
-                    keep_samples=ctx.watching.keep_samples,
-                    controller_metrics=live.metrics_url, field="monitor.port",
-                    progress=progress)
+            watched = monitor.watch_run(ctx, live, out=out, stack=stack, tag=tag)
             send_buffer = (ovs_socket.send_buffer_bytes(fabric.switch_pids())
                            if caps.ovs_datapath == "user" else None)
             if send_buffer is not None and send_buffer < OVS_SOCKET_BUFFER:

@@ -46,6 +46,7 @@ from testbed.host.files import read_jsonl
 from testbed.host.hosts import Host
 from testbed.host.naming import RUN_ROOT, new_run_id, run_prefix
 from testbed.host.procs import python_env
+from testbed.monitor import launch as monitor
 from testbed.storage import s3
 from testbed.storage.cache import FROM_CACHE, nginx_binary, read_counts, start_cache
 from testbed.storage.seaweedfs import BUCKET, S3_PORT, start_store, weed_binary
@@ -192,10 +193,14 @@ class Variant:
                       ] if self.cached else []
             self.endpoints = ([c.endpoint for c in caches] if caches
                               else [store.endpoint] * len(self.gpus))
+            watched = monitor.watch_run(ctx, live, out=out, stack=stack, tag=self.tag,
+                                        kind="storage")
             with ctx.watch(watched_ports(fabric)):
                 self._chains(live.pid_dir)
                 during_chains = [len(c.reads()) for c in caches]
                 entry["throughput"] = [self._throughput(n, live.pid_dir) for n in s.readers]
+            if watched is not None:
+                entry["monitor"] = {**watched.record(), "cpu": watched.cpu()}
             entry["bytes_sent_by_store"] = int(store.bytes_sent(self.gpus[0]))
             entry["caches"] = cache_entry([c.reads() for c in caches], during_chains)
             entry["store_start_s"] = round(store.start_s, 2)
