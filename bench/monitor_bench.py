@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -48,60 +47,61 @@ def session_cpu_s(sid: int) -> float:
     return total / HZ
 
 
-class Viewer(threading.Thread):
-    """Opens each variant's dashboard in a browser as soon as its monitor listens, and
-    keeps it open (the page polls once a second) until the next variant's."""
+class Viewer:
+    """Follows a run's progress lines and opens each variant's dashboard in a browser as
+    soon as its monitor says where it is, keeping it open (the page polls once a second)
+    until the next variant's."""
 
-    def __init__(self, out: Path, profile: Path) -> None:
-        super().__init__(daemon=True)
-        self.out, self.profile = out, profile
-        self.done = threading.Event()
+    def __init__(self, profile: Path) -> None:
+        self.profile = profile
         self.cpu: dict[str, float] = {}  # variant: the browser's CPU share
         self.polls: dict[str, int] = {}
+        self.browser: Browser | None = None
+        self.variant, self.since, self.cpu0 = "", 0.0, 0.0
 
-    def run(self) -> None:
-        seen: set[Path] = set()
-        browser, current, since, cpu0 = None, None, 0.0, 0.0
-        while not self.done.wait(0.2):
-            for status in sorted(self.out.glob(f"variants/*/{layout.MONITOR_STATUS}")):
-                if status in seen or "listening" not in status.read_text():
-                    continue
-                seen.add(status)
-                if browser is not None:
-                    self._close(browser, current, since, cpu0)
-                url = json.loads(status.read_text().splitlines()[-1])["url"]
-                current = status.parent.name
-                browser = Browser(self.profile / current)
-                since, cpu0 = time.monotonic(), session_cpu_s(browser.proc.pid)
-                browser.open(url)
-        if browser is not None:
-            self._close(browser, current, since, cpu0)
+    def line(self, text: str) -> None:
+        """One progress line: ``[1/3] agents-only: dashboard at URL, metrics at ...``."""
+        if ": dashboard at " not in text:
+            return
+        self.close()
+        tag, _, rest = text.partition(": dashboard at ")
+        self.variant = tag.split("] ", 1)[-1].strip()
+        self.browser = Browser(self.profile / self.variant)
+        self.since, self.cpu0 = time.monotonic(), session_cpu_s(self.browser.proc.pid)
+        self.browser.open(rest.split(",", 1)[0].strip())
 
-    def _close(self, browser: Browser, variant: str, since: float, cpu0: float) -> None:
+    def close(self) -> None:
+        browser = self.browser
+        if browser is None:
+            return
         try:
-            self.polls[variant] = int(browser.evaluate(
+            self.polls[self.variant] = int(browser.evaluate(
                 "window.testbedDashboard && testbedDashboard.polls") or 0)
         except Exception:  # noqa: BLE001 -- the count is a report, not the target
-            self.polls[variant] = 0
-        cpu = session_cpu_s(browser.proc.pid) - cpu0
-        self.cpu[variant] = round(cpu / max(1e-6, time.monotonic() - since), 4)
+            self.polls[self.variant] = 0
+        cpu = session_cpu_s(browser.proc.pid) - self.cpu0
+        self.cpu[self.variant] = round(cpu / max(1e-6, time.monotonic() - self.since), 4)
         browser.close()
+        self.browser = None
 
 
 def run(scenario: str, duration: float, out: Path, watched: bool) -> tuple[dict, Viewer | None]:
     argv = [sys.executable, "-m", "testbed.core.cli", "run", scenario, "--duration",
             str(duration), "--out", str(out)] + (["--monitor"] if watched else [])
-    viewer = None
-    if watched:
-        viewer = Viewer(out, out.parent / f"{out.name}-browser")
-        viewer.start()
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    viewer = Viewer(out.parent / f"{out.name}-browser") if watched else None
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    tail = []
+    for text in proc.stdout:  # the runner's progress (stderr) and its table
+        tail = (tail + [text])[-40:]
+        if viewer is not None:
+            viewer.line(text)
+    proc.wait()
     if viewer is not None:
-        viewer.done.set()
-        viewer.join(30)
-    if done.returncode != 0:
-        print(done.stdout[-2000:], done.stderr[-2000:], sep="\n")
-        raise SystemExit(f"monitor bench: testbed run failed ({done.returncode})")
+        viewer.close()
+    if proc.returncode != 0:
+        print("".join(tail))
+        raise SystemExit(f"monitor bench: testbed run failed ({proc.returncode})")
     return json.loads((out / layout.SUMMARY).read_text()), viewer
 
 

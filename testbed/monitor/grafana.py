@@ -16,6 +16,7 @@ which ``grafana-server`` takes with ``--config`` pointing ``paths.provisioning``
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -26,7 +27,12 @@ WIDTH = 24  # Grafana's grid is 24 columns wide
 
 
 def datasource_uid(lab: str) -> str:
-    return f"testbed-{lab}"[:40]
+    """Grafana's uid of the lab's data source: letters, digits, - and _, 40 at most.
+
+    >>> datasource_uid("lf"), datasource_uid("seed 2/ecmp")
+    ('testbed-lf', 'testbed-seed-2-ecmp')
+    """
+    return re.sub(r"[^A-Za-z0-9_-]", "-", f"testbed-{lab}")[:40]
 
 
 def _timeseries(panel: Panel, ds: dict, y: int, x: int) -> dict:
@@ -69,7 +75,7 @@ def dashboard(panels: tuple[Panel, ...], lab: str, kind: str = "fabric") -> dict
                          "{{ifname}}", "bytes", ds, y))
     for i, panel in enumerate(out):
         panel["id"] = i + 1
-    return {"uid": f"testbed-{kind}-{lab}"[:40], "title": f"testbed lab {lab}: {kind}",
+    return {"uid": datasource_uid(f"{kind}-{lab}"), "title": f"testbed lab {lab}: {kind}",
             "tags": ["testbed"], "timezone": "browser", "schemaVersion": 38,
             "refresh": "5s", "time": {"from": "now-15m", "to": "now"}, "panels": out}
 

@@ -47,7 +47,9 @@ def start(*, spec_file: Path, out: Path, pid_dir: Path, stack: ExitStack, name: 
     """The monitor of the lab whose spec and results are ``spec_file`` and ``out``,
     listening on 127.0.0.1:``port`` (``auto``: a free one). A port someone holds is
     the user's to change: ConfigError naming ``field``."""
-    status = out / layout.MONITOR_STATUS
+    # in the run folder, with the helper's pid file: runtime state, and the monitor's
+    # command line names the run (what testbed clean and the tests' leftovers look for)
+    status = pid_dir / layout.MONITOR_STATUS
     status.unlink(missing_ok=True)
     helper = Helper("monitor", [sys.executable, "-m", "testbed.monitor", "--spec",
                                 str(spec_file), "--out", str(out), "--status", str(status),
@@ -127,7 +129,9 @@ def watch_run(ctx, live, *, out: Path, stack: ExitStack, tag: str,
     settings = ctx.watching
     if settings is None or not settings.wanted:
         return None
+    counter, _, name = tag.rpartition(" ")  # "[1/3] ecmp": the lab's name is the variant's
     return watch(spec_file=out / layout.SPEC, out=out, pid_dir=live.pid_dir, stack=stack,
-                 name=tag, port=settings.port, with_prometheus=settings.prometheus,
+                 name=name, port=settings.port, with_prometheus=settings.prometheus,
                  keep_samples=settings.keep_samples, controller_metrics=live.metrics_url,
-                 field="monitor.port", kind=kind, progress=ctx.progress)
+                 field="monitor.port", kind=kind,
+                 progress=lambda line: ctx.progress(f"{counter} {line}".strip()))
