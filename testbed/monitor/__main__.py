@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 from testbed.host.netlink import link_watch
-from testbed.monitor.backbone import BackboneCollector, BackboneWatch
 from testbed.monitor.fabric import FabricWatch
 from testbed.monitor.metrics import FabricCollector
 from testbed.monitor.server import MonitorServer
@@ -34,6 +33,8 @@ def watch_of(spec: Path, out: Path, kind: str = "fabric"):
     backbone's monitor-backbone.json."""
     data = json.loads(spec.read_text())
     if data.get("kind") == "backbone":
+        from testbed.monitor.backbone import BackboneCollector, BackboneWatch
+
         watch = BackboneWatch(data, out)
         return watch, BackboneCollector(watch), [f"/run/netns/{n['netns']}"
                                                  for n in data["nodes"]]

@@ -192,7 +192,7 @@ BACKBONE = Path(__file__).resolve().parents[2] / "examples" / "backbone-topology
                     "(apt-get install frr)")
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium (scripts/setup.sh --dev "
                     "installs chromium-headless-shell where the distribution has it)")
-def test_a_backbone_lab_is_watched_as_a_map_of_its_routers(tmp_path):
+def test_a_backbone_lab_is_watched_as_a_map_of_its_routers(tmp_path, record_property):
     """A ring of five PoPs and two regions: the page draws it, the metrics carry each
     link's traffic and carrier and FRR's adjacencies, a cut link shows within 2 s."""
     name = f"b{os.getpid() % 100000}"
@@ -220,7 +220,9 @@ def test_a_backbone_lab_is_watched_as_a_map_of_its_routers(tmp_path):
             cut = run_testbed("fault", name, "cut_link", "lax-den-1")
             assert cut.returncode == 0, cut.stderr
             browser.wait_for(f"{row}.dataset.up === '0'", 5, interval=0.05)
-            assert time.monotonic() - t0 <= 2.0
+            shown_s = time.monotonic() - t0
+            record_property("cut_link shown after s", round(shown_s, 2))
+            assert shown_s <= 2.0, f"the cut showed {shown_s:.2f} s after testbed fault began"
             # the routers' view follows: an adjacency fewer, on the timeline
             browser.wait_for("[...document.querySelectorAll('#events li.routing')].some("
                              "li => li.textContent.includes('ospf_full'))", 15)
