@@ -35,6 +35,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -660,7 +661,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="seconds after start to stop starting "
                    "new iterations")
     p.add_argument("--start-at", type=float, help="UNIX time at which iteration 0 starts")
+    p.add_argument("--ready-file", help="created once the rank is ready to send (sockets "
+                   "open, frames built)")
+    p.add_argument("--start-file", help="wait until this file exists, then start at the "
+                   "UNIX time it holds (the runner writes it once every rank is ready)")
     return p
+
+
+START_FILE_TIMEOUT_S = 300.0
+
+
+def await_start(path: Path, stopped: Callable[[], bool],
+                timeout: float = START_FILE_TIMEOUT_S) -> float | None:
+    """The UNIX start time written into ``path`` (polled every 5 ms); None if the rank is
+    stopped first or nothing comes within ``timeout``.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "start"
+    >>> _ = f.write_text("1796400000.5")
+    >>> await_start(f, lambda: False)
+    1796400000.5
+    >>> await_start(f.with_name("none"), lambda: True) is None
+    True
+    """
+    deadline = time.monotonic() + timeout
+    while not stopped() and time.monotonic() < deadline:
+        try:
+            return float(path.read_text())
+        except (FileNotFoundError, ValueError):  # not there, or not written whole yet
+            time.sleep(0.005)
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -689,9 +719,17 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    start_at = args.start_at
     try:
+        if args.ready_file:
+            Path(args.ready_file).touch()
+        if args.start_file:
+            start_at = await_start(Path(args.start_file), lambda: rank.stop_requested)
+            if start_at is None and not rank.stop_requested:
+                print(f"training: error: no start time in {args.start_file}", file=sys.stderr)
+                return 1
         with out_path.open("a") as out:
-            summary = rank.run(out, args.iterations, args.duration, args.start_at)
+            summary = rank.run(out, args.iterations, args.duration, start_at)
     finally:
         rank.close()
     print(json.dumps(summary))

@@ -161,6 +161,13 @@ def multipath_args(spec: FabricSpec, agents: dict) -> list[str]:
     return ["--multipath", ifaces, "--attempt-ms", f"{agents['attempt_ms']:g}"]
 
 
+#: how long training ranks may take to get ready (Scapy's import alone takes seconds in
+#: the emulated lab VM)
+RANKS_READY_TIMEOUT_S = 120.0
+#: from the start time's writing to the start: every rank reads it first (5 ms polls)
+START_MARGIN_S = 0.2
+
+
 def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s: float,
           seed: int, stack: ExitStack) -> Workload:
     """Start services, training ranks and the chain driver; each stop registered on ``stack``."""
@@ -185,21 +192,36 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
                 host.interface(p, 0).ip for p in range(spec.planes)])
         chains.start_services(services, out=out, pid_dir=pid_dir, stack=stack)
 
-    start_at = work.start_at = time.time() + 3.0  # ranks import Scapy, build templates
+    start_at = time.time()  # the services listen already
     if training["enabled"]:
         config = out / layout.TRAINING_CONFIG
         config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
         work.ranks = []
+        start_file = pid_dir / "training.start"
+        start_file.unlink(missing_ok=True)
+        ready = [pid_dir / f"rank{rank}.ready" for rank in range(len(training["ranks"]))]
         for rank, node in enumerate(training["ranks"]):
+            ready[rank].unlink(missing_ok=True)
             proc = fabric.spawn(
                 spec.hosts[node].name, f"rank{rank}",
                 [*TRAFFIC, "training", "--rank", str(rank), "--config", str(config),
                  "--out", str(work.rank_file(rank)), "--duration", f"{duration_s:g}",
-                 "--start-at", f"{start_at:.3f}"],
+                 "--ready-file", str(ready[rank]), "--start-file", str(start_file)],
                 pid_dir=pid_dir, log=out / f"training-rank{rank}.log",
             )
             stack.callback(proc.stop)
             work.ranks.append(proc)
+        # every rank starts at one time, chosen once all are ready (Scapy imported, frames
+        # built: about a second here, ten times that under software emulation); a rank
+        # that died is not waited for (its log says why; the run reports it)
+        wait_for(lambda: all(f.exists() or not p.alive()
+                             for f, p in zip(ready, work.ranks, strict=True)),
+                 RANKS_READY_TIMEOUT_S, interval=0.02)
+        start_at = time.time() + START_MARGIN_S
+        tmp = start_file.with_suffix(".tmp")
+        tmp.write_text(f"{start_at:.6f}")
+        tmp.replace(start_file)
+    work.start_at = start_at
 
     if agents["enabled"]:
         wait_for(lambda: time.time() >= start_at, 5.0, interval=0.01)
