@@ -98,54 +98,51 @@ class FabricCollector:
 
     def _records(self) -> Iterator[Metric]:
         w, prefix = self.watch, len(self.watch.spec.prefix)
-        decisions = CounterMetricFamily("testbed_controller_decisions", "the controller's "
-                                        "decisions: flows moved or placed, paths recomputed, "
-                                        "links drained, ECN on or off", labels=["decision"])
-        for kind, n in sorted(w.decisions.items()):
-            decisions.add_metric([kind], n)
-        yield decisions
-        paused = CounterMetricFamily("testbed_pfc_pauses_received", "times a PAUSE received "
-                                     "stopped the port's queue of the priority",
-                                     labels=["ifname", "priority"])
-        for (port, prio), n in sorted(w.pauses_received.items()):
-            paused.add_metric([port[prefix:], str(prio)], n)
-        yield paused
-        asserted = CounterMetricFamily("testbed_pfc_pauses_sent", "times the switch began "
-                                       "pausing the port's sender (XOFF) for the priority",
-                                       labels=["switch", "ifname", "priority"])
-        for (sw, port, prio), n in sorted(w.pauses_sent.items()):
-            asserted.add_metric([sw[prefix:], port[prefix:], str(prio)], n)
-        yield asserted
-        chains = CounterMetricFamily("testbed_chains", "agent chains that ended, by outcome",
-                                     labels=["tenant", "outcome"])
-        for (tenant, ok), n in sorted(w.chains_done.items()):
-            chains.add_metric([tenant, "completed" if ok else "failed"], n)
-        yield chains
+        yield _filled(CounterMetricFamily, "testbed_controller_decisions", "the controller's "
+                      "decisions: flows moved or placed, paths recomputed, links drained, "
+                      "ECN on or off", ["decision"],
+                      (([kind], n) for kind, n in sorted(w.decisions.items())))
+        yield _filled(CounterMetricFamily, "testbed_pfc_pauses_received", "times a PAUSE "
+                      "received stopped the port's queue of the priority",
+                      ["ifname", "priority"],
+                      (([port[prefix:], str(prio)], n)
+                       for (port, prio), n in sorted(w.pauses_received.items())))
+        yield _filled(CounterMetricFamily, "testbed_pfc_pauses_sent", "times the switch "
+                      "began pausing the port's sender (XOFF) for the priority",
+                      ["switch", "ifname", "priority"],
+                      (([sw[prefix:], port[prefix:], str(prio)], n)
+                       for (sw, port, prio), n in sorted(w.pauses_sent.items())))
+        yield _filled(CounterMetricFamily, "testbed_chains", "agent chains that ended, by "
+                      "outcome", ["tenant", "outcome"],
+                      (([tenant, "completed" if ok else "failed"], n)
+                       for (tenant, ok), n in sorted(w.chains_done.items())))
         yield _histogram("testbed_chain_latency_seconds", "an agent chain's end-to-end "
                          "latency (the sum of its hops)", w.chain_latency)
         yield _histogram("testbed_training_iteration_seconds", "a training rank's iteration "
                          "time (compute and the collective)", w.iteration)
-        for name, doc, counter in (
-                ("testbed_training_iterations", "training iterations done", w.rank_iterations),
-                ("testbed_training_ce_received", "ECN CE-marked packets a rank received",
-                 w.rank_ce),
-                ("testbed_training_cnps_received", "congestion notifications a rank "
-                 "received", w.rank_cnps)):
-            family = CounterMetricFamily(name, doc, labels=["rank"])
-            for rank, n in sorted(counter.items()):
-                family.add_metric([str(rank)], n)
-            yield family
-        reads = CounterMetricFamily("testbed_storage_reads", "the storage scenario's "
-                                    "object reads: hit or miss of the node's cache, store "
-                                    "(no cache), error", labels=["outcome"])
-        for outcome, n in sorted(w.storage_reads.items()):
-            reads.add_metric([outcome], n)
-        yield reads
-        last = GaugeMetricFamily("testbed_training_last_iteration_seconds", "a rank's last "
-                                 "iteration time", labels=["rank"])
-        for rank, seconds in sorted(w.rank_last.items()):
-            last.add_metric([str(rank)], seconds)
-        yield last
+        for cls, name, doc, by_rank in (
+                (CounterMetricFamily, "testbed_training_iterations",
+                 "training iterations done", w.rank_iterations),
+                (CounterMetricFamily, "testbed_training_ce_received",
+                 "ECN CE-marked packets a rank received", w.rank_ce),
+                (CounterMetricFamily, "testbed_training_cnps_received",
+                 "congestion notifications a rank received", w.rank_cnps),
+                (GaugeMetricFamily, "testbed_training_last_iteration_seconds",
+                 "a rank's last iteration time", w.rank_last)):
+            yield _filled(cls, name, doc, ["rank"],
+                          (([str(rank)], n) for rank, n in sorted(by_rank.items())))
+        yield _filled(CounterMetricFamily, "testbed_storage_reads", "the storage scenario's "
+                      "object reads: hit or miss of the node's cache, store (no cache), "
+                      "error", ["outcome"],
+                      (([outcome], n) for outcome, n in sorted(w.storage_reads.items())))
+
+
+def _filled(cls, name: str, doc: str, labels: list[str], samples) -> Metric:
+    """A metric family of ``cls`` with every (label values, value) of ``samples``."""
+    family = cls(name, doc, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
 
 
 def _histogram(name: str, doc: str, h) -> HistogramMetricFamily:

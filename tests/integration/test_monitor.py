@@ -60,6 +60,20 @@ def answered(url: str, expr: str) -> bool:
     return any(not math.isnan(v) for v in values)
 
 
+def cut_is_shown(browser: Browser, lab: str, kind: str, link: str, record_property) -> None:
+    """Cut ``link`` with ``testbed fault LAB KIND LINK``; the page must mark it down within
+    2 s of the command's start (recorded as a property of the test)."""
+    row = f"document.querySelector('#links tr[data-link=\"{link}\"]')"
+    assert browser.evaluate(f"{row}.dataset.up") == "1"
+    t0 = time.monotonic()
+    cut = run_testbed("fault", lab, kind, link)
+    assert cut.returncode == 0, cut.stderr
+    browser.wait_for(f"{row}.dataset.up === '0'", 5, interval=0.05)
+    shown_s = time.monotonic() - t0
+    record_property(f"{kind} shown after s", round(shown_s, 2))
+    assert shown_s <= 2.0, f"the cut showed {shown_s:.2f} s after testbed fault began"
+
+
 def keep(shot: Path, name: str) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
@@ -129,15 +143,7 @@ def test_a_running_lab_is_watched_live(tmp_path, record_property):
             keep(shot, "dashboard-fabric.png")
 
             link = "p0l0-p0s0"
-            row = f"document.querySelector('#links tr[data-link=\"{link}\"]')"
-            assert browser.evaluate(f"{row}.dataset.up") == "1"
-            t0 = time.monotonic()
-            cut = run_testbed("fault", name, "link_down", link)
-            assert cut.returncode == 0, cut.stderr
-            browser.wait_for(f"{row}.dataset.up === '0'", 5, interval=0.05)
-            shown_s = time.monotonic() - t0
-            record_property("link_down shown after s", round(shown_s, 2))
-            assert shown_s <= 2.0, f"the cut showed {shown_s:.2f} s after testbed fault began"
+            cut_is_shown(browser, name, "link_down", link, record_property)
             browser.wait_for("[...document.querySelectorAll('#events li')].some(li => "
                              f"li.textContent.includes('link_down {link}'))", 3)
             shot = browser.screenshot(tmp_path / "dashboard-cut.png")
@@ -214,15 +220,7 @@ def test_a_backbone_lab_is_watched_as_a_map_of_its_routers(tmp_path, record_prop
             browser.wait_for("window.testbedDashboard && testbedDashboard.polls >= 1", 20)
             assert browser.evaluate("testbedDashboard.cy.nodes().length") == len(
                 record["hosts"])
-            row = "document.querySelector('#links tr[data-link=\"lax-den-1\"]')"
-            assert browser.evaluate(f"{row}.dataset.up") == "1"
-            t0 = time.monotonic()
-            cut = run_testbed("fault", name, "cut_link", "lax-den-1")
-            assert cut.returncode == 0, cut.stderr
-            browser.wait_for(f"{row}.dataset.up === '0'", 5, interval=0.05)
-            shown_s = time.monotonic() - t0
-            record_property("cut_link shown after s", round(shown_s, 2))
-            assert shown_s <= 2.0, f"the cut showed {shown_s:.2f} s after testbed fault began"
+            cut_is_shown(browser, name, "cut_link", "lax-den-1", record_property)
             # the routers' view follows: an adjacency fewer, on the timeline
             browser.wait_for("[...document.querySelectorAll('#events li.routing')].some("
                              "li => li.textContent.includes('ospf_full'))", 15)
