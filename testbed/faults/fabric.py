@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
@@ -67,6 +68,34 @@ def link_name(spec: FabricSpec, lk: Link) -> str:
     """Canonical name of a link: its ends' short names, the lower tier first:
     ``p0l0-p0s1`` (a fabric link) or ``n0-p0l0`` (a host link)."""
     return f"{short(spec, lk.a)}-{short(spec, lk.b)}"
+
+
+def swap_identities(ipr, x: str, y: str) -> None:
+    """Exchange two interfaces' names, MACs and IPv4 addresses (``ipr``: pyroute2's
+    IPRoute in their namespace); both are down while it happens, up after."""
+    def state(name: str) -> tuple[int, str, list[tuple[str, int]]]:
+        index = ipr.link_lookup(ifname=name)
+        if not index:
+            raise HostError(f"no interface {name}")
+        link = ipr.link("get", index=index[0])[0]
+        addrs = [(a.get_attr("IFA_ADDRESS"), a["prefixlen"])
+                 for a in ipr.get_addr(index=index[0], family=socket.AF_INET)]
+        return index[0], link.get_attr("IFLA_ADDRESS"), addrs
+
+    (ix, mac_x, addr_x), (iy, mac_y, addr_y) = state(x), state(y)
+    for index in (ix, iy):
+        ipr.link("set", index=index, state="down")
+    ipr.link("set", index=ix, ifname=f"tbswap{ix}"[:15])
+    ipr.link("set", index=iy, ifname=x)
+    ipr.link("set", index=ix, ifname=y)
+    for index, mac, old, new in ((ix, mac_y, addr_x, addr_y), (iy, mac_x, addr_y, addr_x)):
+        ipr.link("set", index=index, address=mac)
+        for address, length in old:
+            ipr.addr("del", index=index, address=address, prefixlen=length)
+        for address, length in new:
+            ipr.addr("add", index=index, address=address, prefixlen=length)
+    for index in (ix, iy):
+        ipr.link("set", index=index, state="up")
 
 
 def find_link(spec: FabricSpec, target: str) -> Link | None:
@@ -193,6 +222,27 @@ class FabricFaults:
         else:
             flag.unlink(missing_ok=True)
         return ifname
+
+    def swap_rails(self, rail: str) -> str:
+        """Swap the cables of a node's NIC ``rail`` (``n1p0r0``) and of its NIC on the
+        next rail of the same plane: each NIC, with its name, MAC and addresses, now
+        reaches the other rail's leaf, as when two cables are plugged into each other's
+        ports. Done in the host's namespace by exchanging the two veth ends' identities;
+        swapping again mends it."""
+        nic = short(self.spec, rail)
+        host = next((h for h in self.spec.hosts
+                     if any(short(self.spec, i.name) == nic for i in h.interfaces)), None)
+        if host is None:
+            raise ConfigError("target", f"no NIC {nic!r} in this fabric")
+        me = host.interface_by_name(self.spec.prefix + nic)
+        if self.spec.rails < 2:
+            raise ConfigError("target", f"swap_rails {nic}: the fabric has one rail a plane, "
+                                        "no other NIC to swap with")
+        other = host.interface(me.plane, (me.rail + 1) % self.spec.rails)
+        where = netns.of_pid(self.live.fabric.host_pid(host.name))
+        with netns.made_in(where, IPRoute) as ipr:
+            swap_identities(ipr, me.name, other.name)
+        return f"{nic} <-> {short(self.spec, other.name)}"
 
     # -- links -------------------------------------------------------------------------
     def _switch_links(self, name: str) -> list[Link]:

@@ -194,6 +194,18 @@ class RailRestore(RailFail):
 
 
 @register
+class SwapRails(FaultKind):
+    """A node's NIC (``n1p0r0``) and its NIC on the next rail swap cables: each reaches
+    the other rail's leaf (the re-cabling mistake acceptance must find; again: mended)."""
+
+    NAME = "swap_rails"
+    TARGET = "rail"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.swap_rails(target)
+
+
+@register
 class ControllerKill(FaultKind):
     """SIGKILL to the controller's process group: a crash, not a shutdown."""
 
