@@ -288,6 +288,23 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
+# -- accept ----------------------------------------------------------------------------
+def cmd_accept(args) -> int:
+    from testbed.acceptance.run import accept
+    from topologies.spec import FabricSpec
+
+    record = state.find(args.lab)
+    if record["kind"] != "fabric":
+        raise ConfigError("LAB", f"acceptance checks a fabric; {args.lab!r} is a "
+                                 f"{record['kind']} lab")
+    _root("testbed accept")
+    result, lines = accept(record, FabricSpec.from_json(Path(record["spec"])))
+    print("\n".join(lines))
+    print(f"{'accepted' if result['accepted'] else 'NOT accepted'}: "
+          f"{Path(record['out']) / 'acceptance.json'}")
+    return 0 if result["accepted"] else 1
+
+
 # -- exec ------------------------------------------------------------------------------
 def _command(words: list[str]) -> list[str]:
     return words[1:] if words[:1] == ["--"] else words
@@ -562,6 +579,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--monitor-port", default="auto", help="where the lab's dashboard and "
                    "metrics listen on 127.0.0.1 (default: auto, a free port)")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("accept", help="acceptance checks of a running fabric lab: cabling "
+                                      "(LLDP against the spec); exit 1 if anything fails")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
+    p.set_defaults(func=cmd_accept)
 
     p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "
                                          "Prometheus metrics are")
