@@ -117,7 +117,7 @@ def exchange(ends: Sequence[End], system: str, listen_s: float = 1.0) -> dict[En
                 continue
         by_fd = {s.fileno(): e for e, s in socks.items()}
         deadline = time.monotonic() + listen_s
-        while (left := deadline - time.monotonic()) > 0:
+        while (left := deadline - time.monotonic()) > 0 and socks:
             ready, _, _ = select.select(list(socks.values()), [], [], left)
             for sock in ready:
                 end = by_fd[sock.fileno()]
@@ -125,6 +125,9 @@ def exchange(ends: Sequence[End], system: str, listen_s: float = 1.0) -> dict[En
                     try:
                         data, addr = sock.recvfrom(65535)
                     except BlockingIOError:
+                        break
+                    except OSError:  # the interface went down (ENETDOWN): hears no more
+                        socks.pop(end).close()
                         break
                     if addr[2] == PACKET_OUTGOING:
                         continue
