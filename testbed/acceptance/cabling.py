@@ -54,13 +54,12 @@ def group_of(spec: FabricSpec, lk: Link) -> str:
 def judge(spec: FabricSpec, heard: dict[str, list[str]]) -> list[Cable]:
     """Every link's verdict from what each interface heard (full interface names, both
     as keys and as what was heard; shown short)."""
-    out = []
-    for lk in spec.links:
-        def names(ifname: str) -> tuple[str, ...]:
-            return tuple(sorted(short(spec, h) for h in set(heard.get(ifname, []))))
-        out.append(Cable(link_name(spec, lk), group_of(spec, lk), short(spec, lk.a_intf),
-                         short(spec, lk.b_intf), names(lk.a_intf), names(lk.b_intf)))
-    return out
+    def names(ifname: str) -> tuple[str, ...]:
+        return tuple(sorted({short(spec, h) for h in heard.get(ifname, [])}))
+
+    return [Cable(link_name(spec, lk), group_of(spec, lk), short(spec, lk.a_intf),
+                  short(spec, lk.b_intf), names(lk.a_intf), names(lk.b_intf))
+            for lk in spec.links]
 
 
 def swaps(cables: list[Cable]) -> list[tuple[str, str]]:
