@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         status(args.status, event="failed", port=args.port, error=exc.strerror or str(exc))
         return 2
+    watch.ask()
     with lock:
         watch.sample(timeline)
     server.start()
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             next_at += args.interval
             if next_at < time.monotonic():  # a slow sample: skip the missed ticks
                 next_at = time.monotonic() + args.interval
+        if not ready:  # slow questions (a backbone's routers), never before a cut shows
+            watch.ask()
         with lock:
             watch.sample(timeline)
     for sock in changes:

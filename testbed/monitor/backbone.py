@@ -99,6 +99,7 @@ class BackboneWatch:
         self.faults = Tail(out / layout.LAB_FAULTS)
         self.routing: dict[str, dict] = {}
         self.routing_at = 0.0
+        self.answer: tuple[dict, dict] | None = None  # ask()'s, for the next sample
         self.macsec: dict[tuple[str, str], dict[str, int]] = {}  # (link, router): counters
         self.latest: dict = {"t": 0.0, "links": {}, "routers": {}}
 
@@ -133,6 +134,22 @@ class BackboneWatch:
                 state["bfd_up"] = sum(p.get("status") == "up" for p in peers)
             out[node["id"]] = state
         return out
+
+    def ask(self, now: float | None = None) -> None:
+        """Every :data:`ROUTING_EVERY_S`: ask FRR for each router's routing state and read
+        the protected links' MACsec counters (seconds of vtysh and ip calls, so the
+        monitor does this outside the lock its page waits on); the next sample takes it."""
+        now = time.time() if now is None else now
+        if now - self.routing_at < ROUTING_EVERY_S:
+            return
+        self.routing_at = now
+        macsec = {}
+        for lk in self.desc["links"]:
+            for side, end in (lk.get("macsec") or {}).items():
+                counters = macsec_counters(end)
+                if counters:
+                    macsec[(lk["id"], lk[side])] = counters
+        self.answer = (self._routing(), macsec)
 
     def sample(self, timeline, now: float | None = None) -> dict:
         now = time.time() if now is None else now
@@ -172,15 +189,11 @@ class BackboneWatch:
                 transit_mbps += s["mbps"].get("a", 0.0)
         for e in self.faults.read():
             timeline.event(e.get("t", now), "fault", e.get("text", e.get("kind", "fault")))
-        if now - self.routing_at >= ROUTING_EVERY_S:
-            self.routing_at = now
+        if self.answer is not None:  # what ask() got from the routers
             before = self.routing
-            self.routing = self._routing()
-            for lk in self.desc["links"]:
-                for side, end in (lk.get("macsec") or {}).items():
-                    counters = macsec_counters(end)
-                    if counters:
-                        self.macsec[(lk["id"], lk[side])] = counters
+            self.routing, macsec = self.answer
+            self.macsec.update(macsec)
+            self.answer = None
             for node, state in self.routing.items():
                 for key, n in state.items():
                     old = before.get(node, {}).get(key)

@@ -170,6 +170,9 @@ class FabricWatch:
     def topology(self) -> dict:
         return self.topo
 
+    def ask(self, now: float | None = None) -> None:
+        """Nothing slow to ask outside the sample (a backbone asks its routers)."""
+
     # -- one sample -----------------------------------------------------------------
     def sample(self, timeline, now: float | None = None) -> dict:
         """Read everything once; record the point and the events on ``timeline``;

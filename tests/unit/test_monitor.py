@@ -225,13 +225,17 @@ def test_a_backbone_watch_counts_links_transit_routing_and_macsec(tmp_path, monk
     monkeypatch.setattr(watch, "_routing", lambda: {"nyc": {"ospf_full": next(full),
                                                             "bfd_up": 1}})
     tl = Timeline()
+    watch.ask(now=100.0)
     watch.sample(tl, now=100.0)
     ends["us-east"].links["l0a"] = counters(tx=625_000, rx=1000)  # the region sends 5 Mb/s
     ends["nyc"].links["l0b"] = counters(tx=0, running=False)
     state = watch.sample(tl, now=101.0)
     assert state["links"]["us-east-nyc"]["ab"] == 0.5 and not state["links"]["us-east-nyc"]["up"]
     assert tl.view()["points"][-1]["transit_mbps"] == 5.0
-    watch.routing_at = 0  # the next sample asks the routers again
+    watch.ask(now=101.0)  # not due: nothing asked
+    assert watch.answer is None
+    watch.routing_at = 0  # now due: the routers are asked again
+    watch.ask(now=102.0)
     watch.sample(tl, now=102.0)
     texts = [e["text"] for e in tl.view()["events"]]
     assert texts == ["us-east-nyc down", "nyc: ospf_full 3 -> 2"]
