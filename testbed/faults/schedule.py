@@ -69,7 +69,8 @@ class Schedule:
     """Runs ``faults`` in time order, calling ``actions[fault.action](fault.target)``."""
 
     def __init__(self, faults: Sequence[Fault], actions: Mapping[str, Action], *,
-                 before: Hook | None = None, after: Hook | None = None) -> None:
+                 before: Hook | None = None, after: Hook | None = None,
+                 before_lead_s: float = 0.0) -> None:
         for i, f in enumerate(faults):
             if f.action not in actions:
                 raise ConfigError(f"faults[{i}].action", f"unknown action {f.action!r}")
@@ -78,6 +79,9 @@ class Schedule:
         self.faults = sorted(faults, key=lambda f: f.at_s)
         self.actions = actions
         self.before, self.after = before, after
+        #: ``before`` runs this long ahead of the planned time, so that a slow hook (a
+        #: routing snapshot takes seconds under software emulation) does not delay the fault
+        self.before_lead_s = before_lead_s
         self.records: list[FaultRecord] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,11 +96,13 @@ class Schedule:
         t0 = time.time() if t0 is None else t0
         for fault in self.faults:
             planned = t0 + fault.at_s
-            if self._stop.wait(max(0.0, planned - time.time())):
-                break
             rec = FaultRecord(fault.at_s, fault.action, fault.target, planned=planned)
             if self.before:
+                if self._stop.wait(max(0.0, planned - self.before_lead_s - time.time())):
+                    break
                 self.before(rec)
+            if self._stop.wait(max(0.0, planned - time.time())):
+                break
             rec.started = time.time()
             try:
                 action = self.actions[fault.action]

@@ -64,6 +64,18 @@ def test_hooks_and_stop():
     assert len(sched.records) == 1
 
 
+def test_a_slow_before_hook_runs_ahead_and_does_not_delay_the_fault():
+    def slow(rec) -> None:
+        time.sleep(0.3)  # a routing snapshot under software emulation
+
+    for lead, late in ((0.0, True), (0.5, False)):
+        rec, = Schedule([Fault(0.6, "a", "1")], {"a": lambda t: None}, before=slow,
+                        before_lead_s=lead).run()
+        assert (rec.lateness_ms >= 250) is late, (lead, rec.lateness_ms)
+        if not late:
+            assert 0 <= rec.lateness_ms < 50
+
+
 def test_unknown_action_is_a_config_error():
     with pytest.raises(ConfigError) as err:
         Schedule([Fault(0, "explode", "x")], {"cut": lambda t: None})

@@ -150,6 +150,11 @@ class Variant:
             ckpt = self._start_checkpoints(stack, net)
             # started before the probes' clock, so that the schedule starts on time
             sample = self._wire_sample(stack, net)
+            # the paths before a fault are read ahead of it, by twice what a reading takes
+            # here (seconds under software emulation), so that the fault fires on time
+            t_read = time.monotonic()
+            net.paths()
+            snapshot_lead = 2 * (time.monotonic() - t_read) + 0.05
             if ckpt:  # started and ready now, writing from the clock's start (go, below)
                 ckpt.start_traffic(self.duration_s, self.folder / "checkpoints.go")
                 ckpt.wait_ready()
@@ -172,7 +177,7 @@ class Variant:
                 ckpt.go()
             faults = [Fault(f["at_s"], f["action"], f["target"], f.get("loss"))
                       for f in self.cfg["faults"]]
-            sched = Schedule(faults, fault_kinds.actions(net),
+            sched = Schedule(faults, fault_kinds.actions(net), before_lead_s=snapshot_lead,
                              before=lambda rec: self._snapshot(net),
                              after=lambda rec: self.progress(
                                  f"  {self.name}: {rec.at_s:g} s {rec.action} {rec.target}"
