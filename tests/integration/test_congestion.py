@@ -212,7 +212,9 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
                         f"priority=200,udp,nw_src={sip},nw_dst={dip},tp_src={sport},"
                         f"tp_dst={dport},actions=output:{uplinks[0]}"], check=True)
     t_collide = time.time()
-    assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3)
+    assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3), [
+        e for e in read_jsonl(live.status) if e.get("t", 0) > t_collide - 2
+        and e.get("event") not in ("port_stats",)][-40:]
     move = next(m for m in events(live, "flow_moved") if m["t"] > t_collide)
     assert (move["switch"], move["from_port"], move["to_port"]) == (leaf, uplinks[0],
                                                                        uplinks[1])
@@ -296,7 +298,9 @@ def test_a_moved_tcp_flow_runs_at_full_rate_after_the_move(congestion_live):
     t_collide = time.time()
     for flow in data.values():
         _force(leaf, flow, uplinks[0])
-    assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3)
+    assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3), [
+        e for e in read_jsonl(live.status) if e.get("t", 0) > t_collide - 2
+        and e.get("event") not in ("port_stats",)][-40:]
     move = next(m for m in events(live, "flow_moved") if m["t"] > t_collide)
     assert move["flow"] in data.values() and move["to_port"] == uplinks[1]
     reports = [json.loads(c.proc.stdout.read()) for c in clients]
