@@ -6,9 +6,9 @@ interface's name as its port ID (subtype 5, interface name), a TTL and the lab's
 system name, to the nearest-bridge group address 01:80:c2:00:00:0e, which no bridge
 forwards (Open vSwitch drops the reserved 01:80:c2:00:00:0X group unless
 ``other_config:forward-bpdu`` is set), so what an end hears came over its own cable.
-Frames are built and read with Scapy; each end's frame is sent once from a raw packet
-socket bound to the interface, in the namespace that holds it (a host's NIC in the
-host's, a switch port in the root namespace).
+Frames are built and read with Scapy; each end's frame is sent three times within half
+a second from a raw packet socket bound to the interface, in the namespace that holds it
+(a host's NIC in the host's, a switch port in the root namespace).
 """
 
 from __future__ import annotations
@@ -98,27 +98,35 @@ def _socket(end: End) -> socket.socket:
     return netns.made_in(end.netns, make)
 
 
-def exchange(ends: Sequence[End], system: str, listen_s: float = 1.0) -> dict[End, list[Heard]]:
-    """Every end sends its frame once; what each end heard within ``listen_s`` (frames
-    it sent itself not counted). An interface that is down hears nothing and sends
-    nothing, which is what a missing cable looks like too."""
+def exchange(ends: Sequence[End], system: str, listen_s: float = 1.0,
+             repeats: int = 3) -> dict[End, list[Heard]]:
+    """Every end sends its frame ``repeats`` times, spread over the first half of
+    ``listen_s`` (a lossy cable must not pass for a missing one); what each end heard
+    within ``listen_s`` (frames it sent itself not counted). An interface that is down
+    hears nothing and sends nothing, which is what a missing cable looks like too."""
     socks: dict[End, socket.socket] = {}
     heard: dict[End, list[Heard]] = {e: [] for e in ends}
+    frames = {e: frame(e, system) for e in ends}
     try:
         for end in ends:
             try:
                 socks[end] = _socket(end)
             except OSError:  # the interface is gone: hears nothing
                 continue
-        for end, sock in socks.items():
-            try:
-                sock.send(frame(end, system))
-            except OSError:  # down: sends nothing
-                continue
-        by_fd = {s.fileno(): e for e, s in socks.items()}
-        deadline = time.monotonic() + listen_s
+        start = time.monotonic()
+        sends = [start + k * listen_s / 2 / max(1, repeats - 1) for k in range(repeats)]
+        deadline = start + listen_s
         while (left := deadline - time.monotonic()) > 0 and socks:
-            ready, _, _ = select.select(list(socks.values()), [], [], left)
+            if sends and time.monotonic() >= sends[0]:
+                sends.pop(0)
+                for end, sock in socks.items():
+                    try:
+                        sock.send(frames[end])
+                    except OSError:  # down: sends nothing
+                        continue
+            wait = min(left, max(0.0, sends[0] - time.monotonic())) if sends else left
+            by_fd = {s.fileno(): e for e, s in socks.items()}
+            ready, _, _ = select.select(list(socks.values()), [], [], wait)
             for sock in ready:
                 end = by_fd[sock.fileno()]
                 while True:
