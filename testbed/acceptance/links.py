@@ -13,8 +13,8 @@ first to the last arrival) and the loss. Verdict, by a rule set before any fault
 planted: a direction passes when it arrives at :data:`RATE_MIN` or more of the link's
 rate and loses :data:`LOSS_MAX` or less; a link passes when both directions do. If
 the sending end could not offer :data:`OFFER_MIN` of its frames in the window, or the
-receiving socket dropped frames (the machine, not the link), the direction is measured again alone, and when that fails too
-the link is excluded as not measured.
+receiving socket dropped frames (the machine, not the link), the direction is measured
+again alone, and when that fails too the link is excluded as not measured.
 
 Frames are sized so that every direction carries about :data:`FRAMES` in its window
 (sent at :data:`OFFER` of the rate, so a queue that took a burst drains again): a port
@@ -87,6 +87,15 @@ class Measured:
     last: float = 0.0
     seqs: set[int] = field(default_factory=set)
     overrun: int = 0  # frames the receiving socket dropped (the machine, not the link)
+    sent_at: list[float] = field(default_factory=list)  # by sequence number
+    arrived_at: dict[int, float] = field(default_factory=dict)
+
+    def latency_ms(self) -> float | None:
+        """The median one-way time of the frames that arrived (one clock: both ends'
+        sockets are this process's)."""
+        times = sorted(t - self.sent_at[s] for s, t in self.arrived_at.items()
+                       if s < len(self.sent_at))
+        return round(times[len(times) // 2] * 1000, 3) if times else None
 
     def rate_mbps(self) -> float:
         if self.received < 2 or self.last <= self.first:
@@ -144,23 +153,34 @@ def _socket(end: End, receive: bool = False) -> socket.socket:
 def _send(sock: socket.socket, template: bytearray, mbps: float, window_s: float,
           queue_bytes: int, got: Measured) -> None:
     """Frames paced at :data:`OFFER` of ``mbps`` for ``window_s``, sent in ticks (what is
-    due). After a stall (the machine's scheduler, not the link) at most half the egress
-    queue is sent at once; the frames beyond are skipped, not offered, so a link is not
-    blamed for a burst its queue could never take."""
-    interval = len(template) * 8 / (OFFER * mbps * 1e6)
-    burst = max(2, queue_bytes // 2 // len(template))
+    due). The sender keeps a shadow of the link's egress queue (filled by what it sends,
+    drained at the link's configured rate) and never fills it beyond half: after a
+    stall (the machine's scheduler, not the link) the frames that would are skipped, not
+    offered, so a link is not blamed for bursts its queue was never built to take."""
+    size = len(template)
+    interval = size * 8 / (OFFER * mbps * 1e6)
+    drain = mbps * 1e6 / 8  # bytes a second
     planned = int(window_s / interval)
     got.planned = planned
-    start = time.perf_counter()
+    start = last = time.perf_counter()
+    shadow = 0.0
     seq = 0
     while seq < planned:
         now = time.perf_counter()
         if now - start > window_s + 0.1:  # the machine fell behind: what was offered counts
             break
         due = min(planned, int((now - start) / interval) + 1)
-        seq = max(seq, due - burst)
         while seq < due:
+            now = time.perf_counter()
+            shadow = max(0.0, shadow - (now - last) * drain)
+            last = now
+            if shadow + size > queue_bytes / 2:
+                seq += 1  # skipped: would only fill the queue the stall left behind
+                continue
+            shadow += size
             struct.pack_into("!I", template, 14 + HEADER.size - 4, seq)
+            got.sent_at.extend([0.0] * (seq + 1 - len(got.sent_at)))
+            got.sent_at[seq] = now
             try:
                 sock.send(template)
             except OSError as exc:
@@ -207,13 +227,16 @@ def _receive(socks: dict[int, tuple[socket.socket, int]], got: dict[int, Measure
                 m.received += 1
                 m.bytes += len(data)
                 m.seqs.add(seq)
+                m.arrived_at[seq] = now
         if not by_fd:
             return
 
 
 def measure(directions: Sequence[Direction], check_id: int, window_s: float = WINDOW_S,
-            mtu: int = 1500, queue_bytes: int = 64000) -> list[Measured]:
-    """Every direction at once (one sender thread each, one receiver thread for all)."""
+            mtu: int = 1500, queue_bytes: int = 64000, size: int | None = None
+            ) -> list[Measured]:
+    """Every direction at once (one sender thread each, one receiver thread for all);
+    frames of ``size`` bytes, else :func:`frame_bytes`."""
     got = [Measured() for _ in directions]
     rx: dict[int, tuple[socket.socket, int]] = {}
     tx: dict[int, socket.socket] = {}
@@ -230,8 +253,8 @@ def measure(directions: Sequence[Direction], check_id: int, window_s: float = WI
         receiver.start()
         senders = [threading.Thread(
             target=_send, name=f"link-tx{i}", daemon=True,
-            args=(sock, frame(directions[i], check_id, i, frame_bytes(directions[i].mbps, mtu,
-                                                                      window_s)),
+            args=(sock, frame(directions[i], check_id, i,
+                              size or frame_bytes(directions[i].mbps, mtu, window_s)),
                   directions[i].mbps, window_s, queue_bytes, got[i]))
             for i, sock in tx.items()]
         for t in senders:
@@ -250,8 +273,8 @@ def measure(directions: Sequence[Direction], check_id: int, window_s: float = WI
             sock.close()
     for i, d in enumerate(directions):
         if i not in tx:  # could not even open it: as good as a dead cable
-            size = frame_bytes(d.mbps, mtu, window_s)
-            got[i].planned = got[i].offered = int(window_s * OFFER * d.mbps * 1e6 / (size * 8))
+            n = size or frame_bytes(d.mbps, mtu, window_s)
+            got[i].planned = got[i].offered = int(window_s * OFFER * d.mbps * 1e6 / (n * 8))
     return got
 
 
@@ -321,4 +344,31 @@ def run(cables: Sequence[Cable], check_id: int, mtu: int, queue_bytes: int,
         out.append({"link": directions[k].link, "directions": ways,
                     "verdict": "excluded" if reasons else "accepted",
                     "reason": "; ".join(reasons)})
+    return out
+
+
+LIGHT_BYTES = 128
+LIGHT_PPS = 500
+LIGHT_S = 0.2
+
+
+def light(cables: Sequence[Cable], check_id: int) -> dict[str, dict]:
+    """Each link alone in the sense of its queue: small frames at :data:`LIGHT_PPS` both
+    ways (all links at once; no queue builds), so their one-way time is the wire's.
+    Per link: the slower direction's median one-way ``latency_ms`` and the larger
+    ``loss``."""
+    mbps = LIGHT_PPS * LIGHT_BYTES * 8 / 1e6 / OFFER
+    directions = [d for c in cables for d in (
+        Direction(c.link, c.a, c.b, mbps, f"{c.a_name}>{c.b_name}"),
+        Direction(c.link, c.b, c.a, mbps, f"{c.b_name}>{c.a_name}"))]
+    got = measure(directions, check_id, LIGHT_S, size=LIGHT_BYTES)
+    out: dict[str, dict] = {}
+    for k in range(0, len(directions), 2):
+        lat = [m.latency_ms() for m in got[k:k + 2]]
+        out[directions[k].link] = {
+            "latency_ms": None if None in lat else max(lat),  # type: ignore[type-var]
+            "loss": round(max(m.loss() for m in got[k:k + 2]), 4),
+            "directions": [{"direction": d.name, "latency_ms": m.latency_ms(),
+                            "loss": round(m.loss(), 4)}
+                           for d, m in zip(directions[k:k + 2], got[k:k + 2], strict=True)]}
     return out

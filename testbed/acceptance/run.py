@@ -3,21 +3,47 @@ printed and written to the lab's results (``acceptance.json``).
 
 The checks run in order, each on what the ones before accepted: cabling (LLDP), then
 every link's rate and loss (a cable excluded by the cabling check is not measured: its
-frames would go to the wrong port)."""
+frames would go to the wrong port), then every equal-cost path between leaves over the
+links left."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.acceptance import cabling, links
+from testbed.acceptance import cabling, links, paths
 from testbed.acceptance.lldp import End, exchange
 from testbed.faults.fabric import link_name, short
 from topologies.spec import FabricSpec, Link
 
 RESULT = "acceptance.json"
+
+
+@dataclass(frozen=True)
+class Lab:
+    """What the checks need of a running fabric: its spec, each host's namespace (by a
+    process in it), ovs-ofctl's target for each switch, where results go."""
+
+    spec: FabricSpec
+    host_pid: dict[str, int]  # full host name -> pid
+    ofctl: Callable[[str], str]
+    out: Path
+    name: str
+
+    @classmethod
+    def of(cls, live, out: Path, name: str) -> Lab:
+        """From a :class:`~testbed.fabric.bringup.LiveFabric`."""
+        spec = live.spec
+        return cls(spec, {h.name: live.fabric.host_pid(h.name) for h in spec.hosts},
+                   live.fabric.ofctl_target, out, name)
+
+
+def _check_id() -> int:
+    return (os.getpid() << 12 ^ int(time.monotonic() * 1000)) & 0xFFFFFFFF
 
 
 def link_ends(spec: FabricSpec, lk: Link, host_pid: dict[str, int]) -> tuple[End, End]:
@@ -57,23 +83,68 @@ def cabling_check(spec: FabricSpec, host_pid: dict[str, int], system: str) -> di
             "swapped": [list(pair) for pair in cabling.swaps(cables)]}
 
 
+def _cables(spec: FabricSpec, host_pid: dict[str, int], chosen: list[Link]) -> list:
+    out = []
+    for lk in chosen:
+        a, b = link_ends(spec, lk, host_pid)
+        out.append(links.Cable(link_name(spec, lk), a, b, short(spec, lk.a_intf),
+                               short(spec, lk.b_intf), lk.mbps))
+    return out
+
+
 def link_check(spec: FabricSpec, host_pid: dict[str, int], skip: set[str]) -> dict:
     """The link check's record: every link not in ``skip``, both ways at its rate."""
     t0 = time.monotonic()
-    cables = []
-    for lk in spec.links:
-        name = link_name(spec, lk)
-        if name in skip:
-            continue
-        a, b = link_ends(spec, lk, host_pid)
-        cables.append(links.Cable(name, a, b, short(spec, lk.a_intf), short(spec, lk.b_intf),
-                                  lk.mbps))
-    check_id = (os.getpid() << 8 | int(t0 * 10)) & 0xFFFFFFFF
+    cables = _cables(spec, host_pid, [lk for lk in spec.links
+                                      if link_name(spec, lk) not in skip])
     return {"check": "links", "seconds": 0.0, "window_s": links.WINDOW_S,
             "rule": f"each direction at {links.RATE_MIN:g} of the link's rate or more, "
                     f"at most {links.LOSS_MAX * 100:g} % lost",
-            "links": links.run(cables, check_id, spec.mtu, spec.queue_kb * 1000),
+            "links": links.run(cables, _check_id(), spec.mtu, spec.queue_kb * 1000),
             "not_measured": sorted(skip)} | {"seconds": round(time.monotonic() - t0, 2)}
+
+
+def path_check(lab: Lab, excluded: set[str]) -> dict:
+    """The path check's record: every equal-cost path between leaves over the links not
+    ``excluded``, its probes' latency and loss; the links and switches failing paths
+    point at."""
+    spec = lab.spec
+    t0 = time.monotonic()
+    host_link = {lk.a_intf: link_name(spec, lk) for lk in spec.links if lk.kind == "host"}
+    down = [(lk.a, lk.b) for lk in spec.links
+            if lk.kind == "fabric" and link_name(spec, lk) in excluded]
+    planned, skipped = paths.plan(spec, lambda i: host_link[i.name] not in excluded, down)
+    host_of = {i.name: h.name for h in spec.hosts for i in h.interfaces}
+    unpin = paths.pin(planned, lab.ofctl)
+    try:
+        paths.probe(planned, lambda i: f"/proc/{lab.host_pid[host_of[i.name]]}/ns/net")
+    finally:
+        unpin()
+    failing = paths.judge(planned)
+
+    def light(chosen: list[Link]) -> dict[str, dict]:
+        return links.light(_cables(spec, lab.host_pid, chosen), _check_id())
+
+    bad_links, bad_switches, unexplained = paths.explain(spec, planned, failing, light)
+    return {"check": "paths", "seconds": round(time.monotonic() - t0, 2),
+            "rule": f"at most {paths.LOSS_MAX * 100:g} % of {paths.PROBES} probes lost; "
+                    f"median one-way time within {paths.SLACK_MS:g} ms and "
+                    f"{paths.FACTOR:g}x of the pair's fastest path",
+            "paths": [{"from": short(spec, p.src_leaf), "to": short(spec, p.dst_leaf),
+                       "hosts": [short(spec, p.src.name), short(spec, p.dst.name)],
+                       "via": [short(spec, s) for s, _ in p.hops[1:]], "links": list(p.links),
+                       "probes": p.sent, "lost": p.sent - len(p.seqs),
+                       "median_ms": p.median_ms(),
+                       "verdict": "fails" if p.index in failing else "passes",
+                       "reason": failing.get(p.index, "")} for p in planned],
+            "skipped": skipped,
+            "links": [{"link": k, "verdict": "excluded", "reason": v}
+                      for k, v in sorted(bad_links.items())],
+            "switches": [{"switch": k, "verdict": "excluded", "reason": v}
+                         for k, v in sorted(bad_switches.items())],
+            "unexplained": [f"{short(spec, planned[i].src_leaf)}>{short(spec, planned[i].dst_leaf)}"
+                            f" via {'/'.join(short(spec, s) for s, _ in planned[i].hops[1:])}"
+                            for i in unexplained]}
 
 
 def cabling_lines(record: dict) -> list[str]:
@@ -101,15 +172,38 @@ def link_lines(record: dict) -> list[str]:
     return out
 
 
-def accept(record: dict, spec: FabricSpec) -> tuple[dict, list[str]]:
-    """Run the checks on the lab of ``record``; write the result into its results folder."""
-    pids = {h["name"]: h["pid"] for h in record["hosts"].values()}
-    cab = cabling_check(spec, pids, f"testbed lab {record['name']}")
+def path_lines(record: dict) -> list[str]:
+    """The path check's table: failing paths, what they point at, the count."""
+    measured = record["paths"]
+    bad = [p for p in measured if p["verdict"] == "fails"]
+    out = [f"paths (every equal-cost path between leaves pinned, {record['seconds']:g} s): "
+           f"{len(measured) - len(bad)} of {len(measured)} pass ({record['rule']})"]
+    for p in bad:
+        out.append(f"  fails    {p['from']}>{p['to']} via {'/'.join(p['via']) or '-'}: "
+                   f"{p['reason']}")
+    for item in record["links"]:
+        out.append(f"  excluded {item['link']:<12} {item['reason']}")
+    for item in record["switches"]:
+        out.append(f"  excluded {item['switch']:<12} {item['reason']}")
+    out += [f"  unexplained: {u} (its links pass alone; nothing excluded for it)"
+            for u in record["unexplained"]]
+    out += [f"  skipped  {s}" for s in record["skipped"]]
+    return out
+
+
+def accept(lab: Lab) -> tuple[dict, list[str]]:
+    """Run the checks on ``lab``; write the result into its results folder."""
+    spec = lab.spec
+    cab = cabling_check(spec, lab.host_pid, f"testbed lab {lab.name}")
     miswired = {c["link"] for c in cab["cables"] if c["verdict"] == "excluded"}
-    rates = link_check(spec, pids, miswired)
-    excluded = sorted(miswired | {lk["link"] for lk in rates["links"]
-                                  if lk["verdict"] == "excluded"})
-    result = {"lab": record["name"], "t": time.time(), "checks": [cab, rates],
-              "excluded_links": excluded, "accepted": not excluded}
-    (Path(record["out"]) / RESULT).write_text(json.dumps(result, indent=1))
-    return result, cabling_lines(cab) + link_lines(rates)
+    rates = link_check(spec, lab.host_pid, miswired)
+    excluded = miswired | {lk["link"] for lk in rates["links"] if lk["verdict"] == "excluded"}
+    routes = path_check(lab, excluded)
+    excluded |= {lk["link"] for lk in routes["links"]}
+    switches = sorted(s["switch"] for s in routes["switches"])
+    result = {"lab": lab.name, "t": time.time(), "checks": [cab, rates, routes],
+              "excluded_links": sorted(excluded), "excluded_switches": switches,
+              "unexplained": routes["unexplained"],
+              "accepted": not excluded and not switches and not routes["unexplained"]}
+    (lab.out / RESULT).write_text(json.dumps(result, indent=1))
+    return result, cabling_lines(cab) + link_lines(rates) + path_lines(routes)

@@ -616,6 +616,11 @@ class Fabric:
                 raise BringUpError(f"traffic classes on host {name}: {done.stderr.strip()}")
 
     # -- use ---------------------------------------------------------------------------
+    def ofctl_target(self, bridge: str) -> str:
+        """What ovs-ofctl is given for ``bridge``: its management socket when it lives in
+        one of the lab's own switch processes, else its name (the host's Open vSwitch)."""
+        return self.daemons.mgmt(bridge) if self.daemons is not None else bridge
+
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 

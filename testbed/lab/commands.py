@@ -35,6 +35,10 @@ def _root(what: str) -> None:
         raise ConfigError("user", f"{what} needs root (namespaces, Open vSwitch)")
 
 
+#: the longest acceptance a lab may take before ``testbed accept`` gives up waiting
+ACCEPT_TIMEOUT_S = 600
+
+
 def _request(record: dict, message: dict, timeout: float | None = 120) -> dict:
     """One request to the lab's supervisor, its one-line JSON reply."""
     from testbed.lab.supervisor import read_line
@@ -290,16 +294,15 @@ def cmd_dashboard(args) -> int:
 
 # -- accept ----------------------------------------------------------------------------
 def cmd_accept(args) -> int:
-    from testbed.acceptance.run import accept
-    from topologies.spec import FabricSpec
-
     record = state.find(args.lab)
     if record["kind"] != "fabric":
         raise ConfigError("LAB", f"acceptance checks a fabric; {args.lab!r} is a "
                                  f"{record['kind']} lab")
-    _root("testbed accept")
-    result, lines = accept(record, FabricSpec.from_json(Path(record["spec"])))
-    print("\n".join(lines))
+    reply = _request(record, {"op": "accept"}, timeout=ACCEPT_TIMEOUT_S)
+    if not reply.get("ok"):
+        raise HostError(f"lab {record['name']}: {reply.get('error')}")
+    result = reply["result"]
+    print("\n".join(reply["lines"]))
     print(f"{'accepted' if result['accepted'] else 'NOT accepted'}: "
           f"{Path(record['out']) / 'acceptance.json'}")
     return 0 if result["accepted"] else 1

@@ -136,7 +136,7 @@ class FabricLab:
                 f"   # then link_up; rail_fail, switch_fail, plane_fail, degrade --loss, "
                 "controller_kill ...",
                 f"testbed capture {lab} {short(port.a_intf)} --seconds 5",
-                f"ovs-ofctl -O OpenFlow13 dump-flows {self._ofctl_target(port.a)}",
+                f"ovs-ofctl -O OpenFlow13 dump-flows {self.live.fabric.ofctl_target(port.a)}",
                 f"testbed down {lab}"]
 
     # -- what the lab commands read from a lab's record (static: no live lab needed) --
@@ -173,11 +173,12 @@ class FabricLab:
         host = state.host(record, p.host[len(spec.prefix):]) if p.host else RootHost()
         return host, p.ifname, p.name
 
-    def _ofctl_target(self, bridge: str) -> str:
-        """What ovs-ofctl is given for ``bridge``: its management socket when it lives in
-        one of the lab's own switch processes, else its name (the host's Open vSwitch)."""
-        daemons = self.live.fabric.daemons
-        return daemons.mgmt(bridge) if daemons is not None else bridge
+    # -- acceptance ----------------------------------------------------------------------
+    def accept(self) -> tuple[dict, list[str]]:
+        """The acceptance checks on this lab (:mod:`testbed.acceptance`)."""
+        from testbed.acceptance.run import Lab, accept
+
+        return accept(Lab.of(self.live, self.out, self.name))
 
     # -- faults by hand ----------------------------------------------------------------
     def fault(self, kind: str, target: str | None, **params: float) -> str:

@@ -104,10 +104,24 @@ class Server:
                 send(conn, {"ok": True})
             elif op == "fault":
                 send(conn, self._fault(request))
+            elif op == "accept" and hasattr(self.lab, "accept"):
+                send(conn, self._accept_checks())
             elif op == "cli" and getattr(self.lab, "cli", None) is not None:
                 self.lab.cli.serve(conn, request.get("banner", ""))
             else:
                 send(conn, {"ok": False, "code": 2, "error": f"op: unknown {op!r}"})
+
+    def _accept_checks(self) -> dict:
+        """The acceptance checks (no fault meanwhile: they would measure it half-way)."""
+        with self.fault_lock:
+            try:
+                result, lines = self.lab.accept()
+            except Exception as exc:  # noqa: BLE001 -- reported to the caller, lab stays up
+                print(traceback.format_exc(), flush=True)
+                return {"ok": False, "code": 1, "error": f"{type(exc).__name__}: {exc}"}
+        print(f"{time.strftime('%H:%M:%S')} accept: "
+              f"{'accepted' if result['accepted'] else 'not accepted'}", flush=True)
+        return {"ok": True, "result": result, "lines": lines}
 
     def _fault(self, request: dict) -> dict:
         kind = request.get("kind")
