@@ -294,11 +294,20 @@ def cmd_dashboard(args) -> int:
 
 # -- accept ----------------------------------------------------------------------------
 def cmd_accept(args) -> int:
+    checks = None
+    if args.checks is not None:  # before anything else: bad input touches nothing
+        from testbed.acceptance.run import CHECKS
+
+        checks = [c.strip() for c in args.checks.split(",") if c.strip()]
+        unknown = [c for c in checks if c not in CHECKS]
+        if unknown or not checks:
+            said = f"unknown check {unknown[0]!r}" if unknown else "names no check"
+            raise ConfigError("--checks", f"{said} (checks: {', '.join(CHECKS)})")
     record = state.find(args.lab)
     if record["kind"] != "fabric":
         raise ConfigError("LAB", f"acceptance checks a fabric; {args.lab!r} is a "
                                  f"{record['kind']} lab")
-    reply = _request(record, {"op": "accept"}, timeout=ACCEPT_TIMEOUT_S)
+    reply = _request(record, {"op": "accept", "checks": checks}, timeout=ACCEPT_TIMEOUT_S)
     if not reply.get("ok"):
         raise HostError(f"lab {record['name']}: {reply.get('error')}")
     result = reply["result"]
@@ -584,8 +593,12 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("accept", help="acceptance checks of a running fabric lab: cabling "
-                                      "(LLDP against the spec); exit 1 if anything fails")
+                                      "(LLDP against the spec), every link's rate and loss, "
+                                      "every equal-cost path's latency and loss; exit 1 if "
+                                      "anything is excluded")
     p.add_argument("lab", help="the lab's name (testbed ls)")
+    p.add_argument("--checks", default=None, help="only these checks, comma-separated, in "
+                   "their order: cabling, links, paths (default: all)")
     p.set_defaults(func=cmd_accept)
 
     p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "

@@ -174,11 +174,11 @@ class FabricLab:
         return host, p.ifname, p.name
 
     # -- acceptance ----------------------------------------------------------------------
-    def accept(self) -> tuple[dict, list[str]]:
+    def accept(self, checks: list[str] | None = None) -> tuple[dict, list[str]]:
         """The acceptance checks on this lab (:mod:`testbed.acceptance`)."""
         from testbed.acceptance.run import Lab, accept
 
-        return accept(Lab.of(self.live, self.out, self.name))
+        return accept(Lab.of(self.live, self.out, self.name), checks)
 
     # -- faults by hand ----------------------------------------------------------------
     def fault(self, kind: str, target: str | None, **params: float) -> str:

@@ -1,11 +1,14 @@
-"""Acceptance on a running lab, real LLDP frames on every cable: a fabric as built is
+"""Acceptance on a running lab, real frames through real switches: a fabric as built is
 accepted; two NICs swapped between rails are named by both ends (and accepted again
-once swapped back); a cut cable is named and nothing else."""
+once swapped back); a cut cable is named and nothing else; a link at a quarter of its
+rate and a port losing 2 % are named by the link check and nothing else; a spine whose
+forwarding drops every packet is named by the path check and nothing else."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,8 +21,8 @@ pytestmark = pytest.mark.ovs
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "lab-rails.yaml"
 
 
-def accept(name: str, out: Path) -> tuple[int, str, dict]:
-    done = run_testbed("accept", name)
+def accept(name: str, out: Path, *checks: str) -> tuple[int, str, dict]:
+    done = run_testbed("accept", name, *(["--checks", ",".join(checks)] if checks else []))
     return done.returncode, done.stdout, json.loads((out / "acceptance.json").read_text())
 
 
@@ -34,26 +37,86 @@ def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
     record = record_of(name)
     out = Path(record["out"])
     try:
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "cabling")
         assert code == 0, text
         assert result["accepted"] and excluded(result) == []
         assert len(result["checks"][0]["cables"]) == 12  # 8 NIC cables, 4 between switches
 
         assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "cabling")
         assert code == 1, text
         assert excluded(result) == ["n1-p0l0", "n1-p0l1"]
         assert result["checks"][0]["swapped"] == [["n1-p0l0", "n1-p0l1"]]
         assert "n1p0r0 hears p0l1e2, not p0l0e2" in text, text
 
         assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out)  # every check: a swap undone leaves nothing
         assert code == 0 and excluded(result) == [], text
 
         assert run_testbed("fault", name, "link_down", "p0l0-p0s0").returncode == 0
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "cabling")
         assert code == 1 and excluded(result) == ["p0l0-p0s0"], text
         assert "hears nothing" in text
+    finally:
+        down = run_testbed("down", name)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(f"tb{record['run_id']}") == []
+
+
+def _check(result: dict, name: str) -> dict:
+    return next(c for c in result["checks"] if c["check"] == name)
+
+
+def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
+    name = f"b{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    out = Path(record["out"])
+    try:
+        code, text, result = accept(name, out)
+        assert code == 0 and result["excluded_links"] == [], text
+        rates = _check(result, "links")
+        assert len(rates["links"]) == 12
+        for lk in rates["links"]:  # both ways, near the rate (sent at 0.97 of it), no loss
+            for way in lk["directions"]:
+                assert way["rate_mbps"] >= 0.9 * way["mbps"] and way["loss"] == 0, lk
+        routes = _check(result, "paths")
+        assert len(routes["paths"]) == 4  # two leaves, each way over each spine
+        assert all(p["verdict"] == "passes" and p["lost"] == 0 for p in routes["paths"])
+
+        # a link trained down to a quarter, a host port losing 2 %
+        assert run_testbed("fault", name, "rate", "p0l1-p0s0",
+                           "--rate-mbps", "25").returncode == 0
+        assert run_testbed("fault", name, "degrade", "n2-p0l1", "--loss", "0.02").returncode == 0
+        code, text, result = accept(name, out)
+        assert code == 1, text
+        assert result["excluded_links"] == ["n2-p0l1", "p0l1-p0s0"], text
+        assert result["excluded_switches"] == [], text
+        bad = {lk["link"]: lk for lk in _check(result, "links")["links"]
+               if lk["verdict"] == "excluded"}
+        assert "at 25.0 of 100 Mb/s" in bad["p0l1-p0s0"]["reason"] \
+            or "at 24.9 of 100 Mb/s" in bad["p0l1-p0s0"]["reason"], text
+        for way in bad["n2-p0l1"]["directions"]:
+            assert 0.005 < way["loss"] < 0.06, bad["n2-p0l1"]
+        # the paths left: over p0s1 only, both pass
+        assert [p["via"] for p in _check(result, "paths")["paths"]] == [["p0s1"], ["p0s1"]]
+        assert run_testbed("fault", name, "rate_restore", "p0l1-p0s0").returncode == 0
+        assert run_testbed("fault", name, "restore", "n2-p0l1").returncode == 0
+
+        # a spine that drops every IPv4 packet: its links pass alone, its paths do not
+        spine = f"{record['prefix']}p0s1"
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", spine,
+                        "cookie=0xbad,priority=65000,ip,actions=drop"], check=True)
+        code, text, result = accept(name, out)
+        assert code == 1, text
+        assert result["excluded_links"] == [] and result["excluded_switches"] == ["p0s1"], text
+        failing = [p for p in _check(result, "paths")["paths"] if p["verdict"] == "fails"]
+        assert [p["via"] for p in failing] == [["p0s1"], ["p0s1"]], text
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", spine,
+                        "cookie=0xbad/-1"], check=True)
+        code, text, result = accept(name, out)
+        assert code == 0, text
     finally:
         down = run_testbed("down", name)
     assert down.returncode == 0, down.stderr
@@ -63,3 +126,6 @@ def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
 def test_accept_of_no_lab_is_one_line_and_exit_2():
     done = run_testbed("accept", "no-such-lab")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
+    done = run_testbed("accept", "no-such-lab", "--checks", "cabling,wires")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--checks" in done.stderr and "wires" in done.stderr

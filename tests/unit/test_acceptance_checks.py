@@ -1,0 +1,79 @@
+"""The link and path checks' rules on made-up measurements: what passes, what fails and
+what a failing path is put on."""
+
+from __future__ import annotations
+
+from testbed.acceptance import links, paths
+from testbed.acceptance.lldp import End
+from topologies.leafspine import build_fabric
+
+SPEC = build_fabric(prefix="tbu0", planes=1, nodes=6, leaves_per_plane=3, spines_per_plane=2)
+
+
+def _measured(n: int, got: int, seconds: float, size: int = 1514, refused: int = 0):
+    return links.Measured(planned=n, offered=n, refused=refused, received=got,
+                          bytes=got * size, first=0.0, last=seconds, seqs=set(range(got)))
+
+
+def test_a_direction_passes_at_its_rate_and_fails_below_it_or_lossy():
+    d = links.Direction("l", End("a", "a1", ""), End("b", "b1", ""), 20, "a1>b1")
+    assert links.verdict(d, _measured(800, 800, 0.48)) == ""
+    assert "at 10.1 of 20 Mb/s" in links.verdict(d, _measured(800, 400, 0.48))
+    assert "2.0 % lost" in links.verdict(d, _measured(800, 784, 0.48))
+    assert links.verdict(d, _measured(800, 797, 0.48)) == ""  # 0.4 %: within the rule
+    behind = links.Measured(planned=800, offered=700)
+    assert "not measured" in links.verdict(d, behind)
+    overrun = _measured(800, 800, 0.48)
+    overrun.overrun = 3
+    assert "receiving socket dropped 3" in links.verdict(d, overrun)
+
+
+def _paths(slow: set[str] = frozenset(), lossy_spine: str | None = None):
+    """Every path of the spec with made-up probes: 0.2 ms, 5 ms on a path that crosses a
+    link of ``slow``, all lost through ``lossy_spine``."""
+    planned, skipped = paths.plan(SPEC, lambda i: True)
+    assert skipped == []
+    for p in planned:
+        p.sent = 300
+        through = {s for s, _ in p.hops[1:]}
+        if lossy_spine in {s[len(SPEC.prefix):] for s in through}:
+            continue
+        delay = 0.005 if set(p.links) & slow else 0.0002
+        p.delays = [delay] * 300
+        p.seqs = set(range(300))
+    return planned
+
+
+def test_a_slow_link_is_named_by_its_paths_and_its_light_frames():
+    planned = _paths(slow={"p0l0-p0s1"})
+    failing = paths.judge(planned)
+    assert failing and all("p0l0-p0s1" in planned[i].links for i in failing)
+
+    def light(chosen):
+        return {paths.link_name(SPEC, lk): {"latency_ms": 5.1 if paths.link_name(
+            SPEC, lk) == "p0l0-p0s1" else 0.05, "loss": 0.0} for lk in chosen}
+
+    named_links, switches, left = paths.explain(SPEC, planned, failing, light)
+    assert list(named_links) == ["p0l0-p0s1"] and switches == {} and left == []
+
+
+def test_a_spine_that_drops_is_named_and_no_leaf():
+    planned = _paths(lossy_spine="p0s1")
+    failing = paths.judge(planned)
+    assert len(failing) == 6  # every ordered pair of three leaves, over p0s1
+
+    def light(chosen):
+        return {paths.link_name(SPEC, lk): {"latency_ms": 0.05, "loss": 0.0} for lk in chosen}
+
+    named_links, switches, left = paths.explain(SPEC, planned, failing, light)
+    assert named_links == {} and list(switches) == ["p0s1"] and left == []
+
+
+def test_the_check_pins_each_path_with_its_own_port_at_every_switch_on_it():
+    planned = _paths()
+    rules = paths.flows(planned)
+    assert sorted(s[len(SPEC.prefix):] for s in rules) == ["p0l0", "p0l1", "p0l2", "p0s0",
+                                                           "p0s1"]
+    ports = [p.port for p in planned]
+    assert len(set(ports)) == len(planned) == 12
+    assert all(f"tp_dst={planned[0].port}," in r for r in [rules[planned[0].hops[0][0]][0]])
