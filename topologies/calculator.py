@@ -33,6 +33,17 @@ from __future__ import annotations
 from topologies.spec import TopologyError
 
 
+def allreduce_ms(nbytes: float, ranks: int, nic_mbps: float) -> float:
+    """What a fabric's capacity allows a ring all-reduce of ``nbytes`` over ``ranks``
+    nodes, each with ``nic_mbps`` of NIC bandwidth (all planes): every rank sends
+    2 (N-1)/N of the bytes (reduce-scatter, then all-gather), at best at its NIC's rate.
+
+    >>> allreduce_ms(1_000_000, 8, 40)
+    350.0
+    """
+    return 2 * (ranks - 1) / ranks * nbytes * 8 / (nic_mbps * 1e6) * 1000
+
+
 def _plane_design(switch_gbps: float, gpu_gbps: float, planes: int) -> dict:
     port_gbps = gpu_gbps / planes
     radix = int(switch_gbps // port_gbps)

@@ -526,6 +526,7 @@ class RingRank:
         t1 = time.perf_counter()
         timeout = self.cfg.step_timeout_ms / 1000
         done_steps = 0
+        send_s = 0.0  # handing the chunks to the NICs: long when a NIC is slow
         hurt_steps: list[list] = []  # [wall time the step began, packets lost, time-outs]
         for step in range(self.steps):
             if self.stop_requested:
@@ -536,7 +537,9 @@ class RingRank:
                 self._choose_channels()
             began = wall_start + (time.perf_counter() - t0)
             lost_before, timeouts_before = self.stats.packets_lost, self.stats.timeouts
+            t_send = time.perf_counter()
             self._send_step(seq)
+            send_s += time.perf_counter() - t_send
             if not self._wait_until(time.perf_counter() + timeout, seq):
                 if self.stop_requested:
                     break
@@ -560,6 +563,7 @@ class RingRank:
             "iteration_ms": round((t2 - t0) * 1000, 3),
             "comm_ms": round((t2 - t1) * 1000, 3),
             "compute_ms": round((t1 - t0) * 1000, 3),
+            "send_ms": round(send_s * 1000, 3),
             "bytes_sent": st.bytes_sent,
             "bytes_received": st.bytes_received,
             "packets_sent": st.packets_sent,

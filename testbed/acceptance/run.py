@@ -4,7 +4,9 @@ printed and written to the lab's results (``acceptance.json``).
 The checks run in order, each on what the ones before accepted: cabling (LLDP), then
 every link's rate and loss (a cable excluded by the cabling check is not measured: its
 frames would go to the wrong port), then every equal-cost path between leaves over the
-links left."""
+links left, then a collective over the nodes left (a node with an excluded cable is
+excluded as a whole). The verdicts: every link, switch and node, accepted or excluded
+with the reason."""
 
 from __future__ import annotations
 
@@ -15,14 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.acceptance import cabling, links, paths
+from testbed.acceptance import cabling, links, paths, system
+from testbed.acceptance.exclude import excluded_nodes
 from testbed.acceptance.lldp import End, exchange
 from testbed.faults.fabric import link_name, short
+from testbed.host.hosts import Host
 from topologies.spec import FabricSpec, Link
 
 RESULT = "acceptance.json"
 #: the checks, in the order they run (each on what the ones before accepted)
-CHECKS = ("cabling", "links", "paths")
+CHECKS = ("cabling", "links", "paths", "system")
 
 
 @dataclass(frozen=True)
@@ -35,13 +39,15 @@ class Lab:
     ofctl: Callable[[str], str]
     out: Path
     name: str
+    host: Callable[[str], Host]  # full host name -> what runs commands in it
+    pid_dir: Path
 
     @classmethod
     def of(cls, live, out: Path, name: str) -> Lab:
         """From a :class:`~testbed.fabric.bringup.LiveFabric`."""
         spec = live.spec
         return cls(spec, {h.name: live.fabric.host_pid(h.name) for h in spec.hosts},
-                   live.fabric.ofctl_target, out, name)
+                   live.fabric.ofctl_target, out, name, live.fabric.host, live.pid_dir)
 
 
 def _check_id() -> int:
@@ -193,34 +199,85 @@ def path_lines(record: dict) -> list[str]:
     return out
 
 
+def system_lines(record: dict) -> list[str]:
+    """The system test's lines: the collective(s), the outliers."""
+    out = []
+    for k, run in enumerate(record["runs"]):
+        out.append(f"system{' again' if k else ''} (all-reduce over {len(run['nodes'])} "
+                   f"nodes{', without the outliers' if k else ''}): {run['iteration_ms']} ms "
+                   f"an iteration, the capacity bound {run['bound_ms']} ms "
+                   f"({run['ratio']}x)" + ("" if run["complete"] else ", a rank unfinished"))
+    for n in record["nodes"]:
+        out.append(f"  excluded {n['node']:<12} {n['reason']}")
+    out.append(f"  the system {record['verdict']}" + (f": {record['reason']}"
+                                                      if record["reason"] else
+                                                      f" ({record['rule']})"))
+    return out
+
+
+def verdicts(spec: FabricSpec, links_out: set[str], switches_out: dict[str, str],
+             nodes_out: dict[str, str], reasons: dict[str, str]) -> dict:
+    """Every link, switch and node: accepted or excluded, with the reason."""
+    def one(name: str, why: str) -> dict:
+        return {"name": name, "verdict": "excluded" if why else "accepted", "reason": why}
+    return {"links": [one(n, reasons.get(n, "") if n in links_out else "")
+                      for n in (link_name(spec, lk) for lk in spec.links)],
+            "switches": [one(short(spec, sw.name), switches_out.get(short(spec, sw.name), ""))
+                         for sw in spec.switches],
+            "nodes": [one(short(spec, h.name), nodes_out.get(short(spec, h.name), ""))
+                      for h in spec.hosts]}
+
+
 def accept(lab: Lab, checks: list[str] | None = None) -> tuple[dict, list[str]]:
     """Run the checks (all, or those named) on ``lab``; write the result into its
     results folder."""
     spec, chosen = lab.spec, set(checks or CHECKS)
     records, lines = [], []
     excluded: set[str] = set()
-    switches: list[str] = []
+    why: dict[str, str] = {}
+    switches: dict[str, str] = {}
     unexplained: list[str] = []
+    system_ok = True
     if "cabling" in chosen:
         cab = cabling_check(spec, lab.host_pid, f"testbed lab {lab.name}")
-        excluded |= {c["link"] for c in cab["cables"] if c["verdict"] == "excluded"}
+        why |= {c["link"]: f"cabling: {c['reason']}" for c in cab["cables"]
+                if c["verdict"] == "excluded"}
         records.append(cab)
         lines += cabling_lines(cab)
     if "links" in chosen:
-        rates = link_check(spec, lab.host_pid, set(excluded))
-        excluded |= {lk["link"] for lk in rates["links"] if lk["verdict"] == "excluded"}
+        rates = link_check(spec, lab.host_pid, set(why))
+        why |= {lk["link"]: f"links: {lk['reason']}" for lk in rates["links"]
+                if lk["verdict"] == "excluded"}
         records.append(rates)
         lines += link_lines(rates)
     if "paths" in chosen:
-        routes = path_check(lab, excluded)
-        excluded |= {lk["link"] for lk in routes["links"]}
-        switches = sorted(s["switch"] for s in routes["switches"])
+        routes = path_check(lab, set(why))
+        why |= {lk["link"]: f"paths: {lk['reason']}" for lk in routes["links"]}
+        switches = {s["switch"]: f"paths: {s['reason']}" for s in routes["switches"]}
         unexplained = routes["unexplained"]
         records.append(routes)
         lines += path_lines(routes)
+    excluded = set(why)
+    nodes = {n: "a cable excluded: " + ", ".join(
+        k for k in sorted(excluded) if k.split("-")[0] == n)
+        for n in excluded_nodes(spec, excluded)}
+    if "system" in chosen:
+        left = [short(spec, h.name) for h in spec.hosts if short(spec, h.name) not in nodes]
+        test = system.check(lab, left)
+        nodes |= {n["node"]: f"system: {n['reason']}" for n in test["nodes"]}
+        system_ok = test["verdict"] == "passes"
+        records.append(test)
+        lines += system_lines(test)
     result = {"lab": lab.name, "t": time.time(), "checks": records,
-              "excluded_links": sorted(excluded), "excluded_switches": switches,
-              "unexplained": unexplained,
-              "accepted": not excluded and not switches and not unexplained}
-    (lab.out / RESULT).write_text(json.dumps(result, indent=1))
+              "verdicts": verdicts(spec, excluded, switches, nodes, why),
+              "excluded_links": sorted(excluded), "excluded_switches": sorted(switches),
+              "excluded_nodes": [n for n in (short(spec, h.name) for h in spec.hosts)
+                                 if n in nodes],
+              "unexplained": unexplained, "system": "passes" if system_ok else "fails",
+              "accepted": not (excluded or switches or nodes or unexplained) and system_ok}
+    save(lab.out, result)
     return result, lines
+
+
+def save(out: Path, result: dict) -> None:
+    (out / RESULT).write_text(json.dumps(result, indent=1))

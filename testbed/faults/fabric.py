@@ -367,8 +367,19 @@ class FabricFaults:
         for host, ifname in self._ends(target):
             self._tc(host, ["class", "change", "dev", ifname, "parent", "1:", "classid",
                             f"1:{HTB_MINOR:x}", "htb", "rate", f"{rate:g}mbit", "ceil",
-                            f"{rate:g}mbit", "burst", str(burst_bytes(rate, self.spec.mtu))])
+                            f"{rate:g}mbit", "burst", str(burst_bytes(rate, self.spec.mtu)),
+                            "cburst", str(burst_bytes(rate, self.spec.mtu))])
         return rate
+
+    def throttle(self, rail: str, rate_mbps: float, burst_kb: float) -> float:
+        """The host end of a NIC's cable: ``burst_kb`` at full rate, then ``rate_mbps``
+        (its HTB class: rate and ceil, each with that bucket)."""
+        lk = find_link(self.spec, rail)
+        burst = str(int(burst_kb * 1000))
+        self._tc(lk.a, ["class", "change", "dev", lk.a_intf, "parent", "1:", "classid",
+                        f"1:{HTB_MINOR:x}", "htb", "rate", f"{rate_mbps:g}mbit", "ceil",
+                        f"{rate_mbps:g}mbit", "burst", burst, "cburst", burst])
+        return rate_mbps
 
     # -- loss --------------------------------------------------------------------------
     def _table(self, target: str, end: int) -> str:

@@ -329,3 +329,38 @@ class RateRestore(FaultKind):
 
     def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         return faults.set_rate(target, None)
+
+
+class ThrottleParams(Section):
+    rate_mbps: float = Field(gt=0, le=100000, description="the NIC's rate once its burst "
+                                                          "is spent")
+    burst_kb: float = Field(2000, gt=0, le=1000000, description="KB it still sends at full "
+                                                                "rate after an idle spell")
+
+
+@register
+class Throttle(FaultKind):
+    """One NIC of a node (``n3p0r0``) sends its first ``burst_kb`` after an idle spell
+    at full rate, then at ``rate_mbps``: a NIC that throttles under sustained load
+    (heat, a power cap), which a short link test passes and a collective does not."""
+
+    NAME = "throttle"
+    TARGET = "rail"
+    PARAMS = ThrottleParams
+    NEEDS = "htb"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        p = self.given(args, params)
+        return faults.throttle(target, p["rate_mbps"], p.get("burst_kb", 2000))
+
+
+@register
+class ThrottleRestore(FaultKind):
+    """The NIC's configured rate again."""
+
+    NAME = "throttle_restore"
+    TARGET = "rail"
+    NEEDS = "htb"
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.set_rate(target, None)

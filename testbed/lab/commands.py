@@ -307,7 +307,8 @@ def cmd_accept(args) -> int:
     if record["kind"] != "fabric":
         raise ConfigError("LAB", f"acceptance checks a fabric; {args.lab!r} is a "
                                  f"{record['kind']} lab")
-    reply = _request(record, {"op": "accept", "checks": checks}, timeout=ACCEPT_TIMEOUT_S)
+    reply = _request(record, {"op": "accept", "checks": checks, "exclude": args.exclude},
+                     timeout=ACCEPT_TIMEOUT_S)
     if not reply.get("ok"):
         raise HostError(f"lab {record['name']}: {reply.get('error')}")
     result = reply["result"]
@@ -509,7 +510,7 @@ def cmd_fault(args) -> int:
     reply = _request(record, {"op": "fault", "kind": args.kind, "target": args.target,
                               "loss": args.loss, "period_s": args.period, "count": args.count,
                               "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
-                              "rate_mbps": args.rate_mbps})
+                              "rate_mbps": args.rate_mbps, "burst_kb": args.burst_kb})
     if not reply.get("ok"):
         if reply.get("code") == 2:
             field, _, reason = reply["error"].partition(": ")
@@ -599,6 +600,8 @@ def add_parsers(sub) -> None:
     p.add_argument("lab", help="the lab's name (testbed ls)")
     p.add_argument("--checks", default=None, help="only these checks, comma-separated, in "
                    "their order: cabling, links, paths (default: all)")
+    p.add_argument("--exclude", action="store_true", help="then take the excluded links "
+                   "out of every ECMP set (the controller restarts on the accepted fabric)")
     p.set_defaults(func=cmd_accept)
 
     p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "
@@ -644,7 +647,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--count", type=int, help="link_flap: cycles")
     p.add_argument("--delay-ms", type=float, help="delay: one-way delay added (netem)")
     p.add_argument("--jitter-ms", type=float, help="delay: jitter (netem)")
-    p.add_argument("--rate-mbps", type=float, help="rate: the link's new rate (HTB)")
+    p.add_argument("--rate-mbps", type=float, help="rate: the link's new rate (HTB); "
+                   "throttle: the NIC's rate once its burst is spent")
+    p.add_argument("--burst-kb", type=float, help="throttle: KB the NIC still sends at full "
+                   "rate after an idle spell (default 2000)")
     p.set_defaults(func=cmd_fault)
 
     p = sub.add_parser("capture", help="write a pcap of a port of a lab")

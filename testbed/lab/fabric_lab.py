@@ -174,11 +174,23 @@ class FabricLab:
         return host, p.ifname, p.name
 
     # -- acceptance ----------------------------------------------------------------------
-    def accept(self, checks: list[str] | None = None) -> tuple[dict, list[str]]:
-        """The acceptance checks on this lab (:mod:`testbed.acceptance`)."""
-        from testbed.acceptance.run import Lab, accept
+    def accept(self, checks: list[str] | None = None,
+               exclude: bool = False) -> tuple[dict, list[str]]:
+        """The acceptance checks on this lab (:mod:`testbed.acceptance`); with ``exclude``
+        the excluded links then leave the controller's ECMP sets."""
+        from testbed.acceptance.exclude import reroute
+        from testbed.acceptance.run import Lab, accept, save
 
-        return accept(Lab.of(self.live, self.out, self.name), checks)
+        result, lines = accept(Lab.of(self.live, self.out, self.name), checks)
+        if exclude and result["excluded_links"]:
+            done = reroute(self.live, self.stack, self.out, result["excluded_links"])
+            result["rerouted"] = done
+            save(self.out, result)
+            if done["links_removed"]:
+                lines.append(f"excluded from every ECMP set: {', '.join(done['links_removed'])}"
+                             f" (controller restarted on the accepted fabric, routes again "
+                             f"on every switch in {done['restart_s']:g} s)")
+        return result, lines
 
     # -- faults by hand ----------------------------------------------------------------
     def fault(self, kind: str, target: str | None, **params: float) -> str:

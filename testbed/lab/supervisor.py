@@ -105,17 +105,18 @@ class Server:
             elif op == "fault":
                 send(conn, self._fault(request))
             elif op == "accept" and hasattr(self.lab, "accept"):
-                send(conn, self._accept_checks(request.get("checks")))
+                send(conn, self._accept_checks(request.get("checks"),
+                                               bool(request.get("exclude"))))
             elif op == "cli" and getattr(self.lab, "cli", None) is not None:
                 self.lab.cli.serve(conn, request.get("banner", ""))
             else:
                 send(conn, {"ok": False, "code": 2, "error": f"op: unknown {op!r}"})
 
-    def _accept_checks(self, checks: list[str] | None) -> dict:
+    def _accept_checks(self, checks: list[str] | None, exclude: bool) -> dict:
         """The acceptance checks (no fault meanwhile: they would measure it half-way)."""
         with self.fault_lock:
             try:
-                result, lines = self.lab.accept(checks)
+                result, lines = self.lab.accept(checks, exclude)
             except Exception as exc:  # noqa: BLE001 -- reported to the caller, lab stays up
                 print(traceback.format_exc(), flush=True)
                 return {"ok": False, "code": 1, "error": f"{type(exc).__name__}: {exc}"}

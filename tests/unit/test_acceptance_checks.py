@@ -77,3 +77,55 @@ def test_the_check_pins_each_path_with_its_own_port_at_every_switch_on_it():
     ports = [p.port for p in planned]
     assert len(set(ports)) == len(planned) == 12
     assert all(f"tp_dst={planned[0].port}," in r for r in [rules[planned[0].hops[0][0]][0]])
+
+
+def test_planted_faults_are_placed_by_the_seed_distinct_and_never_on_a_spare():
+    from testbed.acceptance.step import place
+    from topologies.build import build_topology, resolve
+
+    spec = build_topology(resolve({"planes": 1, "rails": 2, "nodes": 8, "leaves_per_plane": 4,
+                                   "spines_per_plane": 4, "link_mbps": 20}), "tbu1")
+    plants = [{"action": "rate", "rate_fraction": 0.25}, {"action": "degrade", "loss": 0.02},
+              {"action": "swap_rails"}, {"action": "throttle", "rate_fraction": 0.25}]
+    spares = [6, 5, 1]
+    placed = {seed: place(spec, plants, spares, seed) for seed in range(1, 6)}
+    assert placed[1] == place(spec, plants, spares, 1)  # the seed decides, nothing else
+    assert len({tuple(f["target"] for f in p) for p in placed.values()}) > 1
+    for faults in placed.values():
+        nodes = [f["target"].split("p")[0].split("-")[0] for f in faults
+                 if f["target"].startswith("n")]
+        assert len(nodes) == len(set(nodes))  # never two plants on one node
+        assert not {"n6", "n5", "n1"} & set(nodes)
+        rate, loss, swap, throttle = faults
+        assert rate["rate_mbps"] == 5.0 and loss["loss"] == 0.02
+        assert swap["target"].endswith("r0") and throttle["target"].endswith("r0")
+
+
+def test_a_plant_that_cannot_be_placed_names_its_entry():
+    import pytest
+
+    from testbed.acceptance.step import place
+    from testbed.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        place(SPEC, [{"action": "swap_rails"}], [], 1)  # one rail: nothing to swap with
+    assert err.value.field == "acceptance.plant[0].target"
+    with pytest.raises(ConfigError) as err:
+        place(SPEC, [{"action": "rate", "target": "p0l0-p9s9"}], [], 1)
+    assert err.value.field == "acceptance.plant[0].target"
+
+
+def test_excluded_nodes_hand_their_roles_to_spares():
+    import pytest
+
+    from testbed.acceptance.exclude import remap
+    from testbed.errors import BringUpError
+
+    agents = {"enabled": True, "driver": 0, "services": {"retriever": 5, "tool": 2,
+                                                         "model": 7, "agent": 4}}
+    training = {"enabled": True, "ranks": [0, 1, 2, 3]}
+    a, t, moves = remap(agents, training, [2, 3], [6, 5, 1])
+    assert a["services"]["tool"] == 6 and t["ranks"] == [0, 1, 6]
+    assert moves == {"n2": "n6", "n3": None}  # 5 and 1 are busy; rank 3 dropped
+    with pytest.raises(BringUpError, match="runs the driver"):
+        remap(agents, training, [0, 6], [6])

@@ -146,9 +146,32 @@ def telemetry_lines(summary: dict, out: Path) -> list[str]:
     return ["## Switch telemetry", "", *parts] if parts else []
 
 
+def acceptance_lines(summary: dict) -> list[str]:
+    """What each variant planted, what acceptance excluded (with why), what moved."""
+    rows = []
+    for run in summary["runs"]:
+        acc = run.get("acceptance")
+        if not acc:
+            continue
+        planted = "; ".join(f"{f['action']} {f['target']}" for f in acc.get("planted", []))
+        if not acc.get("enabled"):
+            rows.append(f"| {run['name']} | {planted or '-'} | not checked | - | - |")
+            continue
+        out = [f"{v['name']}: {v['reason']}" for kind in ("links", "switches", "nodes")
+               for v in acc["verdicts"][kind] if v["verdict"] == "excluded"]
+        moved = ", ".join(f"{a} -> {b or 'dropped'}" for a, b in (acc.get("moved") or {}).items())
+        rows.append(f"| {run['name']} | {planted or '-'} | {acc['seconds']:g} s, system "
+                    f"{acc['system']} | {'<br>'.join(out) or 'nothing'} | {moved or '-'} |")
+    if not rows:
+        return []
+    return ["## Acceptance", "",
+            "| variant | planted | acceptance | excluded (why) | workloads moved |",
+            "|---|---|---|---|---|", *rows, ""]
+
+
 def report_lines(summary: dict, out: Path) -> list[str]:
     """Markdown lines of the fabric's section (seeds, medians, ratios, drops, marks)."""
-    lines = comparison.section(summary, out)
+    lines = comparison.section(summary, out) + acceptance_lines(summary)
     queues = queue_lines(summary)
     if queues:
         lines += ["## Where the switches dropped packets", "",

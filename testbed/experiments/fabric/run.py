@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
+from testbed.acceptance import step as acceptance_step
 from testbed.core import layout
 from testbed.core.fidelity import WatchedLink
 from testbed.core.results import agents_entry, training_entry
@@ -83,6 +84,8 @@ class VariantSection(Section):
         None, description="replaces the scenario's workloads list")
     capture: list[str] | None = Field(None, description="replaces the scenario's capture "
                                                         "list")
+    acceptance: dict[str, Any] | None = Field(None, description="keys merged onto the "
+                                                                "acceptance section")
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ class Variant:
     workloads: tuple[dict, ...] = ()
     #: ports captured for the whole variant (short names: ``p0l0e3``, ``n0p0r0``)
     capture: tuple[str, ...] = ()
+    #: the acceptance step before the workloads (:mod:`testbed.acceptance.step`)
+    acceptance: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: the fabric the topology builds, named with :data:`SPEC_PREFIX`: built once, when
     #: the variant was checked
     spec: FabricSpec | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -197,6 +202,7 @@ class FabricExperiment(base.Experiment):
     LAB_TRAFFIC = True
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "qos": Qos, "switches": SwitchSettings,
+                "acceptance": SECTIONS["acceptance"],
                 "faults": {"type": "array", "items": FaultEntry},
                 "workloads": list[Workload],
                 "variants": {"type": "array", "items": VariantSection},
@@ -307,9 +313,18 @@ class FabricExperiment(base.Experiment):
                 _check_node(f"{prefix}agents.services.{svc}", agents["services"][svc], nodes)
         if training["enabled"] or training["ranks"]:
             self._check_training(training, spec, prefix)
+        self._check_acceptance(resolved["acceptance"], spec, prefix)
         workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
         return Variant(name=name, topology=topology, **resolved, faults=fault_list,
                        workloads=workloads, spec=spec)
+
+    def _check_acceptance(self, cfg: dict, spec: FabricSpec, prefix: str) -> None:
+        """Spares are nodes of the fabric; the plants' targets exist (random ones can be
+        drawn: placed here with the scenario's seed, as a run places them with its own)."""
+        for i, node in enumerate(cfg["spares"]):
+            _check_node(f"{prefix}acceptance.spares[{i}]", node, len(spec.hosts))
+        acceptance_step.place(spec, cfg["plant"], cfg["spares"], self.seed,
+                              f"{prefix}acceptance.plant")
 
     def _fold_workloads(self, sections: dict, loads: Any,
                         prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
@@ -496,6 +511,12 @@ class FabricExperiment(base.Experiment):
                          "at most that; more is dropped unseen by the queues")
             capture.start_all(fabric, variant.capture, out=out, pid_dir=live.pid_dir,
                               stack=stack)
+            accept = variant.acceptance
+            if accept.get("enabled") or accept.get("plant"):
+                entry["acceptance"], agents, training = acceptance_step.run_step(
+                    live, accept, seed=seed, out=out, stack=stack, name=tag,
+                    agents=variant.agents, training=variant.training, progress=progress)
+                variant = dataclasses.replace(variant, agents=agents, training=training)
             drops_before = fabric.unseen_drops()
             work = generators.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)

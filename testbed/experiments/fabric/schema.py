@@ -21,6 +21,7 @@ from controllers.schema import (  # noqa: F401
     EcnClasses,
     Health,
 )
+from testbed.acceptance.step import Acceptance
 from testbed.fabric.qos import Qos
 from testbed.fabric.switchd import SwitchSettings
 from testbed.faults import kinds
@@ -251,4 +252,4 @@ class Workloads(Section):
 #: the sections every variant has (the scenario's base, deep-merged with its overrides)
 SECTIONS: dict[str, type[Section]] = {"controller": Controller, "agents": Agents,
                                       "training": Training, "qos": Qos,
-                                      "switches": SwitchSettings}
+                                      "switches": SwitchSettings, "acceptance": Acceptance}
