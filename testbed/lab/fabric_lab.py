@@ -4,6 +4,7 @@ bring_up`), optionally its workloads, its scenario captures, and the fault actio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ class FabricLab:
         self.pcaps: list[Path] = []
         self.traffic: str | None = None
         self.watched: monitor.Watched | None = None
+        self.acceptance: dict | None = None  # the acceptance step's record, if it ran
 
     @property
     def spec(self):
@@ -69,6 +71,15 @@ class FabricLab:
         mncli.add_short_names(net, spec.prefix)
         self.cli = mncli.Sessions(net, self.name, spec.prefix)
         self.faults = FabricFaults(live, self.stack)
+        accept = self.variant.acceptance
+        if accept.get("enabled") or accept.get("plant"):  # as a run does, before traffic
+            from testbed.acceptance.step import run_step
+
+            self.acceptance, agents, training = run_step(
+                live, accept, seed=self.scenario.seed, out=self.out, stack=self.stack,
+                name=self.name, agents=self.variant.agents, training=self.variant.training,
+                progress=self.progress)
+            self.variant = dataclasses.replace(self.variant, agents=agents, training=training)
         self.pcaps = capture.start_all(live.fabric, self.variant.capture, out=self.out,
                                        pid_dir=live.pid_dir, stack=self.stack)
         self.watched = monitor.watch(

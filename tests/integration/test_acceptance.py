@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -117,6 +118,68 @@ def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
                         "cookie=0xbad/-1"], check=True)
         code, text, result = accept(name, out)
         assert code == 0, text
+    finally:
+        down = run_testbed("down", name)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(f"tb{record['run_id']}") == []
+
+
+def _route_ports(bridge: str) -> set[int]:
+    """The ports a switch's IPv4 routes may leave by (outputs and ECMP bundle members)."""
+    flows = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge],
+                           capture_output=True, text=True, check=True).stdout
+    ports: set[int] = set()
+    for line in flows.splitlines():
+        if "nw_dst=" not in line or "actions=" not in line:
+            continue
+        actions = line.split("actions=", 1)[1]
+        ports |= {int(p) for p in re.findall(r"output:(\d+)", actions)}
+        for members in re.findall(r"members:([\d,]+)", actions):
+            ports |= {int(p) for p in members.split(",")}
+    return ports
+
+
+def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
+    """A NIC that sends its first 4 MB at full rate and then at a quarter passes the link
+    check and is the system test's outlier; a quarter-rate link, excluded, leaves the
+    ECMP set of the leaf (the controller restarted on the accepted fabric)."""
+    name = f"c{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    out = Path(record["out"])
+    try:
+        code, text, result = accept(name, out, "links", "system")
+        assert code == 0 and result["system"] == "passes", text
+        run, = _check(result, "system")["runs"]
+        assert run["complete"] and len(run["nodes"]) == 4 and run["ratio"] <= 2.0, run
+
+        assert run_testbed("fault", name, "throttle", "n2p0r0", "--rate-mbps", "12.5",
+                           "--burst-kb", "4000").returncode == 0
+        code, text, result = accept(name, out, "links", "system")
+        assert code == 1, text
+        assert result["excluded_links"] == [], text  # the short test passes it
+        assert result["excluded_nodes"] == ["n2"], text
+        test = _check(result, "system")
+        assert [n["node"] for n in test["nodes"]] == ["n2"], text
+        again = test["runs"][1]
+        assert again["nodes"] == ["n0", "n1", "n3"] and again["complete"], text
+        assert run_testbed("fault", name, "throttle_restore", "n2p0r0").returncode == 0
+
+        leaf, spine = f"{record['prefix']}p0l1", f"{record['prefix']}p0s0"
+        spec = json.loads(Path(record["spec"]).read_text())
+        port = next(lk["a_port"] for lk in spec["links"]
+                    if lk["a"] == leaf and lk["b"] == spine)
+        assert port in _route_ports(leaf)
+        assert run_testbed("fault", name, "rate", "p0l1-p0s0",
+                           "--rate-mbps", "25").returncode == 0
+        done = run_testbed("accept", name, "--checks", "links", "--exclude")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "excluded from every ECMP set: p0l1-p0s0" in done.stdout, done.stdout
+        assert port not in _route_ports(leaf)
+        # across the leaves (out of n1's rail-1 NIC, to n3's rail-0 one): the other spine
+        assert run_testbed("exec", name, "n1", "--", "ping", "-c", "3", "-i", "0.2", "-I",
+                           f"{record['prefix']}n1p0r1", "10.0.0.4").returncode == 0
     finally:
         down = run_testbed("down", name)
     assert down.returncode == 0, down.stderr

@@ -495,6 +495,13 @@ class FabricExperiment(base.Experiment):
                             stack=stack, seed=seed, qos=variant.qos,
                             switches=variant.switches)
             fabric, times = live.fabric, live.times
+            accept = variant.acceptance
+            if accept.get("enabled") or accept.get("plant"):  # before the measured window:
+                # its own figures guard against a machine that falls behind
+                entry["acceptance"], agents, training = acceptance_step.run_step(
+                    live, accept, seed=seed, out=out, stack=stack, name=tag,
+                    agents=variant.agents, training=variant.training, progress=progress)
+                variant = dataclasses.replace(variant, agents=agents, training=training)
             stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")
@@ -511,12 +518,6 @@ class FabricExperiment(base.Experiment):
                          "at most that; more is dropped unseen by the queues")
             capture.start_all(fabric, variant.capture, out=out, pid_dir=live.pid_dir,
                               stack=stack)
-            accept = variant.acceptance
-            if accept.get("enabled") or accept.get("plant"):
-                entry["acceptance"], agents, training = acceptance_step.run_step(
-                    live, accept, seed=seed, out=out, stack=stack, name=tag,
-                    agents=variant.agents, training=variant.training, progress=progress)
-                variant = dataclasses.replace(variant, agents=agents, training=training)
             drops_before = fabric.unseen_drops()
             work = generators.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
