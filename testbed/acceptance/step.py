@@ -181,6 +181,8 @@ def run_step(live, cfg: dict, *, seed: int, out: Path, stack: ExitStack, name: s
                "excluded_switches": result["excluded_switches"],
                "excluded_nodes": result["excluded_nodes"], "system": result["system"],
                "unexplained": result["unexplained"], "verdicts": result["verdicts"]}
+    if planted:
+        record["score"] = score(spec, planted, record)
     for line in lines:
         progress(f"{name}:   {line}")
     if cfg["exclude"]:
@@ -194,3 +196,40 @@ def run_step(live, cfg: dict, *, seed: int, out: Path, stack: ExitStack, name: s
             progress(f"{name}: workloads moved off excluded nodes: " + ", ".join(
                 f"{a} -> {b or 'dropped'}" for a, b in moves.items()))
     return record, agents, training
+
+
+def expected(spec: FabricSpec, planted: list[dict]) -> tuple[set[str], set[str]]:
+    """The links and nodes acceptance must exclude for the planted faults: a rate, loss
+    or dead cable its link (and a host cable's node); a swap both NICs' cables and the
+    node; a throttled NIC its node (its cable passes a short test)."""
+    links, nodes = set(), set()
+    for f in planted:
+        lk = find_link(spec, f["target"])
+        if lk is None:
+            continue
+        node = short(spec, lk.a) if lk.kind == "host" else None
+        if f["action"] == "throttle":
+            nodes.add(node)
+            continue
+        links.add(link_name(spec, lk))
+        if f["action"] == "swap_rails":
+            host = spec.host(lk.a)
+            nic = host.interface_by_name(lk.a_intf)
+            other = host.interface(nic.plane, nic.rail + 1)
+            links.add(link_name(spec, find_link(spec, short(spec, other.name))))
+        if node:
+            nodes.add(node)
+    return links, {n for n in nodes if n}
+
+
+def score(spec: FabricSpec, planted: list[dict], record: dict) -> dict:
+    """What acceptance found of the planted faults: the expected exclusions it made
+    (``found``), those it missed, and what it excluded beyond them (``extra``: a
+    healthy link, switch or node)."""
+    links, nodes = expected(spec, planted)
+    got_links = set(record.get("excluded_links", []))
+    got_nodes = set(record.get("excluded_nodes", []))
+    return {"found": sorted((links & got_links) | (nodes & got_nodes)),
+            "missed": sorted((links - got_links) | (nodes - got_nodes)),
+            "extra": sorted((got_links - links) | (got_nodes - nodes)
+                            | set(record.get("excluded_switches", [])))}

@@ -129,3 +129,23 @@ def test_excluded_nodes_hand_their_roles_to_spares():
     assert moves == {"n2": "n6", "n3": None}  # 5 and 1 are busy; rank 3 dropped
     with pytest.raises(BringUpError, match="runs the driver"):
         remap(agents, training, [0, 6], [6])
+
+
+def test_what_acceptance_must_exclude_for_each_planted_fault():
+    from testbed.acceptance.step import expected, score
+    from topologies.build import build_topology, resolve
+
+    spec = build_topology(resolve({"planes": 1, "rails": 2, "nodes": 8, "leaves_per_plane": 4,
+                                   "spines_per_plane": 4, "link_mbps": 20}), "tbu2")
+    planted = [{"action": "rate", "target": "p0l1-p0s2"},
+               {"action": "degrade", "target": "n3-p0l1"},
+               {"action": "swap_rails", "target": "n4p0r0"},
+               {"action": "throttle", "target": "n7p0r0"}]
+    links, nodes = expected(spec, planted)
+    assert links == {"p0l1-p0s2", "n3-p0l1", "n4-p0l2", "n4-p0l3"}
+    assert nodes == {"n3", "n4", "n7"}
+    got = {"excluded_links": sorted(links | {"p0l0-p0s0"}), "excluded_nodes": ["n3", "n4"],
+           "excluded_switches": []}
+    assert score(spec, planted, got) == {
+        "found": ["n3", "n3-p0l1", "n4", "n4-p0l2", "n4-p0l3", "p0l1-p0s2"],
+        "missed": ["n7"], "extra": ["p0l0-p0s0"]}
