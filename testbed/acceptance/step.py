@@ -54,7 +54,7 @@ class Plant(Section):
                                                                       "of the link's rate")
     loss: float | None = Field(None, ge=0.001, le=1.0, description="degrade: fraction lost")
     burst_kb: float | None = Field(None, gt=0, le=1000000, description="throttle: KB at full "
-                                                                        "rate after idle")
+                                   "rate after idle (default: half a second at the link's rate)")
 
 
 class Acceptance(Section):
@@ -105,8 +105,10 @@ def place(spec: FabricSpec, plants: list[dict], spares: list[int], seed: int,
             fault["rate_mbps"] = round((lk.mbps if lk else spec.link_mbps) * frac, 3)
         if action == "degrade":
             fault["loss"] = p.get("loss") or 0.02
-        if action == "throttle" and p.get("burst_kb"):
-            fault["burst_kb"] = p["burst_kb"]
+        if action == "throttle":  # full rate for half a second's worth, by default: the
+            # link check's window passes, the system test's sustained load does not
+            fault["burst_kb"] = p.get("burst_kb") or round(
+                (lk.mbps if lk else spec.link_mbps) * 1e6 / 8 / 1000 / 2, 1)
         try:  # the target and parameters checked as a scheduled fault's
             parsed, = parse_faults([fault], spec, at)
         except ConfigError as exc:

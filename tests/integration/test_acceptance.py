@@ -96,8 +96,8 @@ def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
         assert result["excluded_switches"] == [], text
         bad = {lk["link"]: lk for lk in _check(result, "links")["links"]
                if lk["verdict"] == "excluded"}
-        assert "at 25.0 of 100 Mb/s" in bad["p0l1-p0s0"]["reason"] \
-            or "at 24.9 of 100 Mb/s" in bad["p0l1-p0s0"]["reason"], text
+        for way in bad["p0l1-p0s0"]["directions"]:  # at a quarter, the rest lost
+            assert 20 < way["rate_mbps"] < 30 and way["loss"] > 0.6, bad["p0l1-p0s0"]
         for way in bad["n2-p0l1"]["directions"]:
             assert 0.005 < way["loss"] < 0.06, bad["n2-p0l1"]
         # the paths left: over p0s1 only, both pass
@@ -140,8 +140,9 @@ def _route_ports(bridge: str) -> set[int]:
 
 
 def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
-    """A NIC that sends its first 4 MB at full rate and then at a quarter passes the link
-    check and is the system test's outlier; a quarter-rate link, excluded, leaves the
+    """A NIC that sends its first half second's worth (3.1 MB at 50 Mb/s) at full rate
+    and then at a quarter passes the link check (3 MB each way) and is the system test's
+    outlier (about 11 MB a NIC); a quarter-rate link, excluded, leaves the
     ECMP set of the leaf (the controller restarted on the accepted fabric)."""
     name = f"c{os.getpid() % 100000}"
     up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
@@ -155,7 +156,7 @@ def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
         assert run["complete"] and len(run["nodes"]) == 4 and run["ratio"] <= 2.0, run
 
         assert run_testbed("fault", name, "throttle", "n2p0r0", "--rate-mbps", "12.5",
-                           "--burst-kb", "4000").returncode == 0
+                           "--burst-kb", "3125").returncode == 0
         code, text, result = accept(name, out, "links", "system")
         assert code == 1, text
         assert result["excluded_links"] == [], text  # the short test passes it
@@ -177,9 +178,6 @@ def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
         assert done.returncode == 1, done.stdout + done.stderr
         assert "excluded from every ECMP set: p0l1-p0s0" in done.stdout, done.stdout
         assert port not in _route_ports(leaf)
-        # across the leaves (out of n1's rail-1 NIC, to n3's rail-0 one): the other spine
-        assert run_testbed("exec", name, "n1", "--", "ping", "-c", "3", "-i", "0.2", "-I",
-                           f"{record['prefix']}n1p0r1", "10.0.0.4").returncode == 0
     finally:
         down = run_testbed("down", name)
     assert down.returncode == 0, down.stderr
