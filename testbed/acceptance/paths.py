@@ -11,9 +11,14 @@ behind the first leaf (whose cable passed the checks before) to one behind the l
 all paths at once, round robin; both sockets are this process's, so a probe's one-way
 time is read on one clock. The flows are removed afterwards.
 
-Verdict, by a rule set before any fault was planted: a path fails when it loses more
-than :data:`LOSS_MAX` of its probes, or when its median one-way time exceeds the
-fastest path of its pair by more than :data:`SLACK_MS` and :data:`FACTOR` times that.
+Verdict: a path fails when it loses more than :data:`LOSS_MAX` of its probes, or when
+its own one-way time (the 10th percentile of its probes') exceeds the median of its
+pair's paths by more than :data:`SLACK_MS` and :data:`FACTOR` times that median. (The
+first rule compared medians with the pair's fastest path and sent no warm-up probes;
+on the healthy paths of ``rack-acceptance``'s 4-leaf fabric, seed 1, a software
+switch's flow set-up and its momentary queues made 10 of 42, then 1 of 42, 1-2 ms
+slower: the rule now takes the 10th percentile against the pair's median, after
+:data:`WARMUP` uncounted probes a path, and was then checked on other seeds.)
 Failing paths are then explained (:func:`explain`): each link they share is measured
 alone, both ways, with light frames (no queue: the wire's own time); a link whose
 median exceeds the spec's delay by :data:`SLACK_MS`, or that loses more than
@@ -49,6 +54,9 @@ SLACK_MS = 1.0
 FACTOR = 1.5
 PROBE = struct.Struct("!4sHId")  # magic, path id, sequence number, send time
 MAGIC = b"TBPA"
+WARM = b"TBPW"  # a warm-up probe: not counted
+WARMUP = 10
+WARMUP_WAIT_S = 0.3
 
 
 @dataclass
@@ -77,6 +85,14 @@ class Path:
 
     def median_ms(self) -> float | None:
         return round(statistics.median(self.delays) * 1000, 3) if self.delays else None
+
+    def base_ms(self) -> float | None:
+        """The path's own time: the 10th percentile of its probes' (a queue that built
+        for a moment in a software switch moves the median, not this)."""
+        if not self.delays:
+            return None
+        ordered = sorted(self.delays)
+        return round(ordered[len(ordered) // 10] * 1000, 3)
 
 
 def _by_port(spec: FabricSpec) -> dict[tuple[str, int], Link]:
@@ -194,6 +210,22 @@ def probe(paths: Sequence[Path], netns_of: Callable[[HostInterface], str],
             if p.src.name not in tx:
                 tx[p.src.name] = udp(p.src, 0)
         by_fd = {s.fileno(): s for s in rx.values()}
+        # first a few uncounted probes a path: a software switch sends a flow's first
+        # packets through its slow path while it sets the flow up
+        for k in range(WARMUP):
+            for p in paths:
+                try:
+                    tx[p.src.name].sendto(PROBE.pack(WARM, p.index, k, 0.0), (p.dst.ip, p.port))
+                except OSError:
+                    pass
+            time.sleep(len(paths) / MAX_PPS)
+        time.sleep(WARMUP_WAIT_S)
+        for s in rx.values():  # what arrived of them
+            while True:
+                try:
+                    s.recv(2048)
+                except (BlockingIOError, InterruptedError):
+                    break
         gap = max(1, len(paths)) / MAX_PPS
         start = time.perf_counter()
         end_t = None
@@ -246,23 +278,25 @@ def judge(paths: Sequence[Path]) -> dict[int, str]:
     >>> fast = Path(0, 0, "l0", "l1", (), ("a",), h, h, 300, [0.0002] * 300, set(range(300)))
     >>> slow = Path(1, 0, "l0", "l1", (), ("b",), h, h, 300, [0.0052] * 300, set(range(300)))
     >>> lossy = Path(2, 0, "l0", "l1", (), ("c",), h, h, 300, [0.0002] * 290, set(range(290)))
-    >>> judge([fast, slow, lossy])
-    {1: "median 5.2 ms, the pair's fastest 0.2 ms", 2: '3.3 % of 300 probes lost'}
+    >>> fast2 = Path(3, 0, "l0", "l1", (), ("d",), h, h, 300, [0.0003] * 300, set(range(300)))
+    >>> judge([fast, slow, lossy, fast2])
+    {1: "5.2 ms one way (10th percentile), its pair's paths 0.2 ms", 2: '3.3 % of 300 probes lost'}
     """
-    fastest: dict[tuple[str, str], float] = {}
+    by_pair: dict[tuple[str, str], list[float]] = {}
     for p in paths:
-        m = p.median_ms()
+        m = p.base_ms()
         if m is not None:
-            key = (p.src_leaf, p.dst_leaf)
-            fastest[key] = min(fastest.get(key, m), m)
+            by_pair.setdefault((p.src_leaf, p.dst_leaf), []).append(m)
+    typical = {k: statistics.median(v) for k, v in by_pair.items()}
     out = {}
     for p in paths:
         why = []
         if p.loss() > LOSS_MAX:
             why.append(f"{p.loss() * 100:.1f} % of {p.sent} probes lost")
-        m, best = p.median_ms(), fastest.get((p.src_leaf, p.dst_leaf))
-        if m is not None and best is not None and m > best + max(SLACK_MS, (FACTOR - 1) * best):
-            why.insert(0, f"median {m:.1f} ms, the pair's fastest {best:.1f} ms")
+        m, mid = p.base_ms(), typical.get((p.src_leaf, p.dst_leaf))
+        if m is not None and mid is not None and m > mid + max(SLACK_MS, (FACTOR - 1) * mid):
+            why.insert(0, f"{m:.1f} ms one way (10th percentile), its pair's paths "
+                          f"{mid:.1f} ms")
         if why:
             out[p.index] = ", ".join(why)
     return out

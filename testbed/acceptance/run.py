@@ -137,12 +137,12 @@ def path_check(lab: Lab, excluded: set[str]) -> dict:
     return {"check": "paths", "seconds": round(time.monotonic() - t0, 2),
             "rule": f"at most {paths.LOSS_MAX * 100:g} % of {paths.PROBES} probes lost; "
                     f"median one-way time within {paths.SLACK_MS:g} ms and "
-                    f"{paths.FACTOR:g}x of the pair's fastest path",
+                    f"{paths.FACTOR:g}x of its pair's paths' median",
             "paths": [{"from": short(spec, p.src_leaf), "to": short(spec, p.dst_leaf),
                        "hosts": [short(spec, p.src.name), short(spec, p.dst.name)],
                        "via": [short(spec, s) for s, _ in p.hops[1:]], "links": list(p.links),
                        "probes": p.sent, "lost": p.sent - len(p.seqs),
-                       "median_ms": p.median_ms(),
+                       "median_ms": p.median_ms(), "base_ms": p.base_ms(),
                        "verdict": "fails" if p.index in failing else "passes",
                        "reason": failing.get(p.index, "")} for p in planned],
             "skipped": skipped,
@@ -228,9 +228,13 @@ def verdicts(spec: FabricSpec, links_out: set[str], switches_out: dict[str, str]
                       for h in spec.hosts]}
 
 
-def accept(lab: Lab, checks: list[str] | None = None) -> tuple[dict, list[str]]:
+def accept(lab: Lab, checks: list[str] | None = None,
+           exclude: Callable[[list[str]], dict] | None = None) -> tuple[dict, list[str]]:
     """Run the checks (all, or those named) on ``lab``; write the result into its
-    results folder."""
+    results folder. With ``exclude``, the links the checks before the system test
+    excluded are handed to it first (it takes them out of the routing: the collective
+    then runs on the fabric the workloads will have); without, the collective runs on
+    the fabric as it is."""
     spec, chosen = lab.spec, set(checks or CHECKS)
     records, lines = [], []
     excluded: set[str] = set()
@@ -261,6 +265,13 @@ def accept(lab: Lab, checks: list[str] | None = None) -> tuple[dict, list[str]]:
     nodes = {n: "a cable excluded: " + ", ".join(
         k for k in sorted(excluded) if k.split("-")[0] == n)
         for n in excluded_nodes(spec, excluded)}
+    rerouted = None
+    if exclude is not None and excluded:
+        rerouted = exclude(sorted(excluded))
+        if rerouted.get("links_removed"):
+            lines.append(f"excluded from every ECMP set: {', '.join(rerouted['links_removed'])}"
+                         f" (controller restarted on the accepted fabric, routes again on "
+                         f"every switch in {rerouted['restart_s']:g} s)")
     if "system" in chosen:
         left = [short(spec, h.name) for h in spec.hosts if short(spec, h.name) not in nodes]
         test = system.check(lab, left)
@@ -274,6 +285,7 @@ def accept(lab: Lab, checks: list[str] | None = None) -> tuple[dict, list[str]]:
               "excluded_nodes": [n for n in (short(spec, h.name) for h in spec.hosts)
                                  if n in nodes],
               "unexplained": unexplained, "system": "passes" if system_ok else "fails",
+              "rerouted": rerouted,
               "accepted": not (excluded or switches or nodes or unexplained) and system_ok}
     save(lab.out, result)
     return result, lines

@@ -177,7 +177,9 @@ def run_step(live, cfg: dict, *, seed: int, out: Path, stack: ExitStack, name: s
     if not cfg["enabled"]:
         return record, agents, training
     t0 = time.monotonic()
-    result, lines = accept(Lab.of(live, out, name), cfg["checks"])
+    result, lines = accept(Lab.of(live, out, name), cfg["checks"],
+                           (lambda links: reroute(live, stack, out, links)) if cfg["exclude"]
+                           else None)
     record |= {"seconds": round(time.monotonic() - t0, 2), "accepted": result["accepted"],
                "excluded_links": result["excluded_links"],
                "excluded_switches": result["excluded_switches"],
@@ -188,7 +190,7 @@ def run_step(live, cfg: dict, *, seed: int, out: Path, stack: ExitStack, name: s
     for line in lines:
         progress(f"{name}:   {line}")
     if cfg["exclude"]:
-        record["rerouted"] = reroute(live, stack, out, result["excluded_links"])
+        record["rerouted"] = result["rerouted"]
         index = {short(spec, h.name): i for i, h in enumerate(spec.hosts)}
         agents, training, moves = remap(agents, training,
                                         [index[n] for n in result["excluded_nodes"]],

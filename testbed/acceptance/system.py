@@ -21,8 +21,8 @@ NIC that keeps up for a short test and then slows shows here.
   all nodes by more than :data:`MAD_K` scaled median absolute deviations (1.4826 x
   MAD, the normal distribution's sigma) and by more than :data:`MIN_EXCESS` of that
   median: robust to one bad node among few (the median and MAD ignore it), and not
-  fooled by a spread that is tiny in absolute terms. Outliers are excluded and the collective runs once
-  more without them, to show the rest passes as a system.
+  fooled by a spread that is tiny in absolute terms. Outliers are excluded and the
+  collective runs once more without them, to show the rest passes as a system.
 """
 
 from __future__ import annotations

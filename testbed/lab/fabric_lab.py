@@ -190,17 +190,12 @@ class FabricLab:
         """The acceptance checks on this lab (:mod:`testbed.acceptance`); with ``exclude``
         the excluded links then leave the controller's ECMP sets."""
         from testbed.acceptance.exclude import reroute
-        from testbed.acceptance.run import Lab, accept, save
+        from testbed.acceptance.run import Lab, accept
 
-        result, lines = accept(Lab.of(self.live, self.out, self.name), checks)
-        if exclude and result["excluded_links"]:
-            done = reroute(self.live, self.stack, self.out, result["excluded_links"])
-            result["rerouted"] = done
-            save(self.out, result)
-            if done["links_removed"]:
-                lines.append(f"excluded from every ECMP set: {', '.join(done['links_removed'])}"
-                             f" (controller restarted on the accepted fabric, routes again "
-                             f"on every switch in {done['restart_s']:g} s)")
+        result, lines = accept(
+            Lab.of(self.live, self.out, self.name), checks,
+            (lambda links: reroute(self.live, self.stack, self.out, links)) if exclude
+            else None)
         return result, lines
 
     # -- faults by hand ----------------------------------------------------------------
