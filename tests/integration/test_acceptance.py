@@ -51,7 +51,7 @@ def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
         assert "n1p0r0 hears p0l1e2, not p0l0e2" in text, text
 
         assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
-        code, text, result = accept(name, out)  # every check: a swap undone leaves nothing
+        code, text, result = accept(name, out, "cabling", "links")  # a swap undone: nothing
         assert code == 0 and excluded(result) == [], text
 
         assert run_testbed("fault", name, "link_down", "p0l0-p0s0").returncode == 0
@@ -75,13 +75,13 @@ def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
     record = record_of(name)
     out = Path(record["out"])
     try:
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "links", "paths")
         assert code == 0 and result["excluded_links"] == [], text
         rates = _check(result, "links")
         assert len(rates["links"]) == 12
-        for lk in rates["links"]:  # both ways, near the rate (sent at 0.97 of it), no loss
-            for way in lk["directions"]:
-                assert way["rate_mbps"] >= 0.9 * way["mbps"] and way["loss"] == 0, lk
+        for lk in rates["links"]:  # both ways, near the rate (sent at 0.97 of it), within
+            for way in lk["directions"]:  # the rule's loss (a frame lost here or there)
+                assert way["rate_mbps"] >= 0.9 * way["mbps"] and way["loss"] <= 0.005, lk
         routes = _check(result, "paths")
         assert len(routes["paths"]) == 4  # two leaves, each way over each spine
         assert all(p["verdict"] == "passes" and p["lost"] == 0 for p in routes["paths"])
@@ -90,7 +90,7 @@ def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
         assert run_testbed("fault", name, "rate", "p0l1-p0s0",
                            "--rate-mbps", "25").returncode == 0
         assert run_testbed("fault", name, "degrade", "n2-p0l1", "--loss", "0.02").returncode == 0
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "links", "paths")
         assert code == 1, text
         assert result["excluded_links"] == ["n2-p0l1", "p0l1-p0s0"], text
         assert result["excluded_switches"] == [], text
@@ -109,14 +109,14 @@ def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
         spine = f"{record['prefix']}p0s1"
         subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", spine,
                         "cookie=0xbad,priority=65000,ip,actions=drop"], check=True)
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "links", "paths")
         assert code == 1, text
         assert result["excluded_links"] == [] and result["excluded_switches"] == ["p0s1"], text
         failing = [p for p in _check(result, "paths")["paths"] if p["verdict"] == "fails"]
         assert [p["via"] for p in failing] == [["p0s1"], ["p0s1"]], text
         subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", spine,
                         "cookie=0xbad/-1"], check=True)
-        code, text, result = accept(name, out)
+        code, text, result = accept(name, out, "paths")
         assert code == 0, text
     finally:
         down = run_testbed("down", name)
