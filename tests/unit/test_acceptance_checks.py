@@ -149,3 +149,30 @@ def test_what_acceptance_must_exclude_for_each_planted_fault():
     assert score(spec, planted, got) == {
         "found": ["n3", "n3-p0l1", "n4", "n4-p0l2", "n4-p0l3", "p0l1-p0s2"],
         "missed": ["n7"], "extra": ["p0l0-p0s0"]}
+
+
+def test_the_report_has_a_row_per_variant_and_seed_with_what_was_excluded_and_why():
+    from testbed.experiments.fabric.report import acceptance_lines
+
+    verdicts = {"links": [{"name": "n0-p0l0", "verdict": "excluded", "reason": "cabling: x"},
+                          {"name": "n1-p0l0", "verdict": "accepted", "reason": ""}],
+                "switches": [], "nodes": [{"name": "n0", "verdict": "excluded",
+                                           "reason": "a cable excluded: n0-p0l0"}]}
+    planted = [{"action": "swap_rails", "target": "n0p0r0"}]
+    accepted = {"enabled": True, "planted": planted, "seconds": 30.1, "system": "passes",
+                "verdicts": verdicts, "moved": {"n0": "n2"},
+                "score": {"found": ["n0", "n0-p0l0"], "missed": [], "extra": []}}
+    summary = {"runs": [
+        {"name": "unaccepted", "seeds": [{"seed": 1, "acceptance": {"enabled": False,
+                                                                    "planted": planted}}]},
+        {"name": "accepted", "seeds": [{"seed": 1, "acceptance": accepted}]},
+        {"name": "healthy", "seed": 1}]}
+    lines = acceptance_lines(summary)
+    assert lines[0] == "## Acceptance"
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 2
+    assert rows[0].startswith("| unaccepted | 1 | swap_rails n0p0r0 | not checked")
+    assert "found 2, missed 0, beyond them 0" in rows[1]
+    assert "n0-p0l0: cabling: x<br>n0: a cable excluded" in rows[1] and "n0 -> n2" in rows[1]
+    assert "n1-p0l0" not in rows[1]
+    assert acceptance_lines({"runs": [{"name": "x", "seed": 1}]}) == []

@@ -147,26 +147,33 @@ def telemetry_lines(summary: dict, out: Path) -> list[str]:
 
 
 def acceptance_lines(summary: dict) -> list[str]:
-    """What each variant planted, what acceptance excluded (with why), what moved."""
+    """What each variant planted, what acceptance excluded (with why), what moved: a row
+    per variant and seed."""
     rows = []
     for run in summary["runs"]:
-        acc = run.get("acceptance")
-        if not acc:
-            continue
-        planted = "; ".join(f"{f['action']} {f['target']}" for f in acc.get("planted", []))
-        if not acc.get("enabled"):
-            rows.append(f"| {run['name']} | {planted or '-'} | not checked | - | - |")
-            continue
-        out = [f"{v['name']}: {v['reason']}" for kind in ("links", "switches", "nodes")
-               for v in acc["verdicts"][kind] if v["verdict"] == "excluded"]
-        moved = ", ".join(f"{a} -> {b or 'dropped'}" for a, b in (acc.get("moved") or {}).items())
-        rows.append(f"| {run['name']} | {planted or '-'} | {acc['seconds']:g} s, system "
-                    f"{acc['system']} | {'<br>'.join(out) or 'nothing'} | {moved or '-'} |")
+        for one in run.get("seeds") or [run]:
+            acc = one.get("acceptance")
+            if not acc:
+                continue
+            planted = "; ".join(f"{f['action']} {f['target']}" for f in acc.get("planted", []))
+            head = f"| {run['name']} | {one.get('seed', run.get('seed'))} | {planted or '-'} |"
+            if not acc.get("enabled"):
+                rows.append(f"{head} not checked | - | - |")
+                continue
+            out = [f"{v['name']}: {v['reason']}" for kind in ("links", "switches", "nodes")
+                   for v in acc["verdicts"][kind] if v["verdict"] == "excluded"]
+            moved = ", ".join(f"{a} -> {b or 'dropped'}"
+                              for a, b in (acc.get("moved") or {}).items())
+            score = acc.get("score")
+            found = (f"; planted found {len(score['found'])}, missed {len(score['missed'])}, "
+                     f"beyond them {len(score['extra'])}" if score else "")
+            rows.append(f"{head} {acc['seconds']:g} s, system {acc['system']}{found} | "
+                        f"{'<br>'.join(out) or 'nothing'} | {moved or '-'} |")
     if not rows:
         return []
     return ["## Acceptance", "",
-            "| variant | planted | acceptance | excluded (why) | workloads moved |",
-            "|---|---|---|---|---|", *rows, ""]
+            "| variant | seed | planted | acceptance | excluded (why) | workloads moved |",
+            "|---|---|---|---|---|---|", *rows, ""]
 
 
 def report_lines(summary: dict, out: Path) -> list[str]:
