@@ -150,11 +150,13 @@ class Variant:
             ckpt = self._start_checkpoints(stack, net)
             # started before the probes' clock, so that the schedule starts on time
             sample = self._wire_sample(stack, net)
-            # the paths before a fault are read ahead of it, by twice what a reading takes
-            # here (seconds under software emulation), so that the fault fires on time
+            # the paths before a fault are read ahead of it, by what a reading takes here
+            # (seconds under software emulation) and a fifth more, so that the fault fires
+            # on time and the reading is still of the moment before it (twice as much read
+            # the lab VM's routes before they had converged)
             t_read = time.monotonic()
             net.paths()
-            snapshot_lead = 2 * (time.monotonic() - t_read) + 0.05
+            snapshot_lead = 1.2 * (time.monotonic() - t_read) + 0.05
             if ckpt:  # started and ready now, writing from the clock's start (go, below)
                 ckpt.start_traffic(self.duration_s, self.folder / "checkpoints.go")
                 ckpt.wait_ready()
