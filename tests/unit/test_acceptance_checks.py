@@ -176,3 +176,28 @@ def test_the_report_has_a_row_per_variant_and_seed_with_what_was_excluded_and_wh
     assert "n0-p0l0: cabling: x<br>n0: a cable excluded" in rows[1] and "n0 -> n2" in rows[1]
     assert "n1-p0l0" not in rows[1]
     assert acceptance_lines({"runs": [{"name": "x", "seed": 1}]}) == []
+
+
+def test_a_scenario_schedules_a_throttle_and_refuses_a_bad_burst():
+    import pytest
+
+    from testbed.core import scenario
+    from testbed.errors import ConfigError
+
+    data = {"name": "thr", "seed": 1, "duration_s": 5,
+            "topology": {"planes": 1, "nodes": 4, "leaves_per_plane": 2,
+                         "spines_per_plane": 2},
+            "agents": {"enabled": False}, "training": {"enabled": True, "ranks": [0, 2]},
+            "faults": [{"at_s": 1, "action": "throttle", "target": "n0p0r0", "rate_mbps": 5,
+                        "burst_kb": 500}]}
+    fault, = scenario.parse(data).variants[0].faults
+    assert (fault.action, fault.target, fault.params) == (
+        "throttle", "n0p0r0", {"rate_mbps": 5.0, "burst_kb": 500.0})
+    data["faults"][0]["burst_kb"] = -1
+    with pytest.raises(ConfigError) as err:
+        scenario.parse(data)
+    assert err.value.field == "faults[0].burst_kb"
+    data["faults"][0].update(burst_kb=500, target="p0l0-p0s0")  # a NIC, not a link
+    with pytest.raises(ConfigError) as err:
+        scenario.parse(data)
+    assert err.value.field == "faults[0].target"

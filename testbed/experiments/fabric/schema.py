@@ -124,7 +124,8 @@ class FaultEntry(Section):
     count: int | None = Field(None, ge=1, le=100, description="link_flap")
     delay_ms: float | None = Field(None, ge=0, le=10000, description="delay")
     jitter_ms: float | None = Field(None, ge=0, le=10000, description="delay")
-    rate_mbps: float | None = Field(None, gt=0, le=100000, description="rate")
+    rate_mbps: float | None = Field(None, gt=0, le=100000, description="rate, throttle")
+    burst_kb: float | None = Field(None, gt=0, le=1000000, description="throttle")
     params: dict[str, Any] | None = Field(None, description="a plug-in kind's parameters")
 
 
