@@ -22,7 +22,7 @@ from pathlib import Path
 
 from testbed.core import layout
 from testbed.errors import BringUpError, HostError
-from testbed.faults.fabric import link_name, short
+from testbed.faults.fabric import FabricFaults, link_name, short
 from testbed.host.files import read_jsonl, write_json
 from testbed.host.procs import Helper, wait_for
 from topologies.spec import FabricSpec
@@ -75,9 +75,7 @@ def reroute(live, stack: ExitStack, out: Path, excluded: Sequence[str]) -> dict:
     write_json(config, data)
     t0 = time.time()
     old.stop(2.0)
-    new = Helper(old.name, old.argv, pid_dir=live.pid_dir, log=out / layout.CONTROLLER_LOG)
-    stack.callback(new.stop)
-    live.controller = new
+    pid = FabricFaults(live, stack).restart_controller()  # same argv: the config rewritten
     dpids = {sw.dpid for sw in spec.switches}
 
     def resynced() -> bool:
@@ -88,7 +86,7 @@ def reroute(live, stack: ExitStack, out: Path, excluded: Sequence[str]) -> dict:
                            f"{RESYNC_S:g} s of its restart on the accepted fabric "
                            f"(see {out / layout.CONTROLLER_LOG})")
     return {"links_removed": gone, "restart_s": round(time.time() - t0, 2),
-            "controller_pid": new.pid}
+            "controller_pid": pid}
 
 
 def remap(agents: dict, training: dict, excluded: Sequence[int], spares: Sequence[int]

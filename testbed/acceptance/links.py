@@ -336,14 +336,19 @@ class Cable:
     mbps: float
 
 
+def both_ways(cables: Sequence[Cable], mbps: float | None = None) -> list[Direction]:
+    """Each cable a to b, then b to a, at ``mbps`` (default: its own rate)."""
+    return [d for c in cables for d in (
+        Direction(c.link, c.a, c.b, mbps or c.mbps, f"{c.a_name}>{c.b_name}"),
+        Direction(c.link, c.b, c.a, mbps or c.mbps, f"{c.b_name}>{c.a_name}"))]
+
+
 def run(cables: Sequence[Cable], check_id: int, mtu: int, queue_bytes: int,
         window_s: float = WINDOW_S, batch: int = BATCH) -> list[dict]:
     """Each link both ways, ``batch`` links at a time; a direction that fails (or whose
     sender fell behind) is measured again alone, and that second measurement stands.
     One record per link."""
-    directions = [d for c in cables for d in (
-        Direction(c.link, c.a, c.b, c.mbps, f"{c.a_name}>{c.b_name}"),
-        Direction(c.link, c.b, c.a, c.mbps, f"{c.b_name}>{c.a_name}"))]
+    directions = both_ways(cables)
     results: list[Measured] = []
     for k in range(0, len(directions), 2 * batch):
         results += measure(directions[k:k + 2 * batch], check_id, window_s, mtu,
@@ -382,9 +387,7 @@ def light(cables: Sequence[Cable], check_id: int) -> dict[str, dict]:
     Per link: the slower direction's median one-way ``latency_ms`` and the larger
     ``loss``."""
     mbps = LIGHT_PPS * LIGHT_BYTES * 8 / 1e6 / OFFER
-    directions = [d for c in cables for d in (
-        Direction(c.link, c.a, c.b, mbps, f"{c.a_name}>{c.b_name}"),
-        Direction(c.link, c.b, c.a, mbps, f"{c.b_name}>{c.a_name}"))]
+    directions = both_ways(cables, mbps)
     got = measure(directions, check_id, LIGHT_S, size=LIGHT_BYTES)
     out: dict[str, dict] = {}
     for k in range(0, len(directions), 2):

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from controllers.paths import next_hops, port_map
 from testbed.faults.fabric import link_name, short
+from testbed.host import netns
 from topologies.spec import FabricSpec, HostInterface, Link
 
 PORT_BASE = 47000
@@ -194,8 +195,6 @@ def probe(paths: Sequence[Path], netns_of: Callable[[HostInterface], str],
           probes: int = PROBES) -> None:
     """Send ``probes`` on every path (round robin, :data:`MAX_PPS` in all) and read
     what arrives; fills each path's ``sent``, ``delays`` and ``seqs``."""
-    from testbed.host import netns
-
     def udp(intf: HostInterface, port: int) -> socket.socket:
         def make() -> socket.socket:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

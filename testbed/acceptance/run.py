@@ -246,7 +246,6 @@ def accept(lab: Lab, checks: list[str] | None = None,
     the fabric as it is."""
     spec, chosen = lab.spec, set(checks or CHECKS)
     records, lines = [], []
-    excluded: set[str] = set()
     why: dict[str, str] = {}
     switches: dict[str, str] = {}
     unexplained: list[str] = []

@@ -365,21 +365,21 @@ class FabricFaults:
         lk = find_link(self.spec, target)
         rate = lk.mbps if mbps is None else mbps
         for host, ifname in self._ends(target):
-            self._tc(host, ["class", "change", "dev", ifname, "parent", "1:", "classid",
-                            f"1:{HTB_MINOR:x}", "htb", "rate", f"{rate:g}mbit", "ceil",
-                            f"{rate:g}mbit", "burst", str(burst_bytes(rate, self.spec.mtu)),
-                            "cburst", str(burst_bytes(rate, self.spec.mtu))])
+            self._htb(host, ifname, rate, burst_bytes(rate, self.spec.mtu))
         return rate
 
     def throttle(self, rail: str, rate_mbps: float, burst_kb: float) -> float:
-        """The host end of a NIC's cable: ``burst_kb`` at full rate, then ``rate_mbps``
-        (its HTB class: rate and ceil, each with that bucket)."""
+        """The host end of a NIC's cable: ``burst_kb`` at full rate, then ``rate_mbps``."""
         lk = find_link(self.spec, rail)
-        burst = str(int(burst_kb * 1000))
-        self._tc(lk.a, ["class", "change", "dev", lk.a_intf, "parent", "1:", "classid",
-                        f"1:{HTB_MINOR:x}", "htb", "rate", f"{rate_mbps:g}mbit", "ceil",
-                        f"{rate_mbps:g}mbit", "burst", burst, "cburst", burst])
+        self._htb(lk.a, lk.a_intf, rate_mbps, int(burst_kb * 1000))
         return rate_mbps
+
+    def _htb(self, host: str | None, ifname: str, mbps: float, burst: int) -> None:
+        """An end's HTB class changed in place: rate and ceil ``mbps``, each with a
+        bucket of ``burst`` bytes."""
+        self._tc(host, ["class", "change", "dev", ifname, "parent", "1:", "classid",
+                        f"1:{HTB_MINOR:x}", "htb", "rate", f"{mbps:g}mbit", "ceil",
+                        f"{mbps:g}mbit", "burst", str(burst), "cburst", str(burst)])
 
     # -- loss --------------------------------------------------------------------------
     def _table(self, target: str, end: int) -> str:

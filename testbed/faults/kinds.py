@@ -351,16 +351,13 @@ class Throttle(FaultKind):
 
     def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         p = self.given(args, params)
-        return faults.throttle(target, p["rate_mbps"], p.get("burst_kb", 2000))
+        burst = p.get("burst_kb", ThrottleParams.model_fields["burst_kb"].default)
+        return faults.throttle(target, p["rate_mbps"], burst)
 
 
 @register
-class ThrottleRestore(FaultKind):
+class ThrottleRestore(RateRestore):
     """The NIC's configured rate again."""
 
     NAME = "throttle_restore"
     TARGET = "rail"
-    NEEDS = "htb"
-
-    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
-        return faults.set_rate(target, None)

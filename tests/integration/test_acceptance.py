@@ -10,6 +10,9 @@ import json
 import os
 import re
 import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,17 +30,28 @@ def accept(name: str, out: Path, *checks: str) -> tuple[int, str, dict]:
     return done.returncode, done.stdout, json.loads((out / "acceptance.json").read_text())
 
 
+@contextmanager
+def lab(tmp_path: Path, letter: str) -> Iterator[tuple[str, dict, Path]]:
+    """The test lab up (its name, record and results folder); down afterwards, nothing
+    of it left."""
+    name = f"{letter}{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    try:
+        yield name, record, Path(record["out"])
+    finally:
+        down = run_testbed("down", name)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(f"tb{record['run_id']}") == []
+
+
 def excluded(result: dict) -> list[str]:
     return [c["link"] for c in result["checks"][0]["cables"] if c["verdict"] == "excluded"]
 
 
 def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
-    name = f"a{os.getpid() % 100000}"
-    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
-    assert up.returncode == 0, up.stderr + up.stdout
-    record = record_of(name)
-    out = Path(record["out"])
-    try:
+    with lab(tmp_path, "a") as (name, record, out):
         code, text, result = accept(name, out, "cabling")
         assert code == 0, text
         assert result["accepted"] and excluded(result) == []
@@ -58,10 +72,6 @@ def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
         code, text, result = accept(name, out, "cabling")
         assert code == 1 and excluded(result) == ["p0l0-p0s0"], text
         assert "hears nothing" in text
-    finally:
-        down = run_testbed("down", name)
-    assert down.returncode == 0, down.stderr
-    assert leftovers(f"tb{record['run_id']}") == []
 
 
 def _check(result: dict, name: str) -> dict:
@@ -69,12 +79,7 @@ def _check(result: dict, name: str) -> dict:
 
 
 def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
-    name = f"b{os.getpid() % 100000}"
-    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
-    assert up.returncode == 0, up.stderr + up.stdout
-    record = record_of(name)
-    out = Path(record["out"])
-    try:
+    with lab(tmp_path, "b") as (name, record, out):
         code, text, result = accept(name, out, "links", "paths")
         assert code == 0 and result["excluded_links"] == [], text
         rates = _check(result, "links")
@@ -118,10 +123,6 @@ def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
                         "cookie=0xbad/-1"], check=True)
         code, text, result = accept(name, out, "paths")
         assert code == 0, text
-    finally:
-        down = run_testbed("down", name)
-    assert down.returncode == 0, down.stderr
-    assert leftovers(f"tb{record['run_id']}") == []
 
 
 def _route_ports(bridge: str) -> set[int]:
@@ -144,12 +145,7 @@ def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
     and then at a quarter passes the link check (3 MB each way) and is the system test's
     outlier (about 11 MB a NIC); a quarter-rate link, excluded, leaves the
     ECMP set of the leaf (the controller restarted on the accepted fabric)."""
-    name = f"c{os.getpid() % 100000}"
-    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
-    assert up.returncode == 0, up.stderr + up.stdout
-    record = record_of(name)
-    out = Path(record["out"])
-    try:
+    with lab(tmp_path, "c") as (name, record, out):
         code, text, result = accept(name, out, "links", "system")
         assert code == 0 and result["system"] == "passes", text
         run, = _check(result, "system")["runs"]
@@ -178,10 +174,6 @@ def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
         assert done.returncode == 1, done.stdout + done.stderr
         assert "excluded from every ECMP set: p0l1-p0s0" in done.stdout, done.stdout
         assert port not in _route_ports(leaf)
-    finally:
-        down = run_testbed("down", name)
-    assert down.returncode == 0, down.stderr
-    assert leftovers(f"tb{record['run_id']}") == []
 
 
 def test_accept_of_no_lab_is_one_line_and_exit_2():
@@ -190,3 +182,30 @@ def test_accept_of_no_lab_is_one_line_and_exit_2():
     done = run_testbed("accept", "no-such-lab", "--checks", "cabling,wires")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "--checks" in done.stderr and "wires" in done.stderr
+
+
+def test_a_scenario_plants_accepts_excludes_and_runs_its_workload_on_what_is_left(tmp_path):
+    """A scenario's acceptance step: a swap planted where the seed puts it (on one of the
+    ring's nodes, never the spare), found by the cabling check, the node's rank moved to
+    the spare, the training ring then runs; the report says so; nothing is left."""
+    scenario = tmp_path / "accept.yaml"
+    scenario.write_text(SCENARIO.read_text().replace(
+        "training: {enabled: true, ranks: [0, 1, 2, 3], bytes: 200000, rate_mbps: 20}",
+        "training: {enabled: true, ranks: [0, 1, 2], bytes: 200000, rate_mbps: 20}\n"
+        "acceptance: {enabled: true, checks: [cabling, links], spares: [3],\n"
+        "             plant: [{action: swap_rails}]}"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run", str(scenario),
+                           "--out", str(out), "--duration", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, = json.loads((out / "summary.json").read_text())["runs"]
+    acc = run["acceptance"]
+    swapped, = acc["planted"]
+    node = swapped["target"].split("p")[0]
+    assert node in ("n0", "n1", "n2") and swapped["action"] == "swap_rails"
+    assert acc["score"]["missed"] == [] and acc["score"]["extra"] == [], acc["score"]
+    assert acc["excluded_nodes"] == [node] and acc["moved"] == {node: "n3"}
+    assert run["training"]["iterations"] > 0
+    assert "## Acceptance" in (out / "report.md").read_text()
+    assert leftovers(f"tb{run['run_id']}") == []
