@@ -14,6 +14,10 @@ an arrival that finds ``concurrency`` chains in flight is skipped and counted.
 New chains start until ``duration`` ends or ``chains`` have started; in-flight
 chains then finish or time out (``timeout_ms`` bounds each hop). ``interrupt()``
 (SIGTERM/SIGINT) cancels in-flight chains, recorded as failed ``interrupted``.
+``redirect()`` (SIGHUP with ``--directory``: a service moved to another node) changes
+where the next hops of a service go; a service it *holds* (its replacement is starting)
+gets no new hop until it is released: its hops wait, at most ``timeout_ms``, and their
+latency includes the wait (``held_ms`` in the hop's record).
 
 Each hop closes its connection first, leaving a TIME_WAIT socket on the driver:
 sustained rates above ~28k/60 s = ~470 hops/s per destination can run out of
@@ -29,6 +33,7 @@ import random
 import socket
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
 
@@ -120,6 +125,23 @@ class Driver:
         self.errors: Counter[str] = Counter()
         self.per_template: dict[str, list[float]] = {t["name"]: [] for t in self._templates}
         self.failed_template: Counter[str] = Counter()
+        self._gates: dict[str, asyncio.Event] = {}  # a service's hops may go when set
+        self.redirects = 0
+
+    def redirect(self, services: dict, held: Iterable[str] = ()) -> None:
+        """From now on a service's hops go to its addresses in ``services``; those of a
+        ``held`` service wait until a later call releases it. Hops in flight go on."""
+        held = set(held)
+        for name, addresses in services.items():
+            if name in self.plan["services"]:
+                self.plan["services"][name] = [tuple(a) for a in addresses]
+        for name in self.plan["services"]:
+            gate = self._gates.setdefault(name, asyncio.Event())
+            if name in held:
+                gate.clear()
+            else:
+                gate.set()
+        self.redirects += 1
 
     def interrupt(self) -> None:
         """Stop starting chains and cancel the ones in flight."""
@@ -221,18 +243,21 @@ class Driver:
     async def _hop(
         self, chain_id: int, name: str, hop: int, step: dict
     ) -> tuple[float, str | None]:
-        addresses = self.plan["services"][step["service"]]
-        preferred = chain_id % len(addresses)
         request = proto.Header(
             proto.REQUEST, hop, chain_id, step["request"], step["reply"], step["service_us"]
         )
         start = time.time()
         t0 = time.perf_counter()
+        held_ms = await self._held(step["service"])
+        addresses = self.plan["services"][step["service"]]
+        preferred = chain_id % len(addresses)
         error: str | None = None
         plane, tried = preferred, []
+        t_send = time.perf_counter()
         try:
             if self.config.multipath:
-                plane, tried, error = await self._multipath(addresses, preferred, request, t0)
+                plane, tried, error = await self._multipath(addresses, preferred, request,
+                                                             t_send)
             else:
                 tried = [preferred]
                 async with asyncio.timeout(self.config.timeout_ms / 1e3):
@@ -250,14 +275,30 @@ class Driver:
                 self.hops_failed += 1
                 self.errors[error] += 1
             host, port = addresses[plane]
-            self._write(self._hops, {
+            record = {
                 "chain": chain_id, "template": name, "hop": hop, "service": step["service"],
                 "address": f"{host}:{port}", "plane": plane, "start": start,
                 "latency_ms": round(latency, 3), "request": step["request"],
                 "reply": step["reply"], "service_us": step["service_us"],
                 "ok": error is None, "error": error, "preferred": preferred, "tried": tried,
-            })
+            }
+            if held_ms:
+                record["held_ms"] = round(held_ms, 3)
+            self._write(self._hops, record)
         return latency, error
+
+    async def _held(self, service: str) -> float:
+        """Wait while ``service`` is held (at most the hop time-out); the ms waited."""
+        gate = self._gates.get(service)
+        if gate is None or gate.is_set():
+            return 0.0
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.config.timeout_ms / 1e3):
+                await gate.wait()
+        except TimeoutError:
+            pass  # not released in time: the hop goes where the plan says now
+        return (time.perf_counter() - t0) * 1e3
 
     async def _multipath(self, addresses: list, preferred: int, request: proto.Header,
                          t0: float) -> tuple[int, list[int], str | None]:

@@ -55,7 +55,8 @@ def _int(value: Any, field: str, low: int, high: int) -> int:
     return value
 
 
-def _address(value: Any, field: str) -> tuple[str, int]:
+def address(value: Any, field: str) -> tuple[str, int]:
+    """``[ip, port]`` checked (:class:`PlanError` naming ``field``)."""
     if not isinstance(value, list | tuple) or len(value) != 2:
         raise PlanError(field, f"must be [ip, port], got {value!r}")
     host, port = value
@@ -79,7 +80,7 @@ def validate_plan(plan: Any) -> dict:
         field = f"services.{name}"
         if not isinstance(addrs, list) or not addrs:
             raise PlanError(field, "must be a non-empty list of [ip, port]")
-        services[name] = [_address(a, f"{field}[{i}]") for i, a in enumerate(addrs)]
+        services[name] = [address(a, f"{field}[{i}]") for i, a in enumerate(addrs)]
     chains_in = plan["chains"]
     if not isinstance(chains_in, list) or not chains_in:
         raise PlanError("chains", "must be a non-empty list")

@@ -28,7 +28,7 @@ import signal
 import sys
 
 from traffic.agent_driver import Driver, DriverConfig
-from traffic.agent_plan import PlanError, default_plan, validate_plan
+from traffic.agent_plan import PlanError, address, default_plan, validate_plan
 from traffic.agent_service import parse_listen, run_service
 from traffic.object_reads import KeyPicker, ObjectReader
 
@@ -108,7 +108,20 @@ def _driver_parser() -> argparse.ArgumentParser:
                    "plane has no carrier, or fails, is retried on the next plane")
     p.add_argument("--attempt-ms", type=_positive(float), default=500.0, metavar="T",
                    help="with --multipath: time one plane gets before the next is tried")
+    p.add_argument("--directory", metavar="FILE",
+                   help="on SIGHUP, read where services are now from FILE: "
+                   '{"services": {name: [[ip, port], ...]}, "held": [name, ...]}; a held '
+                   "service's hops wait until it is released (a node being replaced)")
     return p
+
+
+def load_directory(path: str) -> tuple[dict, list[str]]:
+    """The services' addresses and the held services of a directory file."""
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    services = {name: [address(a, f"services.{name}[{i}]") for i, a in enumerate(addrs)]
+                for name, addrs in raw.get("services", {}).items()}
+    return services, list(raw.get("held", []))
 
 
 def load_plan(path: str) -> dict:
@@ -123,10 +136,18 @@ def load_plan(path: str) -> dict:
     return validate_plan(raw)
 
 
-async def _drive(driver: Driver) -> dict:
+async def _drive(driver: Driver, directory: str | None = None) -> dict:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.interrupt)
+    if directory:
+        def reread() -> None:
+            try:
+                driver.redirect(*load_directory(directory))
+            except (OSError, ValueError, PlanError) as exc:  # the old addresses stand
+                print(f"agent-driver: directory {directory}: {exc}", file=sys.stderr,
+                      flush=True)
+        loop.add_signal_handler(signal.SIGHUP, reread)
     return await driver.run()
 
 
@@ -148,7 +169,8 @@ def _driver_main(argv: list[str]) -> int:
     try:
         with open(args.hops_out, "w", encoding="utf-8") as hops, \
                 open(args.chains_out, "w", encoding="utf-8") as chains:
-            result = asyncio.run(_drive(Driver(plan, config, hops, chains)))
+            result = asyncio.run(_drive(Driver(plan, config, hops, chains),
+                                        args.directory))
     except OSError as exc:
         print(f"agent-driver: {exc}", file=sys.stderr)
         return 1

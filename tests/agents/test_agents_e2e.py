@@ -174,3 +174,43 @@ def test_sigterm_interrupts_in_flight_chains(procs, services, tmp_path):
     records = [json.loads(line) for line in chains.read_text().splitlines()]
     assert len(records) == summary["chains_started"]
     assert sum(r["error"] == "interrupted" for r in records) == 4
+
+
+def test_sighup_holds_a_service_then_moves_it_to_another_node(procs, services, tmp_path):
+    """A service being replaced: held, its hops wait (and count the wait); released to
+    its new address, every later hop goes there and no chain fails."""
+    addresses, _ = services
+    new_port = procs.free_port()
+    moved = [("127.0.0.3", new_port)]
+    plan = default_plan(addresses)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    directory = tmp_path / "directory.json"
+    hops, chains = tmp_path / "hops.jsonl", tmp_path / "chains.jsonl"
+    proc = procs.start(["agent-driver", "--plan", str(tmp_path / "plan.json"), "--hops-out",
+                        str(hops), "--chains-out", str(chains), "--duration", "4",
+                        "--concurrency", "4", "--directory", str(directory)])
+    time.sleep(1.0)
+    directory.write_text(json.dumps({"services": {}, "held": ["retriever"]}))
+    os.kill(proc.pid, signal.SIGHUP)
+    held_at = time.time()
+    time.sleep(0.5)  # the replacement starting
+    procs.service("retriever", [f"{h}:{p}" for h, p in moved])
+    directory.write_text(json.dumps({"services": {"retriever": [list(a) for a in moved]},
+                                     "held": []}))
+    os.kill(proc.pid, signal.SIGHUP)
+    released_at = time.time()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["chains_failed"] == 0
+    records = [json.loads(line) for line in hops.read_text().splitlines()]
+    retrieves = [h for h in records if h["service"] == "retriever"]
+    waited = [h for h in retrieves if "held_ms" in h]
+    assert waited and all(h["held_ms"] <= h["latency_ms"] for h in waited)
+    assert all(h["address"] == f"127.0.0.3:{new_port}" for h in waited)
+    assert max(h["held_ms"] for h in waited) >= 400  # held until released, not before
+    later = [h for h in retrieves if h["start"] > released_at + 0.05]
+    assert later and all(h["address"] == f"127.0.0.3:{new_port}" for h in later)
+    before = [h for h in retrieves if h["start"] < held_at - 0.05]
+    assert before and all(h["address"].startswith("127.0.0.") and
+                          not h["address"].startswith("127.0.0.3") for h in before)
