@@ -36,6 +36,10 @@ REPORT = "report.md"
 CHAINS = "chains.jsonl"
 HOPS = "hops.jsonl"
 AGENT_PLAN = "agent-plan.json"
+#: where services are now, for the driver on SIGHUP (a node replaced during the run)
+SERVICE_DIRECTORY = "services.json"
+#: node health and replacements during the run (testbed.operations)
+REPLACEMENT = "replacement.json"
 DRIVER_SUMMARY = "driver-summary.json"
 TELEMETRY = "telemetry.jsonl"
 CONTROLLER_EVENTS = "controller-events.jsonl"

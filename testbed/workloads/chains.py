@@ -58,22 +58,30 @@ def start_services(services: Mapping[str, Service], *, out: Path, pid_dir: Path,
     """Start the four services and wait until each listens; write and return the
     driver's plan (every service's addresses and port). ``extra``: more arguments of a
     service, by name (a retriever's object reads)."""
-    listen: dict[str, list[tuple[str, int]]] = {}
-    for i, svc in enumerate(SERVICES):
-        where, port = services[svc], SERVICE_PORT + i
-        argv = [*TRAFFIC, "agent-service", "--role", svc,
-                "--stats", str(out / f"service-{svc}.json"), *(extra or {}).get(svc, ())]
-        for address in where.addresses:
-            argv += ["--listen", f"{address}:{port}"]
-        proc = where.host.spawn(f"svc-{svc}", argv, pid_dir=pid_dir,
-                                log=out / f"service-{svc}.log", env=python_env(),
-                                stdout_pipe=True)
-        stack.callback(proc.stop)
-        wait_line(proc, b"ready", 15, f"agent service {svc} (see service-{svc}.log)")
-        listen[svc] = [(address, port) for address in where.addresses]
+    listen = {svc: start_service(svc, services[svc], out=out, pid_dir=pid_dir, stack=stack,
+                                 extra=(extra or {}).get(svc, ()))
+              for svc in SERVICES}
     plan = out / layout.AGENT_PLAN
     plan.write_text(json.dumps(default_plan(listen)))
     return plan
+
+
+def start_service(svc: str, where: Service, *, out: Path, pid_dir: Path, stack: ExitStack,
+                  extra: Sequence[str] = (), tag: str = "") -> list[tuple[str, int]]:
+    """Start one service (its fixed port, an address per path) and wait until it listens;
+    its addresses. ``tag``: a second instance's suffix (a replacement on a spare)."""
+    port = SERVICE_PORT + SERVICES.index(svc)
+    name = f"{svc}-{tag}" if tag else svc
+    argv = [*TRAFFIC, "agent-service", "--role", svc,
+            "--stats", str(out / f"service-{name}.json"), *extra]
+    for address in where.addresses:
+        argv += ["--listen", f"{address}:{port}"]
+    proc = where.host.spawn(f"svc-{name}", argv, pid_dir=pid_dir,
+                            log=out / f"service-{name}.log", env=python_env(),
+                            stdout_pipe=True)
+    stack.callback(proc.stop)
+    wait_line(proc, b"ready", 15, f"agent service {name} (see service-{name}.log)")
+    return [(address, port) for address in where.addresses]
 
 
 def start_driver(host: Host, *, out: Path, pid_dir: Path, duration_s: float, seed: int,
@@ -85,7 +93,8 @@ def start_driver(host: Host, *, out: Path, pid_dir: Path, duration_s: float, see
         [*TRAFFIC, "agent-driver", "--plan", str(out / layout.AGENT_PLAN),
          "--hops-out", str(out / layout.HOPS), "--chains-out", str(out / layout.CHAINS),
          "--duration", f"{duration_s:g}", "--concurrency", str(concurrency),
-         "--timeout-ms", f"{timeout_ms:g}", "--seed", str(seed), *extra],
+         "--timeout-ms", f"{timeout_ms:g}", "--seed", str(seed),
+         "--directory", str(out / layout.SERVICE_DIRECTORY), *extra],
         pid_dir=pid_dir, log=out / layout.DRIVER_LOG, env=python_env(),
         stdout_file=out / layout.DRIVER_SUMMARY)
     stack.callback(driver.stop)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class Workload:
     start_at: float = 0.0  # epoch time at which traffic starts
     #: the hosts' TCP congestion control: the one set on their routes, else their default
     congestion_control: str = "default"
+    #: where each agent service runs (role -> node index), as started
+    services: dict[str, int] = field(default_factory=dict)
 
     @property
     def chains_file(self) -> Path:
@@ -191,6 +193,7 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
             services[svc] = Service(fabric.host(host.name), [
                 host.interface(p, 0).ip for p in range(spec.planes)])
         chains.start_services(services, out=out, pid_dir=pid_dir, stack=stack)
+        work.services = dict(agents["services"])
 
     start_at = time.time()  # the services listen already
     if training["enabled"]:

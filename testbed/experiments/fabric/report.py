@@ -176,9 +176,41 @@ def acceptance_lines(summary: dict) -> list[str]:
             "|---|---|---|---|---|---|", *rows, ""]
 
 
+def replacement_lines(summary: dict) -> list[str]:
+    """Each node declared degraded during a run: when, why, what moved where, how long
+    it took, and the chains that started after it (failed of them)."""
+    rows, rule = [], None
+    for run in summary["runs"]:
+        for one in run.get("seeds") or [run]:
+            rep = one.get("replacement")
+            if not rep:
+                continue
+            rule = rule or rep["rule"]
+            head = f"| {run['name']} | {one.get('seed', run.get('seed'))} |"
+            if not rep["events"]:
+                rows.append(f"{head} none of {len(rep['watched'])} | - | - | - | - |")
+            for e in rep["events"]:
+                took = f"{e['replace_ms']:.0f} ms" if e.get("replace_ms") is not None else "-"
+                rows.append(f"{head} {e['node']} at {e['declared_s']:.1f} s: {e['reason']} | "
+                            f"{e['action']} | {took} | {e.get('chains_after', '-')} | "
+                            f"{e.get('chains_failed_after', '-')} |")
+    if not rows:
+        return []
+    return ["## Node health and replacement", "",
+            f"Every NIC of the nodes with a role probed to its leaf, {rule['probe_hz']} a "
+            f"second; a node is degraded when one NIC loses {rule['loss_max']:.0%} or more "
+            f"of its probes, or its median round trip exceeds {rule['latency_max_ms']:g} ms, "
+            f"or its error counters rise, in {rule['confirm']} windows of "
+            f"{rule['window_s']:g} s in a row.", "",
+            "| variant | seed | degraded (why) | action | time to replace | "
+            "chains started after | failed of them |",
+            "|---|---|---|---|---|---|---|", *rows, ""]
+
+
 def report_lines(summary: dict, out: Path) -> list[str]:
     """Markdown lines of the fabric's section (seeds, medians, ratios, drops, marks)."""
-    lines = comparison.section(summary, out) + acceptance_lines(summary)
+    lines = (comparison.section(summary, out) + acceptance_lines(summary)
+             + replacement_lines(summary))
     queues = queue_lines(summary)
     if queues:
         lines += ["## Where the switches dropped packets", "",

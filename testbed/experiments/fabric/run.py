@@ -50,6 +50,7 @@ from testbed.host.capabilities import Capabilities
 from testbed.host.naming import SPEC_PREFIX, new_run_id, run_prefix
 from testbed.lab import capture
 from testbed.monitor import launch as monitor
+from testbed.operations import replace
 from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
 from testbed.workloads import kinds as workload_kinds
@@ -86,6 +87,8 @@ class VariantSection(Section):
                                                         "list")
     acceptance: dict[str, Any] | None = Field(None, description="keys merged onto the "
                                                                 "acceptance section")
+    replacement: dict[str, Any] | None = Field(None, description="keys merged onto the "
+                                                                 "replacement section")
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ class Variant:
     capture: tuple[str, ...] = ()
     #: the acceptance step before the workloads (:mod:`testbed.acceptance.step`)
     acceptance: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: node health and replacement during the run (:mod:`testbed.operations.replace`)
+    replacement: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: the fabric the topology builds, named with :data:`SPEC_PREFIX`: built once, when
     #: the variant was checked
     spec: FabricSpec | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -202,7 +207,7 @@ class FabricExperiment(base.Experiment):
     LAB_TRAFFIC = True
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "qos": Qos, "switches": SwitchSettings,
-                "acceptance": SECTIONS["acceptance"],
+                "acceptance": SECTIONS["acceptance"], "replacement": SECTIONS["replacement"],
                 "faults": {"type": "array", "items": FaultEntry},
                 "workloads": list[Workload],
                 "variants": {"type": "array", "items": VariantSection},
@@ -314,6 +319,7 @@ class FabricExperiment(base.Experiment):
         if training["enabled"] or training["ranks"]:
             self._check_training(training, spec, prefix)
         self._check_acceptance(resolved["acceptance"], spec, prefix)
+        self._check_replacement(resolved, spec, prefix)
         workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
         return Variant(name=name, topology=topology, **resolved, faults=fault_list,
                        workloads=workloads, spec=spec)
@@ -325,6 +331,26 @@ class FabricExperiment(base.Experiment):
             _check_node(f"{prefix}acceptance.spares[{i}]", node, len(spec.hosts))
         acceptance_step.place(spec, cfg["plant"], cfg["spares"], self.seed,
                               f"{prefix}acceptance.plant")
+
+    @staticmethod
+    def _check_replacement(resolved: dict, spec: FabricSpec, prefix: str) -> None:
+        """Spares are nodes of the fabric with no role in the run."""
+        agents, training = resolved["agents"], resolved["training"]
+        busy = set()
+        if agents["enabled"]:
+            busy |= {agents["driver"], *agents["services"].values()}
+        if training["enabled"]:
+            busy |= set(training["ranks"])
+        for i, node in enumerate(resolved["replacement"]["spares"]):
+            where = f"{prefix}replacement.spares[{i}]"
+            _check_node(where, node, len(spec.hosts))
+            if node in busy:
+                raise ConfigError(where, f"node {node} has a role in the run (a spare "
+                                         "must be idle)")
+        if resolved["replacement"]["enabled"] and not (agents["enabled"]
+                                                       or training["enabled"]):
+            raise ConfigError(f"{prefix}replacement.enabled",
+                              "watches the nodes of agents or training: neither is enabled")
 
     def _fold_workloads(self, sections: dict, loads: Any,
                         prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
@@ -527,6 +553,14 @@ class FabricExperiment(base.Experiment):
                                                  pid_dir=live.pid_dir, stack=stack,
                                                  seed=seed, duration_s=duration_s)
                 extra.start(work.start_at)
+            replacer = None
+            if variant.replacement.get("enabled"):
+                replacer = replace.Replacer(
+                    fabric, spec, agents=variant.agents, training=variant.training,
+                    services=work.services, driver=work.driver,
+                    spares=variant.replacement["spares"], out=out, pid_dir=live.pid_dir,
+                    stack=stack, progress=lambda m: progress(f"{tag}: {m}"))
+                replacer.start()
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
                                       duration_s=duration_s, stack=stack)
                       if variant.faults else None)
@@ -548,6 +582,10 @@ class FabricExperiment(base.Experiment):
                                                                      spec.link_mbps)
             if faults:
                 faults.stop(end=time.time())
+            if replacer is not None:
+                record = replacer.record()
+                replace.chains_after(record["events"], work.chains_file)
+                entry["replacement"] = {k: v for k, v in record.items() if k != "windows"}
             if watched is not None:  # what watching cost, over the variant's traffic
                 entry["monitor"] = {**watched.record(), "cpu": watched.cpu()}
             roles = fabric.port_roles()

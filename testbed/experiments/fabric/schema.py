@@ -25,6 +25,7 @@ from testbed.acceptance.step import Acceptance
 from testbed.fabric.qos import Qos
 from testbed.fabric.switchd import SwitchSettings
 from testbed.faults import kinds
+from testbed.operations.replace import Replacement
 from topologies import plugins
 from topologies.params import Section
 
@@ -253,4 +254,5 @@ class Workloads(Section):
 #: the sections every variant has (the scenario's base, deep-merged with its overrides)
 SECTIONS: dict[str, type[Section]] = {"controller": Controller, "agents": Agents,
                                       "training": Training, "qos": Qos,
-                                      "switches": SwitchSettings, "acceptance": Acceptance}
+                                      "switches": SwitchSettings, "acceptance": Acceptance,
+                                      "replacement": Replacement}
