@@ -56,7 +56,7 @@ def files_read(lab: grading.Lab, folder: Path) -> tuple[str, set[Path]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("lab", help="lab number (1-9), folder or name")
+    ap.add_argument("lab", help="lab number (1-10), folder or name")
     ap.add_argument("results", type=Path, help="the starter's results folder")
     args = ap.parse_args()
     lab = grading.find(args.lab)

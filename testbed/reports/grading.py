@@ -292,7 +292,7 @@ def write_csv(path: Path, names: list[str], rows: list[tuple[Path, list, str | N
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("check", help="grade results folders against a lab guide (labs/)")
-    p.add_argument("lab", help="lab number (1-9), folder or name (see labs/README.md)")
+    p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
     p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
                                               "a class, one line each")
     p.add_argument("--csv", help="also write the class's grades as a table (one row a "

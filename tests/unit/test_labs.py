@@ -34,8 +34,8 @@ def failing(verdicts: dict[str, grading.Verdict]) -> set[str]:
 
 
 # the framework ---------------------------------------------------------------------
-def test_nine_labs_each_complete():
-    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+def test_ten_labs_each_complete():
+    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     for lab in LABS:
         assert lab.title.startswith(f"Lab {lab.number}: "), lab.folder
         assert (lab.folder / "solution" / "NOTES.md").is_file(), lab.folder
@@ -54,8 +54,9 @@ def test_find_by_number_folder_and_name():
     assert grading.find("lab05_resilience").number == 5
     assert grading.find("macsec").number == 6
     assert grading.find("storage").number == 9
-    with pytest.raises(ConfigError, match="LAB: no lab '10'"):
-        grading.find("10")
+    assert grading.find("10").name == "acceptance"
+    with pytest.raises(ConfigError, match="LAB: no lab '11'"):
+        grading.find("11")
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.name)
@@ -68,8 +69,8 @@ def test_starter_and_solution_scenarios_validate(lab):
 
 
 def test_check_cli_exit_status(tmp_path, capsys):
-    assert main(["check", "10", str(tmp_path)]) == 2
-    assert "LAB: no lab '10'" in capsys.readouterr().err
+    assert main(["check", "11", str(tmp_path)]) == 2
+    assert "LAB: no lab '11'" in capsys.readouterr().err
     assert main(["check", "1", str(tmp_path)]) == 2
     assert "has no summary.json" in capsys.readouterr().err
     assert main(["check", "1", str(tmp_path / "nowhere")]) == 2
@@ -379,6 +380,88 @@ def test_lab9_lesson_checks_read_the_run(tmp_path):
     v = grade(9, folder)
     assert failing(v) == {"cache-sized-from-popularity"}
     assert "no manifest.json" in v["cache-sized-from-popularity"].reason
+
+def lab10_runs(student: bool) -> list[dict]:
+    """The rack-acceptance run's figures (seed 1); ``student``: the starter's choices
+    (the cabling check alone, the health loop off)."""
+    planted = [{"at_s": 0, "action": "rate", "target": "p0l1-p0s2", "rate_mbps": 5.0},
+               {"at_s": 0, "action": "degrade", "target": "n4-p0l2", "loss": 0.02},
+               {"at_s": 0, "action": "swap_rails", "target": "n0p0r0"},
+               {"at_s": 0, "action": "throttle", "target": "n1p0r0", "rate_mbps": 5.0,
+                "burst_kb": 1250.0}]
+    expected = ["n0", "n0-p0l0", "n0-p0l1", "n1", "n4", "n4-p0l2", "p0l1-p0s2"]
+    found = ["n0", "n0-p0l0", "n0-p0l1"] if student else expected
+    score = {"found": found, "missed": [x for x in expected if x not in found],
+             "extra": []}
+    accepted = {"enabled": True, "planted": planted, "seconds": 2.7 if student else 32.96,
+                "excluded_nodes": [x for x in found if "-" not in x], "score": score}
+    unaccepted = fabric_run("unaccepted", p99=0, acceptance={"enabled": False,
+                                                             "planted": planted})
+    unaccepted["agents"].update(chains_started=85, chains_completed=0, chains_failed=85,
+                                latency_ms={"p50": None, "p99": None})
+    runs = [unaccepted,
+            fabric_run("accepted", p99=1210.4 if student else 494.6, acceptance=accepted),
+            fabric_run("healthy", p99=510.4, reference=True),
+            fabric_run("replaced", p99=1266.2 if student else 542.3)]
+    if student:
+        runs[1]["agents"].update(chains_completed=488, chains_failed=12)
+        runs[3]["agents"].update(chains_started=398, chains_completed=378, chains_failed=20)
+    else:
+        runs[3]["replacement"] = {
+            "watched": ["n0", "n1", "n4", "n5"], "error": None,
+            "events": [{"node": "n4", "nic": "n4:n4p0r0", "declared_s": 6.251,
+                        "reason": "lost 45% of its probes to its leaf (at most 5%)",
+                        "roles": ["retriever", "rank1"], "moved": {"retriever": "n6"},
+                        "to": "n6", "replace_ms": 86.7, "action": "services moved to n6",
+                        "chains_after": 420, "chains_failed_after": 0, "failed_after": []}]}
+    for run in runs:
+        run.pop("_spec")
+    return runs
+
+
+def test_lab10_acceptance_and_replacement_graded(tmp_path):
+    v = grade(10, write(tmp_path / "sol", {"runs": lab10_runs(False)}))
+    assert failing(v) == set()
+    assert "7 exclusions of 7 made" in v["every-planted-fault-found"].reason
+    assert "retriever to n6 in 87 ms; 0 of 420 chains started after it failed" in \
+        v["degraded-node-replaced"].reason
+    # the starter: the cabling check alone, the health loop off
+    v = grade(10, write(tmp_path / "starter", {"runs": lab10_runs(True)}))
+    assert failing(v) == {"every-planted-fault-found", "accepted-fabric-carries-chains",
+                          "degraded-node-replaced"}
+    assert ("missed degrade n4-p0l2, rate p0l1-p0s2, throttle n1p0r0 (not excluded: n1, "
+            "n4, n4-p0l2, p0l1-p0s2)") in v["every-planted-fault-found"].reason
+    assert "12 failed; p99 1210.4 ms against 510.4 ms on the healthy rack (2.37x, limit " \
+        "1.5x)" in v["accepted-fabric-carries-chains"].reason
+    assert "the health loop was off: nothing replaced n4 (20 of 398 chains failed)" in \
+        v["degraded-node-replaced"].reason
+
+
+def test_lab10_refuses_shortcuts(tmp_path):
+    """Plants removed, a healthy link excluded, a chain failing after the declaration,
+    a node declared but nothing moved: each fails, and says so."""
+    runs = lab10_runs(False)
+    runs[1]["acceptance"]["planted"] = runs[1]["acceptance"]["planted"][:2]
+    v = grade(10, write(tmp_path / "unplanted", {"runs": runs}))
+    assert failing(v) == {"every-planted-fault-found"}
+    assert "keep the starter's plants" in v["every-planted-fault-found"].reason
+    runs = lab10_runs(False)
+    runs[1]["acceptance"]["score"]["extra"] = ["p0l0-p0s3"]
+    runs[3]["replacement"]["events"][0].update(chains_failed_after=1,
+                                               failed_after=["timeout"])
+    v = grade(10, write(tmp_path / "sloppy", {"runs": runs}))
+    assert failing(v) == {"every-planted-fault-found", "degraded-node-replaced"}
+    assert "healthy but excluded: p0l0-p0s3" in v["every-planted-fault-found"].reason
+    assert "1 of 420 chains started after it failed (timeout)" in \
+        v["degraded-node-replaced"].reason
+    runs = lab10_runs(False)
+    runs[3]["replacement"]["events"][0].update(moved={}, to=None, replace_ms=None,
+                                               action="declared; no spare left "
+                                                      "(replacement.spares)")
+    v = grade(10, write(tmp_path / "nospare", {"runs": runs}))
+    assert failing(v) == {"degraded-node-replaced"}
+    assert "nothing moved: declared; no spare left" in v["degraded-node-replaced"].reason
+
 
 def test_lab6_secy_graded(tmp_path):
     side = {"OutPktsEncrypted": 40000, "OutPktsProtected": 0, "OutPktsUntagged": 0}
