@@ -205,6 +205,7 @@ def probe(paths: Sequence[Path], netns_of: Callable[[HostInterface], str],
         return netns.made_in(netns_of(intf), make)
 
     rx = {p.index: udp(p.dst, p.port) for p in paths}
+    by_index = {p.index: p for p in paths}  # a retest probes some paths of the plan
     tx = {}
     try:
         for p in paths:
@@ -260,9 +261,9 @@ def probe(paths: Sequence[Path], netns_of: Callable[[HostInterface], str],
                     if len(data) < PROBE.size:
                         continue
                     magic, index, n, t = PROBE.unpack_from(data)
-                    if magic != MAGIC or index >= len(paths):
+                    p = by_index.get(index)
+                    if magic != MAGIC or p is None:
                         continue
-                    p = paths[index]
                     if n not in p.seqs:
                         p.seqs.add(n)
                         p.delays.append(arrived - t)

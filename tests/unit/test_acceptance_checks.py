@@ -201,3 +201,18 @@ def test_a_scenario_schedules_a_throttle_and_refuses_a_bad_burst():
     with pytest.raises(ConfigError) as err:
         scenario.parse(data)
     assert err.value.field == "faults[0].target"
+
+
+def test_a_retest_of_some_paths_counts_their_probes_by_path_not_by_position():
+    """Probing a failing path again alone (a sublist of the plan, its index kept) counts
+    every probe of it: the retest once looked paths up by position, so a path whose
+    index was past the sublist's length lost all its probes (an "unexplained" path)."""
+    from topologies.spec import HostInterface
+
+    lo = HostInterface("lo", 0, 0, "127.0.0.1", 8, "", "l0", 1)
+    late = paths.Path(23, 0, "l2", "l0", (), ("x",), lo, lo)
+    early = paths.Path(0, 0, "l0", "l1", (), ("y",), lo, lo)
+    paths.probe([late], lambda intf: None, probes=50)
+    assert (late.sent, len(late.seqs)) == (50, 50) and late.loss() == 0.0
+    paths.probe([late, early], lambda intf: None, probes=20)
+    assert len(early.seqs) == 20 and early.sent == 20
