@@ -598,8 +598,10 @@ class RingRank:
         iterations: int | None,
         duration: float | None,
         start_at: float | None,
+        first: int = 0,
     ) -> dict[str, Any]:
-        """Run iterations until a limit or a stop request; return the summary."""
+        """Run iterations (numbered from ``first``) until a limit or a stop request;
+        return the summary."""
         if start_at is not None:
             lag = time.time() - start_at
             if lag > 0:
@@ -608,9 +610,9 @@ class RingRank:
                 self._wait_until(time.perf_counter() - lag)
         begin = time.time() if start_at is None else max(start_at, time.time())
         records: list[dict[str, Any]] = []
-        it = 0
+        it = first
         while not self.stop_requested:
-            if iterations is not None and it >= iterations:
+            if iterations is not None and it - first >= iterations:
                 break
             if duration is not None and time.time() >= begin + duration:
                 break
@@ -665,6 +667,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="seconds after start to stop starting "
                    "new iterations")
     p.add_argument("--start-at", type=float, help="UNIX time at which iteration 0 starts")
+    p.add_argument("--first-iteration", type=int, default=0, metavar="N",
+                   help="number the iterations from N (a job restarted from a checkpoint "
+                   "on a new rank list goes on where it stopped)")
     p.add_argument("--ready-file", help="created once the rank is ready to send (sockets "
                    "open, frames built)")
     p.add_argument("--start-file", help="wait until this file exists, then start at the "
@@ -706,6 +711,9 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"argument --iterations: must be >= 1, got {args.iterations}")
         if args.duration is not None and args.duration <= 0:
             raise UsageError(f"argument --duration: must be > 0, got {args.duration}")
+        if args.first_iteration < 0:
+            raise UsageError(f"argument --first-iteration: must be >= 0, got "
+                             f"{args.first_iteration}")
         cfg = load_config(args.config)
         out_path = Path(args.out)
         if not out_path.parent.is_dir():
@@ -733,7 +741,8 @@ def main(argv: list[str]) -> int:
                 print(f"training: error: no start time in {args.start_file}", file=sys.stderr)
                 return 1
         with out_path.open("a") as out:
-            summary = rank.run(out, args.iterations, args.duration, start_at)
+            summary = rank.run(out, args.iterations, args.duration, start_at,
+                               args.first_iteration)
     finally:
         rank.close()
     print(json.dumps(summary))

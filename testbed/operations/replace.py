@@ -1,11 +1,11 @@
 """Replacement: a node the health loop declares degraded is drained, and its agent
-services move to a spare node, while the run goes on.
+services and training ranks move to a spare node, while the run goes on.
 
 ::
 
     replacement:
       enabled: true
-      spares: [2, 6]     # node indices, in order: a degraded node's services go to the
+      spares: [2, 6]     # node indices, in order: a degraded node's roles go to the
                          # first one not in use
 
 Watched: every node with a role in the run (the chain driver, the services, the
@@ -18,10 +18,13 @@ training ranks), by :class:`testbed.operations.health.HealthLoop`. When one is d
 3. *release*: the directory names the spare and the driver's held hops go there.
 
 The service left on the degraded node gets no new hop (those in flight finish there);
-the time to replace is from the declaration to the release. A node with no service (a
-training rank, the driver) is declared and recorded, not moved: a ring all-reduce
-restarts from a checkpoint on a new rank list, which the lab's training does not do
-mid-run. With no spare left the node is declared and stays in service.
+the time to replace is from the declaration to the release. A training rank moves the
+way a collective job does: the job is stopped and started again on the rank list with
+the spare in the node's place, numbering its iterations on from the one after the last
+any rank began (a checkpoint restart: the iteration in flight is lost); its time is
+from the declaration to the new common start. The chain driver is not moved (it is the
+client; its node is declared and recorded). With no spare left the node is declared and
+stays in service; a spare that took over is not watched in that run.
 
 The record (``replacement.json``, and the variant's ``replacement`` entry): the rule's
 figures, every window's probes, each declaration with what moved where and how long it
@@ -31,6 +34,7 @@ failed (:func:`chains_after`).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -48,6 +52,7 @@ from testbed.faults.fabric import short
 from testbed.host.files import read_jsonl, write_json
 from testbed.operations import health
 from testbed.workloads.chains import Service, start_service
+from testbed.workloads.generators import start_ranks
 from topologies.params import Section
 from topologies.spec import FabricSpec
 
@@ -67,12 +72,19 @@ class Replacer:
     """The health loop of one run and the moves it triggers."""
 
     def __init__(self, fabric, spec: FabricSpec, *, agents: dict, training: dict,
-                 services: dict[str, int], driver, spares: Sequence[int], out: Path,
-                 pid_dir: Path, stack: ExitStack,
+                 work, spares: Sequence[int], out: Path, pid_dir: Path, stack: ExitStack,
+                 end_at: float, seed: int,
                  progress: Callable[[str], None] = lambda _: None) -> None:
+        """``work``: the run's workloads (:class:`testbed.workloads.generators.Workload`:
+        where the services run, the driver, the training ranks); ``end_at``: when the
+        run's traffic ends (a restarted job runs until then)."""
         self.fabric, self.spec = fabric, spec
+        self.work = work
+        services = work.services
         self.services = dict(services)  # role -> node index, as it is now
-        self.driver = driver
+        self.driver = work.driver
+        self.training = copy.deepcopy(training) if training.get("enabled") else None
+        self.end_at, self.seed = end_at, seed
         self.out, self.pid_dir, self.stack = out, pid_dir, stack
         self.progress = progress
         roles: dict[int, list[str]] = {}
@@ -109,7 +121,7 @@ class Replacer:
     def _declared(self, record: dict) -> None:
         node = self._node_index(record["node"])
         roles = self.roles.get(node, [])
-        moving = [r for r in roles if r in self.services]
+        moving = [r for r in roles if r in self.services or r.startswith("rank")]
         event = {**record, "roles": roles, "moved": {}, "to": None, "replace_ms": None}
         self.progress(f"node {record['node']} degraded at {record['declared_s']:.1f} s: "
                       f"{record['reason']}")
@@ -117,13 +129,13 @@ class Replacer:
             self.events.append(event)
             spare = self.free.pop(0) if moving and self.free else None
         if not moving:
-            event["action"] = "declared; no agent service on it to move"
+            event["action"] = "declared; no service or rank on it to move (the driver)"
             return
         if spare is None:
             event["action"] = "declared; no spare left (replacement.spares)"
             return
         event["to"] = short(self.spec, self.spec.hosts[spare].name)
-        mover = threading.Thread(target=self._move, args=(event, moving, spare),
+        mover = threading.Thread(target=self._move, args=(event, node, moving, spare),
                                  name=f"replace-{record['node']}", daemon=True)
         self._movers.append(mover)
         mover.start()
@@ -146,7 +158,19 @@ class Replacer:
         port = SERVICE_PORT + SERVICES.index(role)
         return [(host.interface(p, 0).ip, port) for p in range(self.spec.planes)]
 
-    def _move(self, event: dict, moving: list[str], spare: int) -> None:
+    def _move(self, event: dict, node: int, moving: list[str], spare: int) -> None:
+        services = [r for r in moving if r in self.services]
+        ranks = [r for r in moving if r.startswith("rank")]
+        done = []
+        if services:
+            done += self._move_services(event, services, spare)
+        if ranks:
+            done += self._restart_training(event, node, spare)
+        event["action"] = (f"{', '.join(done)} moved to {event['to']}" if done
+                           else event.get("action", "nothing moved"))
+
+    def _move_services(self, event: dict, moving: list[str], spare: int) -> list[str]:
+        """Hold, start on the spare, release; the roles moved."""
         t0 = event["declared_at"]
         try:
             with self._lock:
@@ -165,13 +189,50 @@ class Replacer:
                 self._directory(held=())
             event["replace_ms"] = round((time.time() - t0) * 1e3, 1)
             event["released_at"] = time.time()
-            event["action"] = f"services moved to {event['to']}"
             self.progress(f"node {event['node']}: {', '.join(moving)} moved to {event['to']} "
                           f"in {event['replace_ms']:.0f} ms")
+            return ["services"]
         except (BringUpError, OSError) as exc:
-            event["action"] = f"move failed: {exc}"
+            event["action"] = f"services not moved: {exc}"
             with self._lock:
                 self._directory(held=())  # the old addresses again: hops go on
+            return []
+
+    def _restart_training(self, event: dict, node: int, spare: int) -> list[str]:
+        """The training job stopped, and started again on the rank list with the spare
+        in the node's place, from the iteration after the last one any rank began (a
+        checkpoint restart: the iteration in flight is lost)."""
+        t0 = event["declared_at"]
+        training = self.training
+        if training is None or time.time() > self.end_at - 1.0:
+            return []
+        for proc in self.work.ranks or []:
+            proc.stop(0.2)  # the job is killed; its last complete iterations stand
+        last = -1
+        for r in range(len(training["ranks"])):
+            path = self.work.rank_file(r)
+            if path.exists():
+                last = max([last, *(rec["iteration"] for rec in read_jsonl(path))])
+        training["ranks"] = [spare if n == node else n for n in training["ranks"]]
+        moved = {f"rank{r}": event["to"] for r, n in enumerate(training["ranks"]) if n == spare}
+        try:
+            ranks, start_at = start_ranks(
+                self.fabric, training, out=self.out, pid_dir=self.pid_dir,
+                duration_s=max(1.0, self.end_at - time.time()), seed=self.seed,
+                stack=self.stack, first_iteration=last + 1)
+        except (BringUpError, OSError) as exc:
+            event["training"] = f"not restarted: {exc}"
+            return []
+        self.work.ranks = ranks
+        event["moved"].update(moved)
+        event["training_restart_ms"] = round((start_at - t0) * 1e3, 1)
+        event["training_from_iteration"] = last + 1
+        if event["replace_ms"] is None:
+            event["replace_ms"] = event["training_restart_ms"]
+        self.progress(f"node {event['node']}: training restarted with "
+                      f"{', '.join(moved)} on {event['to']} from iteration {last + 1}, "
+                      f"{event['training_restart_ms']:.0f} ms after the declaration")
+        return ["training ranks"]
 
     def stop(self) -> None:
         if self.loop.is_alive():

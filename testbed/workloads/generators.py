@@ -197,33 +197,8 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
 
     start_at = time.time()  # the services listen already
     if training["enabled"]:
-        config = out / layout.TRAINING_CONFIG
-        config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
-        work.ranks = []
-        start_file = pid_dir / "training.start"
-        start_file.unlink(missing_ok=True)
-        ready = [pid_dir / f"rank{rank}.ready" for rank in range(len(training["ranks"]))]
-        for rank, node in enumerate(training["ranks"]):
-            ready[rank].unlink(missing_ok=True)
-            proc = fabric.spawn(
-                spec.hosts[node].name, f"rank{rank}",
-                [*TRAFFIC, "training", "--rank", str(rank), "--config", str(config),
-                 "--out", str(work.rank_file(rank)), "--duration", f"{duration_s:g}",
-                 "--ready-file", str(ready[rank]), "--start-file", str(start_file)],
-                pid_dir=pid_dir, log=out / f"training-rank{rank}.log",
-            )
-            stack.callback(proc.stop)
-            work.ranks.append(proc)
-        # every rank starts at one time, chosen once all are ready (Scapy imported, frames
-        # built: about a second here, ten times that under software emulation); a rank
-        # that died is not waited for (its log says why; the run reports it)
-        wait_for(lambda: all(f.exists() or not p.alive()
-                             for f, p in zip(ready, work.ranks, strict=True)),
-                 RANKS_READY_TIMEOUT_S, interval=0.02)
-        start_at = time.time() + START_MARGIN_S
-        tmp = start_file.with_suffix(".tmp")
-        tmp.write_text(f"{start_at:.6f}")
-        tmp.replace(start_file)
+        work.ranks, start_at = start_ranks(fabric, training, out=out, pid_dir=pid_dir,
+                                           duration_s=duration_s, seed=seed, stack=stack)
     work.start_at = start_at
 
     if agents["enabled"]:
@@ -235,15 +210,55 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
     return work
 
 
+def start_ranks(fabric: Fabric, training: dict, *, out: Path, pid_dir: Path,
+                duration_s: float, seed: int, stack: ExitStack, first_iteration: int = 0
+                ) -> tuple[list[Helper], float]:
+    """Start every rank of ``training`` (its config written first) and, once all are
+    ready, their common start time; returns the ranks and that time. ``first_iteration``:
+    a job restarted on a new rank list numbers its iterations on (each rank appends to
+    its file)."""
+    spec = fabric.spec
+    config = out / layout.TRAINING_CONFIG
+    config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
+    ranks = []
+    start_file = pid_dir / "training.start"
+    start_file.unlink(missing_ok=True)
+    ready = [pid_dir / f"rank{rank}.ready" for rank in range(len(training["ranks"]))]
+    for rank, node in enumerate(training["ranks"]):
+        ready[rank].unlink(missing_ok=True)
+        proc = fabric.spawn(
+            spec.hosts[node].name, f"rank{rank}",
+            [*TRAFFIC, "training", "--rank", str(rank), "--config", str(config),
+             "--out", str(out / layout.rank_file(rank)), "--duration", f"{duration_s:g}",
+             "--ready-file", str(ready[rank]), "--start-file", str(start_file),
+             "--first-iteration", str(first_iteration)],
+            pid_dir=pid_dir, log=out / f"training-rank{rank}.log",
+        )
+        stack.callback(proc.stop)
+        ranks.append(proc)
+    # every rank starts at one time, chosen once all are ready (Scapy imported, frames
+    # built: about a second here, ten times that under software emulation); a rank
+    # that died is not waited for (its log says why; the run reports it)
+    wait_for(lambda: all(f.exists() or not p.alive()
+                         for f, p in zip(ready, ranks, strict=True)),
+             RANKS_READY_TIMEOUT_S, interval=0.02)
+    start_at = time.time() + START_MARGIN_S
+    tmp = start_file.with_suffix(".tmp")
+    tmp.write_text(f"{start_at:.6f}")
+    tmp.replace(start_file)
+    return ranks, start_at
+
+
 def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
     """Wait for the driver and ranks to finish; returns the driver's JSON summary."""
     t0 = time.monotonic()
     grace = duration_s + 20
-    procs = ([work.driver] if work.driver else []) + (work.ranks or [])
-    while any(p.alive() for p in procs) and time.monotonic() - t0 < grace:
+    def procs() -> list[Helper]:  # the ranks may be started again (a node replaced)
+        return ([work.driver] if work.driver else []) + list(work.ranks or [])
+    while any(p.alive() for p in procs()) and time.monotonic() - t0 < grace:
         progress(time.monotonic() - t0, chains.count_lines(work.chains_file))
-        wait_for(lambda: not any(p.alive() for p in procs), 2.0, interval=0.1)
-    for p in procs:
+        wait_for(lambda: not any(p.alive() for p in procs()), 2.0, interval=0.1)
+    for p in procs():
         if p.alive():
             p.stop()
     summary = work.out / layout.DRIVER_SUMMARY

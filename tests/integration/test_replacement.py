@@ -1,7 +1,8 @@
 """Replacement during a run, real frames through real switches: a service node whose
 cable starts losing a fifth of its frames is declared degraded by the health loop (no
-other node is), its service moves to the first spare while the chains go on, and no
-chain that started after the declaration fails; nothing is left."""
+other node is), its service and training rank move to the first spare while the chains
+go on, and no chain that started after the declaration fails; the training job starts
+again on the spare from the iteration after its last; nothing is left."""
 
 from __future__ import annotations
 
@@ -29,11 +30,15 @@ def test_a_degraded_node_is_declared_and_its_service_moves_to_a_spare(tmp_path):
     rep = run["replacement"]
     assert rep["watched"] == ["n0", "n1", "n2", "n3"] and rep["error"] is None
     event, = rep["events"]  # the degraded node, and no other
-    assert event["node"] == "n1" and event["roles"] == ["retriever"]
+    assert event["node"] == "n1" and event["roles"] == ["retriever", "rank0"]
     # declared after the fault, within two windows, their grace and a window's slack
     assert FAULT_AT_S - 0.5 <= event["declared_s"] <= FAULT_AT_S + 4.0, event
-    assert event["moved"] == {"retriever": "n4"} and event["to"] == "n4"
+    assert event["moved"] == {"retriever": "n4", "rank0": "n4"} and event["to"] == "n4"
     assert 0 < event["replace_ms"] < 5000
+    assert event["replace_ms"] < event["training_restart_ms"] < 15000
+    first = event["training_from_iteration"]
+    assert first > 0  # from a checkpoint: the job's iterations numbered on
+    assert run["training"]["iterations"] > first  # and it ran on after the restart
     assert event["chains_after"] > 0 and event["chains_failed_after"] == 0, event
     variant = out / "variants" / "node-replacement"
     windows = json.loads((variant / "replacement.json")
@@ -52,6 +57,11 @@ def test_a_degraded_node_is_declared_and_its_service_moves_to_a_spare(tmp_path):
     before = [h for h in retrieves if h["start"] < event["declared_at"] - 1.0]
     assert before and {h["address"] for h in before} != {h["address"] for h in later}
     assert all(h["ok"] for h in later)
+    for rank in (0, 1):  # each rank's file: the iterations before, then after the restart
+        its = [json.loads(line)["iteration"] for line in
+               (variant / f"training-rank{rank}.jsonl").read_text().splitlines()]
+        assert its == sorted(its) and len(set(its)) == len(its), its
+        assert min(its) < first <= max(its), (first, its)
     report = (out / "report.md").read_text()
     assert "## Node health and replacement" in report and "moved to n4" in report
     assert leftovers(f"tb{run['run_id']}") == []

@@ -254,6 +254,7 @@ def _config(tmp_path: Path, **over) -> Path:
     [
         ({"rank": "5"}, "--rank", "must be 0..1"),
         ({"iterations": "0"}, "--iterations", ">= 1"),
+        ({"first-iteration": "-1"}, "--first-iteration", ">= 0"),
         ({"config": "/nonexistent.json"}, "--config", "no such file"),
         ({"cfg": {"rate_mbps": 0}}, "--config", "rate_mbps"),
         ({"cfg": {"ranks": [{"channels": []}]}}, "--config", "at least one channel"),

@@ -557,9 +557,9 @@ class FabricExperiment(base.Experiment):
             if variant.replacement.get("enabled"):
                 replacer = replace.Replacer(
                     fabric, spec, agents=variant.agents, training=variant.training,
-                    services=work.services, driver=work.driver,
-                    spares=variant.replacement["spares"], out=out, pid_dir=live.pid_dir,
-                    stack=stack, progress=lambda m: progress(f"{tag}: {m}"))
+                    work=work, spares=variant.replacement["spares"], out=out,
+                    pid_dir=live.pid_dir, stack=stack, end_at=work.start_at + duration_s,
+                    seed=seed, progress=lambda m: progress(f"{tag}: {m}"))
                 replacer.start()
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
                                       duration_s=duration_s, stack=stack)
