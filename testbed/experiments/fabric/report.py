@@ -191,8 +191,12 @@ def replacement_lines(summary: dict) -> list[str]:
                 rows.append(f"{head} none of {len(rep['watched'])} | - | - | - | - |")
             for e in rep["events"]:
                 took = f"{e['replace_ms']:.0f} ms" if e.get("replace_ms") is not None else "-"
+                action = e["action"]
+                if e.get("training_restart_ms") is not None:
+                    action += (f" (training again {e['training_restart_ms']:.0f} ms after, "
+                               f"from iteration {e['training_from_iteration']})")
                 rows.append(f"{head} {e['node']} at {e['declared_s']:.1f} s: {e['reason']} | "
-                            f"{e['action']} | {took} | {e.get('chains_after', '-')} | "
+                            f"{action} | {took} | {e.get('chains_after', '-')} | "
                             f"{e.get('chains_failed_after', '-')} |")
     if not rows:
         return []
