@@ -233,6 +233,11 @@ def test_health_monitor_drains_degraded_link(fab):
         assert wait_for(lambda: [e for e in events(live, "drain") if e["t"] >= t], 15), \
             "the health monitor did not drain the degraded link"
         drain = [e for e in events(live, "drain") if e["t"] >= t][0]
+        # the drain is announced before the paths without the link are sent: measure once
+        # they are (under the lab VM's emulation that is a moment later)
+        assert wait_for(lambda: [e for e in events(live, "recomputed")
+                                 if e["t"] >= drain["t"] and e["cause"].startswith("drain")],
+                        10), "no recompute after the drain"
         got = flows_delivered(live, 2, 0)
         got_back = flows_delivered(live, 0, 2)
     finally:
