@@ -12,7 +12,8 @@ as theirs ends. Open loop (``rate``): Poisson arrivals at ``rate`` chains/s;
 an arrival that finds ``concurrency`` chains in flight is skipped and counted.
 (With ``rate``, ``chains`` counts arrivals, skipped ones included.)
 New chains start until ``duration`` ends or ``chains`` have started; in-flight
-chains then finish or time out (``timeout_ms`` bounds each hop). ``interrupt()``
+chains then finish or time out (``timeout_ms`` bounds each exchange; a held hop may
+wait as long again first). ``interrupt()``
 (SIGTERM/SIGINT) cancels in-flight chains, recorded as failed ``interrupted``.
 ``redirect()`` (SIGHUP with ``--directory``: a service moved to another node) changes
 where the next hops of a service go; a service it *holds* (its replacement is starting)

@@ -119,9 +119,14 @@ def load_directory(path: str) -> tuple[dict, list[str]]:
     """The services' addresses and the held services of a directory file."""
     with open(path, encoding="utf-8") as f:
         raw = json.load(f)
-    services = {name: [address(a, f"services.{name}[{i}]") for i, a in enumerate(addrs)]
-                for name, addrs in raw.get("services", {}).items()}
-    return services, list(raw.get("held", []))
+    if not isinstance(raw, dict) or not isinstance(raw.get("services", {}), dict):
+        raise PlanError("directory", "must be {\"services\": {name: [[ip, port], ...]}}")
+    services = {}
+    for name, addrs in raw.get("services", {}).items():
+        if not isinstance(addrs, list) or not addrs:
+            raise PlanError(f"services.{name}", "must be a non-empty list of [ip, port]")
+        services[name] = [address(a, f"services.{name}[{i}]") for i, a in enumerate(addrs)]
+    return services, [str(h) for h in raw.get("held", [])]
 
 
 def load_plan(path: str) -> dict:
@@ -152,6 +157,9 @@ async def _drive(driver: Driver, directory: str | None = None) -> dict:
 
 
 def _driver_main(argv: list[str]) -> int:
+    # a SIGHUP (the directory changed) before the loop handles it, or after, is ignored,
+    # not fatal: the summary must still be written
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     parser = _driver_parser()
     args = parser.parse_args(argv)
     if args.duration is None and args.chains is None:

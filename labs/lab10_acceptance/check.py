@@ -121,7 +121,7 @@ def degraded_node_replaced(r: Results) -> Verdict:
     after, failed_after = e.get("chains_after"), e.get("chains_failed_after")
     if after is None or failed_after is None:
         raise Missing("variant replaced: the replacement record has no chains_after")
-    ok = failed_after == 0
+    ok = failed_after == 0 and after > 0  # chains ran on after it, none failed
     took = "-" if e.get("replace_ms") is None else f"{e['replace_ms']:.0f}"
     return verdict(ok, f"{said}; {moved} in {took} ms; {failed_after} of "
                        f"{after} chains started after it failed"

@@ -19,7 +19,7 @@ window's end is lost):
   (``2 x queue_kb x 8 / link rate``), twice the spec's link delay and
   :data:`LATENCY_MARGIN_MS` (:func:`latency_max_ms`: a congested but healthy NIC stays
   under it), or its error counters rose;
-* a node is *degraded* when one of its NICs is bad in :data:`CONFIRM` windows in a row;
+* a node is *degraded* when it has a bad NIC in :data:`CONFIRM` windows in a row;
 * when more than half of the watched nodes are bad in one window, that is the fabric
   or the machine, not a node: no one is declared for it.
 
@@ -273,9 +273,7 @@ class HealthLoop(threading.Thread):
             while True:
                 try:
                     data, addr = s.recvfrom(256)
-                except BlockingIOError:
-                    break
-                except OSError:
+                except OSError:  # nothing more now (or the interface went away)
                     break
                 if addr[2] == PACKET_OUTGOING or len(data) < 14 + HEADER.size:
                     continue
@@ -313,7 +311,8 @@ class HealthLoop(threading.Thread):
             self._socks = [self._open(n) for n in self.watched]
             frames = [self._frame(n) for n in self.watched]
             per = round(WINDOW_S * PROBE_HZ)
-            grace = round(GRACE_S * PROBE_HZ)
+            # a probe slower than the rule allows is late, not lost: wait that long too
+            grace = round(max(GRACE_S, self.rule.latency_max_ms / 1e3) * PROBE_HZ)
             self.t0 = time.time()
             start = time.monotonic()
             errors = [self._errors()]

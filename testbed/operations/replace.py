@@ -21,10 +21,13 @@ The service left on the degraded node gets no new hop (those in flight finish th
 the time to replace is from the declaration to the release. A training rank moves the
 way a collective job does: the job is stopped and started again on the rank list with
 the spare in the node's place, numbering its iterations on from the one after the last
-any rank began (a checkpoint restart: the iteration in flight is lost); its time is
+any rank wrote (a checkpoint restart: the iteration in flight is lost); its time is
 from the declaration to the new common start. The chain driver is not moved (it is the
 client; its node is declared and recorded). With no spare left the node is declared and
-stays in service; a spare that took over is not watched in that run.
+stays in service; a spare that took over is not watched in that run. Moves run one at
+a time; when the run ends, a move under way starts nothing more, is waited for, and what
+the moves started is stopped after it. A service whose start fails is released to its
+old address.
 
 The record (``replacement.json``, and the variant's ``replacement`` entry): the rule's
 figures, every window's probes, each declaration with what moved where and how long it
@@ -41,31 +44,30 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from pydantic import Field
 
 from testbed.core import layout
-from testbed.errors import BringUpError
 from testbed.faults.fabric import short
 from testbed.host.files import read_jsonl, write_json
 from testbed.operations import health
-from testbed.workloads.chains import Service, start_service
+from testbed.workloads.chains import SERVICE_PORT, SERVICES, Service, start_service
 from testbed.workloads.generators import start_ranks
 from topologies.params import Section
 from topologies.spec import FabricSpec
 
 
 class Replacement(Section):
-    """Node health during the run; degraded nodes' services move to spares
-    (:mod:`testbed.operations.replace`)."""
+    """Node health during the run; a degraded node's services and training ranks move
+    to spares (:mod:`testbed.operations.replace`)."""
 
     enabled: bool = Field(False, description="watch the nodes' health during the run and "
                                              "replace a degraded one")
     spares: list[int] = Field(default_factory=list, description="node indices that take "
                                                                 "over a degraded node's "
-                                                                "services, in order")
+                                                                "roles, in order")
 
 
 class Replacer:
@@ -86,6 +88,9 @@ class Replacer:
         self.training = copy.deepcopy(training) if training.get("enabled") else None
         self.end_at, self.seed = end_at, seed
         self.out, self.pid_dir, self.stack = out, pid_dir, stack
+        #: what the moves start: closed after every mover has ended (a mover never adds
+        #: to a stack that is being unwound)
+        self.own = ExitStack()
         self.progress = progress
         roles: dict[int, list[str]] = {}
         if agents.get("enabled"):
@@ -98,7 +103,10 @@ class Replacer:
         self.roles = roles
         self.free = [s for s in spares if s not in roles]
         self.events: list[dict] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the directory, the services' places, the events
+        self._move_lock = threading.Lock()  # one move at a time
+        self._held: set[str] = set()
+        self.cancel = threading.Event()  # the run is ending: no move starts anything more
         self._movers: list[threading.Thread] = []
         watched = [short(spec, spec.hosts[i].name) for i in sorted(roles)]
         self.nics = health.nics(spec, watched, fabric.host_pid)
@@ -113,16 +121,22 @@ class Replacer:
         return next(i for i, h in enumerate(self.spec.hosts) if short(self.spec, h.name) == node)
 
     def start(self) -> None:
-        self.reflect.install()
         self.stack.callback(self.reflect.remove)
-        self.stack.callback(self.stop)
+        self.reflect.install()
+        self.stack.callback(self.close)
         self.loop.start()
+
+    def close(self) -> None:
+        """Stop the loop and the moves, then what the moves started."""
+        self.stop()
+        self.own.close()
 
     def _declared(self, record: dict) -> None:
         node = self._node_index(record["node"])
         roles = self.roles.get(node, [])
         moving = [r for r in roles if r in self.services or r.startswith("rank")]
-        event = {**record, "roles": roles, "moved": {}, "to": None, "replace_ms": None}
+        event = {**record, "roles": roles, "moved": {}, "to": None, "replace_ms": None,
+                 "action": "declared"}
         self.progress(f"node {record['node']} degraded at {record['declared_s']:.1f} s: "
                       f"{record['reason']}")
         with self._lock:
@@ -135,110 +149,121 @@ class Replacer:
             event["action"] = "declared; no spare left (replacement.spares)"
             return
         event["to"] = short(self.spec, self.spec.hosts[spare].name)
+        event["action"] = "moving"
         mover = threading.Thread(target=self._move, args=(event, node, moving, spare),
                                  name=f"replace-{record['node']}", daemon=True)
         self._movers.append(mover)
         mover.start()
 
-    def _directory(self, held: Sequence[str]) -> None:
+    def _directory(self) -> None:
+        """Where every service is now and which are held, for the driver (SIGHUP)."""
         plan = json.loads((self.out / layout.AGENT_PLAN).read_text())
         services = plan["services"]
         for role, node in self.services.items():
-            services[role] = [[a, p] for a, p in self._addresses(role, node)]
-        path = self.out / layout.SERVICE_DIRECTORY
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"services": services, "held": list(held)}))
-        tmp.replace(path)
+            services[role] = [list(a) for a in service_addresses(self.spec, role, node)]
+        write_json(self.out / layout.SERVICE_DIRECTORY,
+                   {"services": services, "held": sorted(self._held)})
         if self.driver is not None and self.driver.alive():
-            os.kill(self.driver.pid, signal.SIGHUP)
-
-    def _addresses(self, role: str, node: int) -> list[tuple[str, int]]:
-        from testbed.workloads.chains import SERVICE_PORT, SERVICES
-        host = self.spec.hosts[node]
-        port = SERVICE_PORT + SERVICES.index(role)
-        return [(host.interface(p, 0).ip, port) for p in range(self.spec.planes)]
+            with suppress(ProcessLookupError):  # it ended meanwhile
+                self.driver.proc.send_signal(signal.SIGHUP)
 
     def _move(self, event: dict, node: int, moving: list[str], spare: int) -> None:
-        services = [r for r in moving if r in self.services]
-        ranks = [r for r in moving if r.startswith("rank")]
-        done = []
-        if services:
-            done += self._move_services(event, services, spare)
-        if ranks:
-            done += self._restart_training(event, node, spare)
-        event["action"] = (f"{', '.join(done)} moved to {event['to']}" if done
-                           else event.get("action", "nothing moved"))
+        """One move at a time (a second declaration waits for the first move)."""
+        with self._move_lock:
+            done: list[str] = []
+            try:
+                services = [r for r in moving if r in self.services]
+                if services:
+                    done += self._move_services(event, services, spare)
+                if any(r.startswith("rank") for r in moving):
+                    done += self._restart_training(event, node, spare)
+            except Exception as exc:  # noqa: BLE001 -- the run goes on; the record says why
+                event["error"] = f"{type(exc).__name__}: {exc}"
+            event["action"] = (f"{', '.join(done)} moved to {event['to']}" if done
+                               else f"nothing moved: {event.get('error', 'the run ended')}")
 
     def _move_services(self, event: dict, moving: list[str], spare: int) -> list[str]:
-        """Hold, start on the spare, release; the roles moved."""
+        """Hold, start on the spare, release (also when the start fails: the old
+        addresses then stand); the roles moved."""
+        if self.cancel.is_set() or time.time() > self.end_at - 1.0:
+            return []
         t0 = event["declared_at"]
+        with self._lock:
+            self._held |= set(moving)
+            self._directory()
+        event["held_at"] = round(time.time() - t0, 4)
+        started = []
         try:
-            with self._lock:
-                self._directory(held=moving)
-            event["held_at"] = round(time.time() - t0, 4)
             host = self.spec.hosts[spare]
             where = Service(self.fabric.host(host.name),
                             [host.interface(p, 0).ip for p in range(self.spec.planes)])
             for role in moving:
+                if self.cancel.is_set():
+                    break
                 start_service(role, where, out=self.out, pid_dir=self.pid_dir,
-                              stack=self.stack, tag=event["to"])
-                event["moved"][role] = event["to"]
+                              stack=self.own, tag=event["to"])
+                started.append(role)
+        finally:
             with self._lock:
-                for role in moving:
-                    self.services[role] = spare
-                self._directory(held=())
-            event["replace_ms"] = round((time.time() - t0) * 1e3, 1)
-            event["released_at"] = time.time()
-            self.progress(f"node {event['node']}: {', '.join(moving)} moved to {event['to']} "
-                          f"in {event['replace_ms']:.0f} ms")
-            return ["services"]
-        except (BringUpError, OSError) as exc:
-            event["action"] = f"services not moved: {exc}"
-            with self._lock:
-                self._directory(held=())  # the old addresses again: hops go on
+                if started == moving:
+                    for role in moving:
+                        self.services[role] = spare
+                self._held -= set(moving)
+                self._directory()
+        if started != moving:
             return []
+        event["moved"].update(dict.fromkeys(moving, event["to"]))
+        event["replace_ms"] = round((time.time() - t0) * 1e3, 1)
+        event["released_at"] = time.time()
+        self.progress(f"node {event['node']}: {', '.join(moving)} moved to {event['to']} "
+                      f"in {event['replace_ms']:.0f} ms")
+        return ["services"]
 
     def _restart_training(self, event: dict, node: int, spare: int) -> list[str]:
         """The training job stopped, and started again on the rank list with the spare
-        in the node's place, from the iteration after the last one any rank began (a
-        checkpoint restart: the iteration in flight is lost)."""
+        in the node's place, numbering its iterations on after the last one any rank
+        wrote (a checkpoint restart: an iteration not every rank finished is lost)."""
         t0 = event["declared_at"]
         training = self.training
-        if training is None or time.time() > self.end_at - 1.0:
+        if training is None or self.cancel.is_set() or time.time() > self.end_at - 1.0:
+            event["training"] = "not restarted: the run was ending"
             return []
-        for proc in self.work.ranks or []:
-            proc.stop(0.2)  # the job is killed; its last complete iterations stand
-        last = -1
-        for r in range(len(training["ranks"])):
-            path = self.work.rank_file(r)
-            if path.exists():
-                last = max([last, *(rec["iteration"] for rec in read_jsonl(path))])
-        training["ranks"] = [spare if n == node else n for n in training["ranks"]]
-        moved = {f"rank{r}": event["to"] for r, n in enumerate(training["ranks"]) if n == spare}
+        self.work.restarting = True
         try:
+            for proc in self.work.ranks or []:
+                proc.stop(0.2)  # the job is killed; its last complete iterations stand
+            last = -1
+            for r in range(len(training["ranks"])):
+                path = self.work.rank_file(r)
+                if path.exists():
+                    _end_line(path)  # a rank killed mid-write left half a line
+                    last = max([last, *(rec["iteration"] for rec in read_jsonl(path))])
+            training["ranks"] = [spare if n == node else n for n in training["ranks"]]
             ranks, start_at = start_ranks(
                 self.fabric, training, out=self.out, pid_dir=self.pid_dir,
                 duration_s=max(1.0, self.end_at - time.time()), seed=self.seed,
-                stack=self.stack, first_iteration=last + 1)
-        except (BringUpError, OSError) as exc:
-            event["training"] = f"not restarted: {exc}"
-            return []
-        self.work.ranks = ranks
-        event["moved"].update(moved)
+                stack=self.own, first_iteration=last + 1, cancel=self.cancel)
+            self.work.ranks = ranks
+        finally:
+            self.work.restarting = False
+        event["moved"].update({f"rank{r}": event["to"]
+                               for r, n in enumerate(training["ranks"]) if n == spare})
         event["training_restart_ms"] = round((start_at - t0) * 1e3, 1)
         event["training_from_iteration"] = last + 1
         if event["replace_ms"] is None:
             event["replace_ms"] = event["training_restart_ms"]
-        self.progress(f"node {event['node']}: training restarted with "
-                      f"{', '.join(moved)} on {event['to']} from iteration {last + 1}, "
+        self.progress(f"node {event['node']}: training again with its rank on "
+                      f"{event['to']} from iteration {last + 1}, "
                       f"{event['training_restart_ms']:.0f} ms after the declaration")
         return ["training ranks"]
 
     def stop(self) -> None:
+        """The loop stopped, a move under way told to stop, every mover waited for."""
+        self.cancel.set()
         if self.loop.is_alive():
             self.loop.stop()
         for mover in self._movers:
-            mover.join(timeout=20)
+            mover.join()
 
     def record(self) -> dict:
         """What was watched, the rule, the windows and every declaration."""
@@ -253,6 +278,23 @@ class Replacer:
                 "windows": self.loop.windows}
         write_json(self.out / layout.REPLACEMENT, data)
         return data
+
+
+def service_addresses(spec: FabricSpec, role: str, node: int) -> list[tuple[str, int]]:
+    """Where service ``role`` listens on node ``node``: its port, on every plane."""
+    host = spec.hosts[node]
+    port = SERVICE_PORT + SERVICES.index(role)
+    return [(host.interface(p, 0).ip, port) for p in range(spec.planes)]
+
+
+def _end_line(path: Path) -> None:
+    """End a file that a killed writer left in the middle of a line."""
+    with open(path, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell():
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
 
 
 def chains_after(events: list[dict], chains_file: Path) -> None:

@@ -9,6 +9,7 @@ planes the way a multi-plane NIC spreads it.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Workload:
     congestion_control: str = "default"
     #: where each agent service runs (role -> node index), as started
     services: dict[str, int] = field(default_factory=dict)
+    #: the training job is being started again (a node replaced): its ranks are not done
+    restarting: bool = False
 
     @property
     def chains_file(self) -> Path:
@@ -211,12 +214,12 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
 
 
 def start_ranks(fabric: Fabric, training: dict, *, out: Path, pid_dir: Path,
-                duration_s: float, seed: int, stack: ExitStack, first_iteration: int = 0
-                ) -> tuple[list[Helper], float]:
+                duration_s: float, seed: int, stack: ExitStack, first_iteration: int = 0,
+                cancel: threading.Event | None = None) -> tuple[list[Helper], float]:
     """Start every rank of ``training`` (its config written first) and, once all are
     ready, their common start time; returns the ranks and that time. ``first_iteration``:
     a job restarted on a new rank list numbers its iterations on (each rank appends to
-    its file)."""
+    its file). ``cancel``: set, the wait for the ranks ends (BringUpError)."""
     spec = fabric.spec
     config = out / layout.TRAINING_CONFIG
     config.write_text(json.dumps(training_config(spec, training, seed), indent=1))
@@ -240,8 +243,11 @@ def start_ranks(fabric: Fabric, training: dict, *, out: Path, pid_dir: Path,
     # built: about a second here, ten times that under software emulation); a rank
     # that died is not waited for (its log says why; the run reports it)
     wait_for(lambda: all(f.exists() or not p.alive()
-                         for f, p in zip(ready, ranks, strict=True)),
+                         for f, p in zip(ready, ranks, strict=True))
+             or (cancel is not None and cancel.is_set()),
              RANKS_READY_TIMEOUT_S, interval=0.02)
+    if cancel is not None and cancel.is_set():
+        raise BringUpError("the run ended while the training ranks got ready")
     start_at = time.time() + START_MARGIN_S
     tmp = start_file.with_suffix(".tmp")
     tmp.write_text(f"{start_at:.6f}")
@@ -255,9 +261,11 @@ def wait_done(work: Workload, duration_s: float, progress) -> dict | None:
     grace = duration_s + 20
     def procs() -> list[Helper]:  # the ranks may be started again (a node replaced)
         return ([work.driver] if work.driver else []) + list(work.ranks or [])
-    while any(p.alive() for p in procs()) and time.monotonic() - t0 < grace:
+    def running() -> bool:
+        return work.restarting or any(p.alive() for p in procs())
+    while running() and time.monotonic() - t0 < grace:
         progress(time.monotonic() - t0, chains.count_lines(work.chains_file))
-        wait_for(lambda: not any(p.alive() for p in procs()), 2.0, interval=0.1)
+        wait_for(lambda: not running(), 2.0, interval=0.1)
     for p in procs():
         if p.alive():
             p.stop()

@@ -189,7 +189,10 @@ def test_sighup_holds_a_service_then_moves_it_to_another_node(procs, services, t
     proc = procs.start(["agent-driver", "--plan", str(tmp_path / "plan.json"), "--hops-out",
                         str(hops), "--chains-out", str(chains), "--duration", "4",
                         "--concurrency", "4", "--directory", str(directory)])
-    time.sleep(1.0)
+    deadline = time.monotonic() + 10  # the driver's loop runs (a SIGHUP before is ignored)
+    while not (hops.exists() and hops.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
     directory.write_text(json.dumps({"services": {}, "held": ["retriever"]}))
     os.kill(proc.pid, signal.SIGHUP)
     held_at = time.time()

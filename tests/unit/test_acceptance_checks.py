@@ -3,6 +3,8 @@ what a failing path is put on."""
 
 from __future__ import annotations
 
+import pytest
+
 from testbed.acceptance import links, paths
 from testbed.acceptance.lldp import End
 from topologies.leafspine import build_fabric
@@ -203,6 +205,7 @@ def test_a_scenario_schedules_a_throttle_and_refuses_a_bad_burst():
     assert err.value.field == "faults[0].target"
 
 
+@pytest.mark.root  # SO_BINDTODEVICE
 def test_a_retest_of_some_paths_counts_their_probes_by_path_not_by_position():
     """Probing a failing path again alone (a sublist of the plan, its index kept) counts
     every probe of it: the retest once looked paths up by position, so a path whose

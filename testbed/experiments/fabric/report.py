@@ -191,7 +191,7 @@ def replacement_lines(summary: dict) -> list[str]:
                 rows.append(f"{head} none of {len(rep['watched'])} | - | - | - | - |")
             for e in rep["events"]:
                 took = f"{e['replace_ms']:.0f} ms" if e.get("replace_ms") is not None else "-"
-                action = e["action"]
+                action = e.get("action", "-")
                 if e.get("training_restart_ms") is not None:
                     action += (f" (training again {e['training_restart_ms']:.0f} ms after, "
                                f"from iteration {e['training_from_iteration']})")

@@ -557,7 +557,10 @@ class FabricExperiment(base.Experiment):
             if variant.replacement.get("enabled"):
                 replacer = replace.Replacer(
                     fabric, spec, agents=variant.agents, training=variant.training,
-                    work=work, spares=variant.replacement["spares"], out=out,
+                    work=work, spares=[  # not a node acceptance found faulty
+                        n for n in variant.replacement["spares"]
+                        if f"n{n}" not in entry.get("acceptance", {}).get("excluded_nodes", [])],
+                    out=out,
                     pid_dir=live.pid_dir, stack=stack, end_at=work.start_at + duration_s,
                     seed=seed, progress=lambda m: progress(f"{tag}: {m}"))
                 replacer.start()
