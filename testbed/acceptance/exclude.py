@@ -25,6 +25,7 @@ from testbed.errors import BringUpError, HostError
 from testbed.faults.fabric import FabricFaults, link_name, short
 from testbed.host.files import read_jsonl, write_json
 from testbed.host.procs import Helper, wait_for
+from testbed.workloads.generators import roles_by_node
 from topologies.spec import FabricSpec
 
 ACCEPTED_SPEC = "spec-accepted.json"
@@ -103,11 +104,7 @@ def remap(agents: dict, training: dict, excluded: Sequence[int], spares: Sequenc
     """
     bad = set(excluded)
     agents, training = copy.deepcopy(agents), copy.deepcopy(training)
-    busy = set()
-    if agents.get("enabled"):
-        busy |= {agents["driver"], *agents["services"].values()}
-    if training.get("enabled"):
-        busy |= set(training["ranks"])
+    busy = roles_by_node(agents, training)
     free = [s for s in spares if s not in bad and s not in busy]
     moves: dict[str, int | None] = {}
 

@@ -59,7 +59,6 @@ OFFER = 0.97  # of the link's rate: a queue that took a burst drains again
 OFFER_MIN = 0.95
 TICK_S = 0.001
 RCVBUF_BYTES = 16 * 1024 * 1024
-SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SOL_PACKET = 263
 PACKET_STATISTICS = 6  # struct tpacket_stats: packets, drops (reset when read)
 
@@ -145,14 +144,8 @@ def frame(d: Direction, check_id: int, index: int, size: int) -> bytearray:
 
 
 def _socket(end: End, receive: bool = False) -> socket.socket:
-    def make() -> socket.socket:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_TEST))
-        if receive:
-            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
-        sock.bind((end.ifname, ETH_P_TEST))
-        sock.setblocking(False)
-        return sock
-    return netns.made_in(end.netns, make)
+    return netns.packet_socket(end.netns, end.ifname, ETH_P_TEST,
+                               RCVBUF_BYTES if receive else 0)
 
 
 def _send(sock: socket.socket, template: bytearray, mbps: float, window_s: float,

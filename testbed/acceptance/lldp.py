@@ -90,12 +90,7 @@ def _text(value) -> str:
 
 
 def _socket(end: End) -> socket.socket:
-    def make() -> socket.socket:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_LLDP))
-        sock.bind((end.ifname, ETH_P_LLDP))
-        sock.setblocking(False)
-        return sock
-    return netns.made_in(end.netns, make)
+    return netns.packet_socket(end.netns, end.ifname, ETH_P_LLDP)
 
 
 def exchange(ends: Sequence[End], system: str, listen_s: float = 1.0,

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 from collections.abc import Callable
 from typing import TypeVar
 
 CLONE_NEWNET = 0x40000000
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 T = TypeVar("T")
 
 
@@ -52,3 +54,18 @@ def made_in(path: str | os.PathLike | None, make: Callable[[], T]) -> T:
 def of_pid(pid: int) -> str:
     """The namespace of process ``pid`` (a Mininet host's shell), as a path."""
     return f"/proc/{pid}/ns/net"
+
+
+def packet_socket(path: str | os.PathLike | None, ifname: str, ethertype: int,
+                  rcvbuf: int = 0) -> socket.socket:
+    """A non-blocking packet socket for ``ethertype`` on interface ``ifname`` of the
+    namespace at ``path`` (None: this thread's own); ``rcvbuf``: its receive buffer in
+    bytes, forced past the system's limit (0: the default)."""
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ethertype))
+        if rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+        sock.bind((ifname, ethertype))
+        sock.setblocking(False)
+        return sock
+    return made_in(path, make)

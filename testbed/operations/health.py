@@ -29,6 +29,7 @@ the caller decides what to do (:mod:`testbed.operations.replace`).
 
 from __future__ import annotations
 
+import select
 import socket
 import statistics
 import struct
@@ -253,14 +254,6 @@ class HealthLoop(threading.Thread):
         self._sent: list[dict[int, float]] = [{} for _ in self.watched]
         self._rtt: list[dict[int, float]] = [{} for _ in self.watched]
 
-    def _open(self, n: Nic) -> socket.socket:
-        def make() -> socket.socket:
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_HEALTH))
-            s.bind((n.ifname, ETH_P_HEALTH))
-            s.setblocking(False)
-            return s
-        return netns.made_in(n.netns, make)
-
     def _frame(self, n: Nic) -> bytearray:
         head = HEADER.pack(MAGIC, self.loop_id, 0)
         pad = bytes(max(0, FRAME_BYTES - 14 - len(head)))
@@ -308,7 +301,8 @@ class HealthLoop(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._socks = [self._open(n) for n in self.watched]
+            self._socks = [netns.packet_socket(n.netns, n.ifname, ETH_P_HEALTH)
+                           for n in self.watched]
             frames = [self._frame(n) for n in self.watched]
             per = round(WINDOW_S * PROBE_HZ)
             # a probe slower than the rule allows is late, not lost: wait that long too
@@ -327,9 +321,9 @@ class HealthLoop(threading.Thread):
                         pass  # a full queue or a dead link: the probe is lost
                 seq += 1
                 next_at = start + seq / PROBE_HZ
-                while time.monotonic() < next_at and not self.stopping.is_set():
-                    self._drain()
-                    time.sleep(min(0.005, max(0.0, next_at - time.monotonic())))
+                while (left := next_at - time.monotonic()) > 0 and not self.stopping.is_set():
+                    if select.select(self._socks, [], [], left)[0]:  # woken by reflections
+                        self._drain()
                 if seq >= (judged + 1) * per + grace:
                     errors.append(self._errors())
                     self._window(judged, per, errors[-2], errors[-1])

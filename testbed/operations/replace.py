@@ -38,7 +38,6 @@ failed (:func:`chains_after`).
 from __future__ import annotations
 
 import copy
-import json
 import os
 import signal
 import threading
@@ -53,8 +52,8 @@ from testbed.core import layout
 from testbed.faults.fabric import short
 from testbed.host.files import read_jsonl, write_json
 from testbed.operations import health
-from testbed.workloads.chains import SERVICE_PORT, SERVICES, Service, start_service
-from testbed.workloads.generators import start_ranks
+from testbed.workloads.chains import start_service
+from testbed.workloads.generators import agent_plan, roles_by_node, service_on, start_ranks
 from topologies.params import Section
 from topologies.spec import FabricSpec
 
@@ -78,12 +77,12 @@ class Replacer:
                  end_at: float, seed: int,
                  progress: Callable[[str], None] = lambda _: None) -> None:
         """``work``: the run's workloads (:class:`testbed.workloads.generators.Workload`:
-        where the services run, the driver, the training ranks); ``end_at``: when the
+        the driver, the training ranks); ``end_at``: when the
         run's traffic ends (a restarted job runs until then)."""
         self.fabric, self.spec = fabric, spec
         self.work = work
-        services = work.services
-        self.services = dict(services)  # role -> node index, as it is now
+        # role -> node index, as it is now
+        self.services = dict(agents["services"]) if agents.get("enabled") else {}
         self.driver = work.driver
         self.training = copy.deepcopy(training) if training.get("enabled") else None
         self.end_at, self.seed = end_at, seed
@@ -92,15 +91,7 @@ class Replacer:
         #: to a stack that is being unwound)
         self.own = ExitStack()
         self.progress = progress
-        roles: dict[int, list[str]] = {}
-        if agents.get("enabled"):
-            roles.setdefault(agents["driver"], []).append("driver")
-            for role, node in services.items():
-                roles.setdefault(node, []).append(role)
-        if training.get("enabled"):
-            for rank, node in enumerate(training["ranks"]):
-                roles.setdefault(node, []).append(f"rank{rank}")
-        self.roles = roles
+        self.roles = roles = roles_by_node(agents, training)
         self.free = [s for s in spares if s not in roles]
         self.events: list[dict] = []
         self._lock = threading.Lock()  # the directory, the services' places, the events
@@ -157,12 +148,9 @@ class Replacer:
 
     def _directory(self) -> None:
         """Where every service is now and which are held, for the driver (SIGHUP)."""
-        plan = json.loads((self.out / layout.AGENT_PLAN).read_text())
-        services = plan["services"]
-        for role, node in self.services.items():
-            services[role] = [list(a) for a in service_addresses(self.spec, role, node)]
         write_json(self.out / layout.SERVICE_DIRECTORY,
-                   {"services": services, "held": sorted(self._held)})
+                   {"services": agent_plan(self.spec, self.services)["services"],
+                    "held": sorted(self._held)})
         if self.driver is not None and self.driver.alive():
             with suppress(ProcessLookupError):  # it ended meanwhile
                 self.driver.proc.send_signal(signal.SIGHUP)
@@ -194,9 +182,7 @@ class Replacer:
         event["held_at"] = round(time.time() - t0, 4)
         started = []
         try:
-            host = self.spec.hosts[spare]
-            where = Service(self.fabric.host(host.name),
-                            [host.interface(p, 0).ip for p in range(self.spec.planes)])
+            where = service_on(self.fabric, spare)
             for role in moving:
                 if self.cancel.is_set():
                     break
@@ -278,13 +264,6 @@ class Replacer:
                 "windows": self.loop.windows}
         write_json(self.out / layout.REPLACEMENT, data)
         return data
-
-
-def service_addresses(spec: FabricSpec, role: str, node: int) -> list[tuple[str, int]]:
-    """Where service ``role`` listens on node ``node``: its port, on every plane."""
-    host = spec.hosts[node]
-    port = SERVICE_PORT + SERVICES.index(role)
-    return [(host.interface(p, 0).ip, port) for p in range(spec.planes)]
 
 
 def _end_line(path: Path) -> None:

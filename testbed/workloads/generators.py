@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,6 @@ class Workload:
     start_at: float = 0.0  # epoch time at which traffic starts
     #: the hosts' TCP congestion control: the one set on their routes, else their default
     congestion_control: str = "default"
-    #: where each agent service runs (role -> node index), as started
-    services: dict[str, int] = field(default_factory=dict)
     #: the training job is being started again (a node replaced): its ranks are not done
     restarting: bool = False
 
@@ -60,6 +58,31 @@ class Workload:
 
     def rank_file(self, rank: int) -> Path:
         return self.out / layout.rank_file(rank)
+
+
+def roles_by_node(agents: dict, training: dict) -> dict[int, list[str]]:
+    """What each node with a role does: ``driver``, a service's name, ``rankN``.
+
+    >>> roles_by_node({"enabled": True, "driver": 0, "services": {"tool": 2, "agent": 0}},
+    ...               {"enabled": True, "ranks": [2, 3]})
+    {0: ['driver', 'agent'], 2: ['tool', 'rank0'], 3: ['rank1']}
+    """
+    roles: dict[int, list[str]] = {}
+    if agents.get("enabled"):
+        roles.setdefault(agents["driver"], []).append("driver")
+        for role, node in agents["services"].items():
+            roles.setdefault(node, []).append(role)
+    if training.get("enabled"):
+        for rank, node in enumerate(training["ranks"]):
+            roles.setdefault(node, []).append(f"rank{rank}")
+    return roles
+
+
+def service_on(fabric: Fabric, node: int) -> Service:
+    """Where a service runs on node ``node``: its host, its address on every plane (rail 0)."""
+    host = fabric.spec.hosts[node]
+    return Service(fabric.host(host.name),
+                   [host.interface(p, 0).ip for p in range(fabric.spec.planes)])
 
 
 def agent_plan(spec: FabricSpec, services: dict[str, int]) -> dict:
@@ -190,13 +213,8 @@ def start(fabric: Fabric, variant: Any, *, out: Path, pid_dir: Path, duration_s:
     else:
         work.congestion_control = host_congestion_control(fabric, spec.hosts[0].name)
     if agents["enabled"]:
-        services = {}
-        for svc in SERVICES:
-            host = spec.hosts[agents["services"][svc]]
-            services[svc] = Service(fabric.host(host.name), [
-                host.interface(p, 0).ip for p in range(spec.planes)])
+        services = {svc: service_on(fabric, agents["services"][svc]) for svc in SERVICES}
         chains.start_services(services, out=out, pid_dir=pid_dir, stack=stack)
-        work.services = dict(agents["services"])
 
     start_at = time.time()  # the services listen already
     if training["enabled"]:

@@ -107,3 +107,21 @@ def test_the_report_names_the_node_the_move_and_the_chains_after_it(tmp_path):
     assert "| a | 1 | n1 at 4.2 s: lost 20% | services moved to n4 | 812 ms | 2 | 0 |" in lines
     assert "| b | 1 | none of 1 | - | - | - | - |" in lines
     assert replacement_lines({"runs": [{"name": "x", "seed": 1}]}) == []
+
+
+@pytest.mark.parametrize("text, field", [
+    ('{"services": {"retriever": []}}', "services.retriever"),
+    ('{"services": {"retriever": [["10.0.0.1", 0]]}}', "services.retriever[0][1]"),
+    ('["not", "a", "directory"]', "directory"),
+])
+def test_a_bad_service_directory_is_named_and_changes_nothing(tmp_path, text, field):
+    from traffic.agent_plan import PlanError
+    from traffic.agents import load_directory
+
+    path = tmp_path / "services.json"
+    path.write_text(text)
+    with pytest.raises(PlanError) as err:
+        load_directory(str(path))
+    assert err.value.field == field
+    path.write_text('{"services": {"retriever": [["10.0.0.5", 7000]]}, "held": ["tool"]}')
+    assert load_directory(str(path)) == ({"retriever": [("10.0.0.5", 7000)]}, ["tool"])

@@ -336,11 +336,7 @@ class FabricExperiment(base.Experiment):
     def _check_replacement(resolved: dict, spec: FabricSpec, prefix: str) -> None:
         """Spares are nodes of the fabric with no role in the run."""
         agents, training = resolved["agents"], resolved["training"]
-        busy = set()
-        if agents["enabled"]:
-            busy |= {agents["driver"], *agents["services"].values()}
-        if training["enabled"]:
-            busy |= set(training["ranks"])
+        busy = generators.roles_by_node(agents, training)
         for i, node in enumerate(resolved["replacement"]["spares"]):
             where = f"{prefix}replacement.spares[{i}]"
             _check_node(where, node, len(spec.hosts))
