@@ -361,8 +361,18 @@ class ExtraWorkloads:
         self.schedule.start(t0)
 
     def _start(self, i: int) -> None:
-        self.items[i].started = time.time()
-        self.kinds[i].start(self, self.items[i])
+        """Start entry ``i``; it counts as started once its processes exist (:meth:`wait`
+        ends when every started entry's processes have ended: marked before them, an
+        entry looked ended in the moment between). A start that raises is the entry's
+        ``error`` (and the schedule's record)."""
+        item, t = self.items[i], time.time()
+        try:
+            self.kinds[i].start(self, item)
+        except Exception as exc:
+            item.error = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            item.started = t
 
     def wait(self, until: float) -> None:
         """Until every process that ends by itself has ended, or ``until`` (epoch)."""
@@ -391,6 +401,8 @@ class ExtraWorkloads:
                                "started": item.started is not None,
                                "exit_status": None if ran_out else code,
                                "stopped_at_end": ran_out}
+        if item.error:
+            rec["error"] = item.error
         rec.update({key: e[key] for key in ("host", "client", "server") if key in e})
         rec["output"] = k.output(item)
         k.record(self, item, rec)

@@ -88,3 +88,63 @@ def test_one_iperf3_launcher_for_every_experiment():
                if any(f'"iperf3", "-{o}"' in p.read_text() for o in "sc")]
     assert spelled == ["testbed/workloads/iperf3.py"]
     assert iperf3.client("10.0.0.2", 5201, seconds=2, parallel=4)[-2:] == ["-P", "4"]
+
+
+class _SlowHost:
+    """A host whose processes take a while to start (a loaded machine), run in place."""
+
+    name = "n0"
+
+    def spawn(self, name, argv, **kw):
+        import time
+
+        from testbed.host.procs import Helper
+        time.sleep(0.5)
+        return Helper(name, argv, **kw)
+
+
+def test_a_run_waits_for_an_entry_whose_processes_are_still_starting(tmp_path):
+    """An entry counts as started once its processes exist: wait() polled in the moment
+    between the start and its processes (a client still being spawned) and ended the run
+    before the client ran (the flaky routing-mode example)."""
+    import time
+    from contextlib import ExitStack
+    from types import SimpleNamespace
+
+    from topologies.leafspine import build_fabric
+    spec = build_fabric(prefix="tbunit0", planes=1, nodes=2)
+    fabric = SimpleNamespace(spec=spec, host=lambda name: _SlowHost())
+    entry = {"kind": "command", "host": 0, "argv": ["sleep", "0.3"], "at_s": 0.0}
+    with ExitStack() as stack:
+        run = kinds.ExtraWorkloads(fabric, [entry], out=tmp_path, pid_dir=tmp_path / "pids",
+                                   stack=stack, seed=1, duration_s=10)
+        run.start(time.time())
+        run.wait(time.time() + 10)
+        item, = run.items
+        assert item.procs and not item.procs[0].alive()
+        rec, = run.stop()
+    assert rec["started"] and rec["exit_status"] == 0 and "error" not in rec
+
+
+def test_an_entry_that_could_not_start_says_why(tmp_path):
+    import time
+    from contextlib import ExitStack
+    from types import SimpleNamespace
+
+    from testbed.errors import HostError
+    from topologies.leafspine import build_fabric
+
+    class Broken:
+        def spawn(self, *a, **kw):
+            raise HostError("n0: no such namespace")
+
+    spec = build_fabric(prefix="tbunit0", planes=1, nodes=2)
+    fabric = SimpleNamespace(spec=spec, host=lambda name: Broken())
+    entry = {"kind": "command", "host": 0, "argv": ["true"], "at_s": 0.0}
+    with ExitStack() as stack:
+        run = kinds.ExtraWorkloads(fabric, [entry], out=tmp_path, pid_dir=tmp_path / "pids",
+                                   stack=stack, seed=1, duration_s=10)
+        run.start(time.time())
+        run.wait(time.time() + 5)
+        rec, = run.stop()
+    assert rec["started"] and rec["error"] == "HostError: n0: no such namespace"

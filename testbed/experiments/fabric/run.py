@@ -576,6 +576,10 @@ class FabricExperiment(base.Experiment):
             if extra:
                 extra.wait(until=work.start_at + duration_s)
                 entry["workloads"] = extra.stop()
+                for rec in entry["workloads"]:
+                    if rec.get("error"):
+                        progress(f"{tag}: workloads[{rec['index']}] did not start: "
+                                 f"{rec['error']}")
                 if elephants:
                     entry["elephants"] = generators.elephants_summary(entry["workloads"],
                                                                      spec.link_mbps)
