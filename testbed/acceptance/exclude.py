@@ -66,13 +66,24 @@ def reroute(live, stack: ExitStack, out: Path, excluded: Sequence[str]) -> dict:
     gone = [link_name(spec, lk) for lk in spec.links if lk not in accepted.links]
     if not gone:
         return {"links_removed": [], "restart_s": 0.0}
+    return {"links_removed": gone, **restart_on(live, stack, out, accepted, ACCEPTED_SPEC,
+                                                "excluding links")}
+
+
+def restart_on(live, stack: ExitStack, out: Path, spec: FabricSpec, file: str,
+               why: str) -> dict:
+    """The lab's controller started again on ``spec`` (written to ``out/file``, its
+    config pointed there): its start-up rewrites every switch's routes in place (flow
+    adds of the same match: traffic on what is kept never stops) and routes switches
+    it did not know. Returns how long until every switch of ``spec`` had its routes,
+    and the new pid."""
     old: Helper | None = live.controller
     if old is None:
-        raise HostError("excluding links needs the lab's own controller, not a remote one")
-    accepted.to_json(out / ACCEPTED_SPEC)
+        raise HostError(f"{why} needs the lab's own controller, not a remote one")
+    spec.to_json(out / file)
     config = out / layout.CONTROLLER_CONFIG
     data = json.loads(config.read_text())
-    data["spec"] = str(out / ACCEPTED_SPEC)
+    data["spec"] = str(out / file)
     write_json(config, data)
     t0 = time.time()
     old.stop(2.0)
@@ -83,11 +94,9 @@ def reroute(live, stack: ExitStack, out: Path, excluded: Sequence[str]) -> dict:
         return dpids <= {e["dpid"] for e in read_jsonl(live.status)
                          if e.get("event") == "installed" and e.get("t", 0) >= t0}
     if not wait_for(resynced, RESYNC_S, interval=0.1):
-        raise BringUpError(f"the controller did not reinstall every switch's routes within "
-                           f"{RESYNC_S:g} s of its restart on the accepted fabric "
-                           f"(see {out / layout.CONTROLLER_LOG})")
-    return {"links_removed": gone, "restart_s": round(time.time() - t0, 2),
-            "controller_pid": pid}
+        raise BringUpError(f"the controller did not install every switch's routes within "
+                           f"{RESYNC_S:g} s of its restart (see {out / layout.CONTROLLER_LOG})")
+    return {"restart_s": round(time.time() - t0, 2), "controller_pid": pid}
 
 
 def remap(agents: dict, training: dict, excluded: Sequence[int], spares: Sequence[int]

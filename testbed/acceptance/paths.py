@@ -129,11 +129,12 @@ def walks(spec: FabricSpec, src: str, dst: str,
 
 
 def plan(spec: FabricSpec, usable: Callable[[HostInterface], bool],
-         down: Sequence[tuple[str, str]] = ()) -> tuple[list[Path], list[str]]:
-    """Every path of every ordered leaf pair, with its probe endpoints: the first host
-    interface behind each leaf that ``usable`` allows (the destination's on another
-    node: a node's own address never leaves it). Also the pairs left out (a leaf with no
-    usable host)."""
+         down: Sequence[tuple[str, str]] = (),
+         touching: set[str] | None = None) -> tuple[list[Path], list[str]]:
+    """Every path of every ordered leaf pair (``touching``: the pairs with one of those
+    leaves, a rack's), with its probe endpoints: the first host interface behind each
+    leaf that ``usable`` allows (the destination's on another node: a node's own address
+    never leaves it). Also the pairs left out (a leaf with no usable host)."""
     by_port = _by_port(spec)
     node = {i.name: h.name for h in spec.hosts for i in h.interfaces}
     paths: list[Path] = []
@@ -145,7 +146,8 @@ def plan(spec: FabricSpec, usable: Callable[[HostInterface], bool],
         leaves = list(behind)
         for a in leaves:
             for b in leaves:
-                if a == b:
+                if a == b or (touching is not None and a not in touching
+                              and b not in touching):
                     continue
                 src = next((i for i in behind[a] if usable(i)), None)
                 dst = next((i for i in behind[b] if usable(i) and src is not None
@@ -161,20 +163,23 @@ def plan(spec: FabricSpec, usable: Callable[[HostInterface], bool],
     return paths, skipped
 
 
-def flows(paths: Sequence[Path]) -> dict[str, list[str]]:
-    """Per switch, the flows that pin the probes of every path through it."""
+def flows(paths: Sequence[Path], deliver: bool = False) -> dict[str, list[str]]:
+    """Per switch, the flows that pin the probes of every path through it (``deliver``:
+    also the last leaf's, to the destination's port, where no route is yet)."""
     out: dict[str, list[str]] = {}
     for p in paths:
-        for switch, port in p.hops:
+        hops = [*p.hops, (p.dst.switch, p.dst.switch_port)] if deliver else p.hops
+        for switch, port in hops:
             out.setdefault(switch, []).append(
                 f"cookie={COOKIE:#x},priority={PRIORITY},udp,nw_dst={p.dst.ip},"
                 f"tp_dst={p.port},actions=output:{port}")
     return out
 
 
-def pin(paths: Sequence[Path], ofctl: Callable[[str], str]) -> Callable[[], None]:
+def pin(paths: Sequence[Path], ofctl: Callable[[str], str],
+        deliver: bool = False) -> Callable[[], None]:
     """Install the paths' flows; return what removes them."""
-    rules = flows(paths)
+    rules = flows(paths, deliver)
 
     def unpin() -> None:
         for switch in rules:
@@ -189,6 +194,42 @@ def pin(paths: Sequence[Path], ofctl: Callable[[str], str]) -> Callable[[], None
         unpin()
         raise
     return unpin
+
+
+def neighbours(paths: Sequence[Path], netns_of: Callable[[HostInterface], str]
+               ) -> Callable[[], None]:
+    """Each path's destination as a permanent neighbour of its source, until the
+    returned call removes them: for a rack the controller does not route yet (its ARP
+    rules are the controller's), the probes' own flows are the only way."""
+    from pyroute2 import IPRoute
+
+    made: list[tuple[HostInterface, str]] = []
+    for p in paths:
+        if (p.src, p.dst.ip) in made:
+            continue
+
+        def add(p: Path = p) -> None:
+            with IPRoute() as ipr:
+                index = ipr.link_lookup(ifname=p.src.name)[0]
+                ipr.neigh("replace", dst=p.dst.ip, lladdr=p.dst.mac, ifindex=index,
+                          state=0x80)  # NUD_PERMANENT
+        netns.made_in(netns_of(p.src), add)
+        made.append((p.src, p.dst.ip))
+
+    def remove() -> None:
+        for src, ip in made:
+            def delete(src: HostInterface = src, ip: str = ip) -> None:
+                with IPRoute() as ipr:
+                    index = ipr.link_lookup(ifname=src.name)[0]
+                    try:
+                        ipr.neigh("del", dst=ip, ifindex=index)
+                    except Exception:  # noqa: BLE001 (gone with its interface)
+                        pass
+            try:
+                netns.made_in(netns_of(src), delete)
+            except OSError:  # the host went
+                pass
+    return remove
 
 
 def probe(paths: Sequence[Path], netns_of: Callable[[HostInterface], str],

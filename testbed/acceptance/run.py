@@ -10,6 +10,7 @@ with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -25,8 +26,28 @@ from testbed.host.hosts import Host
 from topologies.spec import FabricSpec, Link
 
 RESULT = "acceptance.json"
+#: a rack's acceptance, when it was cabled into a running fabric (``testbed expand``)
+RACK_RESULT = "acceptance-rack.json"
 #: the checks, in the order they run (each on what the ones before accepted)
 CHECKS = ("cabling", "links", "paths", "system")
+
+
+@dataclass(frozen=True)
+class Rack:
+    """What a rack cabled into a running fabric added (full names): the checks run on
+    it alone."""
+
+    switches: set[str]
+    hosts: set[str]
+    links: set[str]  # link names (:func:`link_name`)
+
+    def view(self, spec: FabricSpec) -> FabricSpec:
+        """``spec`` with the rack's links, switches and hosts only (the cabling and link
+        checks and the verdicts walk a spec's links; lookups of a host still work)."""
+        return dataclasses.replace(
+            spec, links=tuple(lk for lk in spec.links if link_name(spec, lk) in self.links),
+            switches=tuple(sw for sw in spec.switches if sw.name in self.switches),
+            hosts=tuple(h for h in spec.hosts if h.name in self.hosts))
 
 
 @dataclass(frozen=True)
@@ -112,19 +133,22 @@ def link_check(spec: FabricSpec, host_pid: dict[str, int], skip: set[str]) -> di
             "not_measured": sorted(skip)} | {"seconds": round(time.monotonic() - t0, 2)}
 
 
-def path_check(lab: Lab, excluded: set[str]) -> dict:
-    """The path check's record: every equal-cost path between leaves over the links not
-    ``excluded``, its probes' latency and loss; the links and switches failing paths
-    point at."""
+def path_check(lab: Lab, excluded: set[str], rack: Rack | None = None) -> dict:
+    """The path check's record: every equal-cost path between leaves (``rack``: those
+    from and to its leaves, its hosts known to the probes' sources as neighbours) over
+    the links not ``excluded``, its probes' latency and loss; the links and switches
+    failing paths point at."""
     spec = lab.spec
     t0 = time.monotonic()
     host_link = {lk.a_intf: link_name(spec, lk) for lk in spec.links if lk.kind == "host"}
     down = [(lk.a, lk.b) for lk in spec.links
             if lk.kind == "fabric" and link_name(spec, lk) in excluded]
-    planned, skipped = paths.plan(spec, lambda i: host_link[i.name] not in excluded, down)
+    planned, skipped = paths.plan(spec, lambda i: host_link[i.name] not in excluded, down,
+                                  rack.switches if rack else None)
     host_of = {i.name: h.name for h in spec.hosts for i in h.interfaces}
     netns_of = lambda i: f"/proc/{lab.host_pid[host_of[i.name]]}/ns/net"  # noqa: E731
-    unpin = paths.pin(planned, lab.ofctl)
+    unpin = paths.pin(planned, lab.ofctl, deliver=rack is not None)
+    forget = paths.neighbours(planned, netns_of) if rack else (lambda: None)
     try:
         paths.probe(planned, netns_of)
         failing = paths.judge(planned)
@@ -136,6 +160,7 @@ def path_check(lab: Lab, excluded: set[str]) -> dict:
             paths.probe(again, netns_of)
             failing = paths.judge(planned)
     finally:
+        forget()
         unpin()
 
     def light(chosen: list[Link]) -> dict[str, dict]:
@@ -238,13 +263,16 @@ def verdicts(spec: FabricSpec, links_out: set[str], switches_out: dict[str, str]
 
 
 def accept(lab: Lab, checks: list[str] | None = None,
-           exclude: Callable[[list[str]], dict] | None = None) -> tuple[dict, list[str]]:
+           exclude: Callable[[list[str]], dict] | None = None,
+           rack: Rack | None = None) -> tuple[dict, list[str]]:
     """Run the checks (all, or those named) on ``lab``; write the result into its
     results folder. With ``exclude``, the links the checks before the system test
     excluded are handed to it first (it takes them out of the routing: the collective
     then runs on the fabric the workloads will have); without, the collective runs on
-    the fabric as it is."""
-    spec, chosen = lab.spec, set(checks or CHECKS)
+    the fabric as it is. With ``rack``, the checks and verdicts cover its links,
+    switches and nodes only, and the paths from and to its leaves."""
+    full, chosen = lab.spec, set(checks or CHECKS)
+    spec = rack.view(full) if rack else full
     records, lines = [], []
     why: dict[str, str] = {}
     switches: dict[str, str] = {}
@@ -263,7 +291,7 @@ def accept(lab: Lab, checks: list[str] | None = None,
         records.append(rates)
         lines += link_lines(rates)
     if "paths" in chosen:
-        routes = path_check(lab, set(why))
+        routes = path_check(lab, set(why), rack)
         why |= {lk["link"]: f"paths: {lk['reason']}" for lk in routes["links"]}
         switches = {s["switch"]: f"paths: {s['reason']}" for s in routes["switches"]}
         unexplained = routes["unexplained"]
@@ -274,7 +302,7 @@ def accept(lab: Lab, checks: list[str] | None = None,
         k for k in sorted(excluded) if k.split("-")[0] == n)
         for n in excluded_nodes(spec, excluded)}
     rerouted = None
-    if exclude is not None and excluded:
+    if exclude is not None and (excluded or rack):  # a rack is routed here, once judged
         rerouted = exclude(sorted(excluded))
         if rerouted.get("links_removed"):
             lines.append(f"excluded from every ECMP set: {', '.join(rerouted['links_removed'])}"
@@ -295,9 +323,9 @@ def accept(lab: Lab, checks: list[str] | None = None,
               "unexplained": unexplained, "system": "passes" if system_ok else "fails",
               "rerouted": rerouted,
               "accepted": not (excluded or switches or nodes or unexplained) and system_ok}
-    save(lab.out, result)
+    save(lab.out, result, RACK_RESULT if rack else RESULT)
     return result, lines
 
 
-def save(out: Path, result: dict) -> None:
-    (out / RESULT).write_text(json.dumps(result, indent=1))
+def save(out: Path, result: dict, file: str = RESULT) -> None:
+    (out / file).write_text(json.dumps(result, indent=1))

@@ -219,6 +219,7 @@ EXAMPLES = {
     "ls": ["testbed ls", "testbed ls --json"],
     "inspect": ["testbed inspect lf", "testbed inspect lf --json > lf.json"],
     "accept": ["testbed accept lf                # every cable heard as the spec says?"],
+    "expand": ["testbed expand lf --leaves 1 --nodes 4   # a rack: a leaf a plane, 4 nodes"],
     "dashboard": ["testbed dashboard lf             # then open the address in a browser",
                   "curl -s $(testbed dashboard lf | awk '/metrics/ {print $2}')"],
     "exec": ["testbed exec lf n0 -- ping -c3 10.0.0.8", "testbed exec lf n0   # a shell",

@@ -278,6 +278,15 @@ def fast_rcu() -> AbstractContextManager[None]:
     return host_settings.raised({RCU_EXPEDITED: 1})
 
 
+@dataclass(frozen=True)
+class Growth:
+    """What :meth:`Fabric.grow` cabled in."""
+
+    switches: list[str]
+    hosts: list[str]
+    links: list
+
+
 @dataclass
 class FabricTimes:
     build_s: float = 0.0
@@ -412,6 +421,97 @@ class Fabric:
             self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER, self.switch_pids())
         return self.times
 
+    def grow(self, spec: FabricSpec) -> Growth:
+        """Cable what ``spec`` has beyond this fabric's spec into the running fabric (a
+        rack: its switches, hosts and links, and the ports its links add to switches that
+        run): nothing that runs is restarted or changed. New switches get switch
+        processes of their own (the lab's) or bridges on the host's Open vSwitch, connect
+        to the controller as the others did, and forward nothing until it knows them.
+
+        ``spec`` must keep every switch, host and link of the fabric as it is
+        (:class:`BringUpError` otherwise, before anything is made)."""
+        old = self.spec
+        old_switches = {sw.name for sw in old.switches}
+        for what, before, after in (("switch", old.switches, spec.switches),
+                                    ("host", old.hosts, spec.hosts),
+                                    ("link", old.links, spec.links)):
+            kept = set(after)
+            changed = next((x for x in before if x not in kept), None)
+            if changed is not None:
+                raise BringUpError(f"the grown fabric changes {what} "
+                                   f"{getattr(changed, 'name', changed)}")
+        names = old_switches | {h.name for h in old.hosts}
+        switches = [sw for sw in spec.switches if sw.name not in names]
+        hosts = [h for h in spec.hosts if h.name not in names]
+        links = [lk for lk in spec.links if lk not in set(old.links)]
+        _, ovs_switch, _, (link_base, intf_base), _ = _mininet()
+        net = self.net
+        switch_cls = ovs_switch
+        if self.daemons is not None:
+            for sw in switches:
+                register(self.run_id, "bridge", sw.name)
+            self.daemons.add([[sw.name for sw in switches]] if switches else [])
+            switch_cls = lab_switch_class(ovs_switch, self.daemons)
+        added = []
+        for sw in switches:
+            register(self.run_id, "mininet", sw.name)
+            register(self.run_id, "bridge", sw.name)
+            added.append(net.addSwitch(
+                sw.name, cls=switch_cls, dpid=f"{sw.dpid:016x}",
+                datapath=self.caps.ovs_datapath, protocols="OpenFlow13", failMode="secure",
+                batch=True))
+        for host in hosts:
+            register(self.run_id, "mininet", host.name)
+            net.addHost(host.name, ip=None)
+        new_names = {sw.name for sw in switches}
+        ports: dict[str, list[tuple[str, int]]] = {}  # running switch -> its new ports
+        buffers = (socket_buffer_defaults(OVS_SOCKET_BUFFER) if self.caps.ovs_datapath == "user"
+                   else nullcontext())
+        with buffers, fast_rcu():
+            with IPRoute() as ipr:
+                link_cls = _netlink_link(link_base, intf_base, ipr, spec.mtu,
+                                         link_group(self.run_id))
+                for lk in links:
+                    register(self.run_id, "link", lk.a_intf)
+                    register(self.run_id, "link", lk.b_intf)
+                    params = {}
+                    if lk.kind == "host":
+                        params["addr1"] = spec.host(lk.a).interface_by_name(lk.a_intf).mac
+                    net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
+                                intfName1=lk.a_intf, intfName2=lk.b_intf, cls=link_cls,
+                                **params)
+                    for end, intf, port in ((lk.a, lk.a_intf, lk.a_port),
+                                            (lk.b, lk.b_intf, lk.b_port)):
+                        if end in old_switches:
+                            ports.setdefault(end, []).append((intf, port))
+            for sw in added:
+                sw.start(net.controllers)
+            if added:
+                switch_cls.batchStartup(added)
+            for bridge, new_ports in ports.items():  # one transaction a running switch
+                args = [w for intf, port in new_ports for w in (
+                    "--", "add-port", bridge, intf,
+                    "--", "set", "Interface", intf, f"ofport_request={port}")]
+                if self.daemons is not None:
+                    self.daemons.vsctl(self.daemons.instance(bridge), args)
+                else:
+                    done = RootHost().run(["ovs-vsctl", *args])
+                    if done.returncode:
+                        raise BringUpError(f"ovs-vsctl add-port on {bridge}: "
+                                           f"{done.stderr.strip()[:300]}")
+            self.spec = spec
+            self.__dict__.pop("_host_addresses", None)  # the tenant classes' addresses
+            self._tag_bridges(new_names)
+            # the new links' switch ends (spec.switch_ports() holds no host's NIC)
+            self._configure_switch_ports({i for lk in links for i in (lk.a_intf, lk.b_intf)})
+            for host in hosts:
+                self._configure_host(host.name, host.interfaces)
+        if self.caps.ovs_datapath == "user":
+            if self.daemons is not None:
+                self._first_sends()
+            self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER, self.switch_pids())
+        return Growth([sw.name for sw in switches], [h.name for h in hosts], links)
+
     def switch_pids(self) -> list[int]:
         """The ovs-vswitchd processes that forward this fabric: the lab's own, or the
         host's (none when it cannot be found)."""
@@ -451,25 +551,31 @@ class Fabric:
                 if time.monotonic() >= deadline:
                     raise BringUpError(f"{a.name} cannot reach {b.name} on plane {plane}")
 
-    def _tag_bridges(self) -> None:
+    def _tag_bridges(self, only: set[str] | None = None) -> None:
         if self.daemons is not None:
             for inst in self.daemons.instances:
                 args = []
                 for name in inst.bridges:
+                    if only is not None and name not in only:
+                        continue
                     args += ["--", "set", "Bridge", name,
                              f"external_ids:{OVS_EXTERNAL_ID}={self.run_id}"]
-                self.daemons.vsctl(inst, args)
+                if args:
+                    self.daemons.vsctl(inst, args)
             return
         argv = ["ovs-vsctl"]
         for sw in self.spec.switches:
+            if only is not None and sw.name not in only:
+                continue
             argv += ["--", "set", "Bridge", sw.name,
                      f"external_ids:{OVS_EXTERNAL_ID}={self.run_id}"]
         done = RootHost().run(argv)
         if done.returncode:
             raise BringUpError(f"ovs-vsctl could not tag the bridges: {done.stderr.strip()}")
 
-    def _switch_ports(self) -> list[tuple[str, float]]:
-        return [(p.ifname, p.mbps) for p in self.spec.switch_ports()]
+    def _switch_ports(self, only: set[str] | None = None) -> list[tuple[str, float]]:
+        return [(p.ifname, p.mbps) for p in self.spec.switch_ports()
+                if only is None or p.ifname in only]
 
     def planned_classes(self, mbps: float) -> list[qos.PlannedClass]:
         return qos.plan(self.classes, mbps, self.spec.mtu, self._host_addresses)
@@ -487,24 +593,24 @@ class Fabric:
             red = red.replace(f"limit {self.spec.queue_kb * 1000}", "limit {limit}", 1)
         return qos.tc_lines(ifname, mbps, self.spec.mtu, self.planned_classes(mbps), red)
 
-    def _shape_classes(self) -> None:
+    def _shape_classes(self, only: set[str] | None = None) -> None:
         """All switch ports' class trees in one ``tc -batch`` (hundreds of lines)."""
-        lines = [line for ifname, mbps in self._switch_ports()
+        lines = [line for ifname, mbps in self._switch_ports(only)
                  for line in self._class_lines(ifname, mbps)]
         done = RootHost().run(["tc", "-batch", "-"], stdin="\n".join(lines) + "\n",
                               timeout=300)
         if done.returncode:
             raise BringUpError(f"traffic classes on the switch ports: {done.stderr.strip()}")
 
-    def _configure_switch_ports(self) -> None:
-        """Shape every switch port (root namespace) with HTB + FIFO (or its traffic
-        classes); offloads off."""
+    def _configure_switch_ports(self, only: set[str] | None = None) -> None:
+        """Shape every switch port (root namespace; ``only``: those named) with HTB +
+        FIFO (or its traffic classes); offloads off."""
         if self.classes and self.caps.htb:
-            self._shape_classes()
+            self._shape_classes(only)
         ethtool = Ethtool() if self.caps.ovs_datapath == "user" else None
         try:
             with IPRoute() as ipr:
-                for ifname, mbps in self._switch_ports():
+                for ifname, mbps in self._switch_ports(only):
                     try:
                         index = socket.if_nametoindex(ifname)
                     except OSError:

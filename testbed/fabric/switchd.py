@@ -221,13 +221,27 @@ class SwitchDaemons:
     def start(self) -> None:
         """Every instance's database, then every ovs-vswitchd; BringUpError when one does
         not answer in time. All are started before any is waited for."""
+        self._start(self.instances)
+
+    def add(self, shards: Sequence[Sequence[str]]) -> list[Instance]:
+        """Processes for more bridges (a rack cabled into a running fabric), started now;
+        the ones running go on untouched."""
+        first = len(self.instances)
+        new = [Instance(first + i, list(bridges), self.folder) for i, bridges in
+               enumerate(shards)]
+        self.instances += new
+        self._of.update({b: inst for inst in new for b in inst.bridges})
+        self._start(new)
+        return new
+
+    def _start(self, instances: Sequence[Instance]) -> None:
         for tool in ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl"):
             if shutil.which(tool) is None:
                 raise HostError(f"{tool} not found: install the openvswitch-switch package")
         if not SCHEMA.exists():
             raise HostError(f"{SCHEMA} not found: install the openvswitch-common package")
         self.folder.mkdir(parents=True, exist_ok=True)
-        for inst in self.instances:
+        for inst in instances:
             conf = self.folder / f"conf{inst.index}.db"
             conf.unlink(missing_ok=True)
             done = RootHost().run(["ovsdb-tool", "create", str(conf), str(SCHEMA)])
@@ -238,7 +252,7 @@ class SwitchDaemons:
                 f"--unixctl={self.folder / f'ovsdb{inst.index}.ctl'}", "--no-chdir",
                 *self._log_args(f"ovsdb-server{inst.index}.log")], pid_dir=self.folder.parent,
                 log=self._stderr())
-        for inst in self.instances:
+        for inst in instances:
             if not wait_for(inst.db_socket.exists, START_S, interval=0.01):
                 raise BringUpError(f"ovsdb-server {inst.index} did not start in {START_S:g} s")
             self.vsctl(inst, ["--no-wait", "init"])
@@ -250,12 +264,12 @@ class SwitchDaemons:
                "RUNTIME_DIRECTORY": str(self.folder)}
         if self.malloc:
             env["GLIBC_TUNABLES"] = tunables(self.malloc)
-        for inst in self.instances:
+        for inst in instances:
             inst.vswitchd = Helper(f"{FOLDER}/vswitchd{inst.index}", [
                 self.binary, inst.remote, "--enable-dummy", f"--unixctl={inst.ctl}",
                 "--no-chdir", *self._log_args(f"ovs-vswitchd{inst.index}.log")],
                 pid_dir=self.folder.parent, log=self._stderr(), env=env)
-        for inst in self.instances:
+        for inst in instances:
             if not wait_for(inst.ctl.exists, START_S, interval=0.01):
                 raise BringUpError(f"ovs-vswitchd {inst.index} did not start in {START_S:g} s "
                                    f"(see {self.log_dir or self.folder})")

@@ -293,20 +293,30 @@ def cmd_dashboard(args) -> int:
 
 
 # -- accept ----------------------------------------------------------------------------
-def cmd_accept(args) -> int:
-    checks = None
-    if args.checks is not None:  # before anything else: bad input touches nothing
-        from testbed.acceptance.run import CHECKS
+def _checks(value: str | None) -> list[str] | None:
+    """``--checks``: the acceptance checks named, in their order; None: all."""
+    if value is None:
+        return None
+    from testbed.acceptance.run import CHECKS
 
-        checks = [c.strip() for c in args.checks.split(",") if c.strip()]
-        unknown = [c for c in checks if c not in CHECKS]
-        if unknown or not checks:
-            said = f"unknown check {unknown[0]!r}" if unknown else "names no check"
-            raise ConfigError("--checks", f"{said} (checks: {', '.join(CHECKS)})")
-    record = state.find(args.lab)
+    checks = [c.strip() for c in value.split(",") if c.strip()]
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown or not checks:
+        said = f"unknown check {unknown[0]!r}" if unknown else "names no check"
+        raise ConfigError("--checks", f"{said} (checks: {', '.join(CHECKS)})")
+    return checks
+
+
+def _fabric_lab(name: str, what: str) -> dict:
+    record = state.find(name)
     if record["kind"] != "fabric":
-        raise ConfigError("LAB", f"acceptance checks a fabric; {args.lab!r} is a "
-                                 f"{record['kind']} lab")
+        raise ConfigError("LAB", f"{what} a fabric; {name!r} is a {record['kind']} lab")
+    return record
+
+
+def cmd_accept(args) -> int:
+    checks = _checks(args.checks)  # before anything else: bad input touches nothing
+    record = _fabric_lab(args.lab, "acceptance checks")
     reply = _request(record, {"op": "accept", "checks": checks, "exclude": args.exclude},
                      timeout=ACCEPT_TIMEOUT_S)
     if not reply.get("ok"):
@@ -316,6 +326,29 @@ def cmd_accept(args) -> int:
     print(f"{'accepted' if result['accepted'] else 'NOT accepted'}: "
           f"{Path(record['out']) / 'acceptance.json'}")
     return 0 if result["accepted"] else 1
+
+
+# -- expand ----------------------------------------------------------------------------
+def cmd_expand(args) -> int:
+    from testbed.operations.expand import RECORD, grown_spec
+    from topologies.spec import FabricSpec
+
+    checks = _checks(args.checks)
+    record = _fabric_lab(args.lab, "racks are added to")
+    grown_spec(FabricSpec.from_json(Path(record["spec"])), args.leaves, args.nodes)
+    reply = _request(record, {"op": "expand", "leaves": args.leaves, "nodes": args.nodes,
+                              "checks": checks}, timeout=ACCEPT_TIMEOUT_S)
+    if not reply.get("ok"):
+        if reply.get("code") == 2:
+            field, _, reason = reply["error"].partition(": ")
+            raise ConfigError(field, reason)
+        raise HostError(f"lab {record['name']}: {reply.get('error')}")
+    result = reply["result"]
+    print("\n".join(reply["lines"]))
+    accepted = result["acceptance"]["accepted"]
+    print(f"rack {'accepted' if accepted else 'NOT accepted (what passed is routed)'}: "
+          f"{Path(record['out']) / RECORD}")
+    return 0 if accepted else 1
 
 
 # -- exec ------------------------------------------------------------------------------
@@ -603,6 +636,20 @@ def add_parsers(sub) -> None:
     p.add_argument("--exclude", action="store_true", help="then take the excluded links "
                    "out of every ECMP set (the controller restarts on the accepted fabric)")
     p.set_defaults(func=cmd_accept)
+
+    p = sub.add_parser("expand", help="cable a rack into a running fabric lab: N more "
+                                      "leaves on every plane and the M nodes behind them; "
+                                      "acceptance on the rack, then the controller routes "
+                                      "it; probes across the old fabric count what is lost; "
+                                      "exit 1 if anything of the rack is excluded")
+    p.add_argument("lab", help="the lab's name (testbed ls)")
+    p.add_argument("--leaves", type=int, required=True, help="leaves added on every plane "
+                   "(a multiple of the fabric's rails)")
+    p.add_argument("--nodes", type=int, required=True, help="nodes added: as many per leaf "
+                   "as the fabric's leaves have")
+    p.add_argument("--checks", default=None, help="the rack's acceptance checks, "
+                   "comma-separated (default: cabling, links, paths, system)")
+    p.set_defaults(func=cmd_expand)
 
     p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "
                                          "Prometheus metrics are")

@@ -198,6 +198,20 @@ class FabricLab:
             else None)
         return result, lines
 
+    def expand(self, leaves: int, nodes: int,
+               checks: list[str] | None = None) -> tuple[dict, list[str]]:
+        """A rack cabled into this lab, accepted and routed
+        (:mod:`testbed.operations.expand`)."""
+        from testbed.operations.expand import expand
+
+        result, lines = expand(self.live, self.stack, self.out, self.name, leaves, nodes,
+                               checks, self.progress)
+        net = self.live.fabric.net
+        mncli.sync_addresses(net, self.spec)
+        mncli.add_short_names(net, self.spec.prefix)
+        self.faults = FabricFaults(self.live, self.stack)
+        return result, lines
+
     # -- faults by hand ----------------------------------------------------------------
     def fault(self, kind: str, target: str | None, **params: float) -> str:
         """Apply a fault of any registered kind now, with its parameters (a link_flap:

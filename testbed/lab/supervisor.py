@@ -107,6 +107,8 @@ class Server:
             elif op == "accept" and hasattr(self.lab, "accept"):
                 send(conn, self._accept_checks(request.get("checks"),
                                                bool(request.get("exclude"))))
+            elif op == "expand" and hasattr(self.lab, "expand"):
+                send(conn, self._expand(request))
             elif op == "cli" and getattr(self.lab, "cli", None) is not None:
                 self.lab.cli.serve(conn, request.get("banner", ""))
             else:
@@ -122,6 +124,25 @@ class Server:
                 return {"ok": False, "code": 1, "error": f"{type(exc).__name__}: {exc}"}
         print(f"{time.strftime('%H:%M:%S')} accept: "
               f"{'accepted' if result['accepted'] else 'not accepted'}", flush=True)
+        return {"ok": True, "result": result, "lines": lines}
+
+    def _expand(self, request: dict) -> dict:
+        """A rack cabled in, accepted and routed (no fault meanwhile); the lab's record
+        then names its new hosts and switches."""
+        with self.fault_lock:
+            try:
+                result, lines = self.lab.expand(request.get("leaves"), request.get("nodes"),
+                                                request.get("checks"))
+            except ConfigError as exc:
+                return {"ok": False, "code": 2, "error": str(exc)}
+            except Exception as exc:  # noqa: BLE001 -- reported to the caller, lab stays up
+                print(traceback.format_exc(), flush=True)
+                return {"ok": False, "code": 1, "error": f"{type(exc).__name__}: {exc}"}
+            self.record.update({"hosts": self.lab.hosts(), **self.lab.record()})
+            state.write(self.record)
+        print(f"{time.strftime('%H:%M:%S')} expand: rack "
+              f"{'accepted' if result['acceptance']['accepted'] else 'not accepted'}",
+              flush=True)
         return {"ok": True, "result": result, "lines": lines}
 
     def _fault(self, request: dict) -> dict:
