@@ -308,8 +308,11 @@ def accept(lab: Lab, checks: list[str] | None = None,
             lines.append(f"excluded from every ECMP set: {', '.join(rerouted['links_removed'])}"
                          f" (controller restarted on the accepted fabric, routes again on "
                          f"every switch in {rerouted['restart_s']:g} s)")
-    if "system" in chosen:
-        left = [short(spec, h.name) for h in spec.hosts if short(spec, h.name) not in nodes]
+    left = [short(spec, h.name) for h in spec.hosts if short(spec, h.name) not in nodes]
+    system_run = "system" in chosen and len(left) >= 2
+    if "system" in chosen and not system_run:
+        lines.append(f"system: not run ({len(left)} node left; a collective needs two)")
+    if system_run:
         test = system.check(lab, left)
         nodes |= {n["node"]: f"system: {n['reason']}" for n in test["nodes"]}
         system_ok = test["verdict"] == "passes"
@@ -320,7 +323,8 @@ def accept(lab: Lab, checks: list[str] | None = None,
               "excluded_links": sorted(excluded), "excluded_switches": sorted(switches),
               "excluded_nodes": [n for n in (short(spec, h.name) for h in spec.hosts)
                                  if n in nodes],
-              "unexplained": unexplained, "system": "passes" if system_ok else "fails",
+              "unexplained": unexplained,
+              "system": ("passes" if system_ok else "fails") if system_run else "not run",
               "rerouted": rerouted,
               "accepted": not (excluded or switches or nodes or unexplained) and system_ok}
     save(lab.out, result, RACK_RESULT if rack else RESULT)

@@ -39,6 +39,7 @@ import math
 import os
 import signal
 import socket
+import zlib
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
@@ -186,10 +187,28 @@ class FabricFaults:
     def __init__(self, live, stack: ExitStack, *, on_restart: Callable[[Helper], None]
                  | None = None) -> None:
         self.live = live
-        self.spec: FabricSpec = live.spec
         self.stack = stack
         self.on_restart = on_restart
         self._degraded: dict[str, list[tuple[str | None, str]]] = {}
+
+    @property
+    def spec(self) -> FabricSpec:
+        """The fabric's spec as it is now (a rack added while the run goes on grows it)."""
+        return self.live.spec
+
+    def add_rack(self, leaves: int, nodes: int, plant: list[dict] | None = None,
+                 seed: int = 1) -> dict:
+        """A rack cabled in, accepted and routed (:mod:`testbed.operations.expand`)."""
+        from testbed.operations.expand import expand
+
+        out = Path(self.live.status).parent
+        record, _ = expand(self.live, self.stack, out, self.spec.prefix, leaves, nodes,
+                           plant=plant or [], seed=seed)
+        return {"accepted": record["acceptance"]["accepted"],
+                "excluded": record["acceptance"]["excluded_links"]
+                + record["acceptance"]["excluded_nodes"],
+                "old_fabric_lost": record["old_fabric"]["lost"],
+                "traffic_after_s": (record["routed"] or {}).get("traffic_after_s")}
 
     def actions(self, names: Iterable[str] = ()) -> dict[str, Callable[..., object]]:
         """Every registered kind (and the plug-in kinds ``names``) bound to this fabric."""
@@ -383,8 +402,10 @@ class FabricFaults:
 
     # -- loss --------------------------------------------------------------------------
     def _table(self, target: str, end: int) -> str:
+        """The nftables table of a degraded link's end: named by the link (not by its
+        place in the spec, which a rack added to the fabric moves)."""
         lk = find_link(self.spec, target)
-        return f"{self.spec.prefix}deg{self.spec.links.index(lk)}x{end}"
+        return f"{self.spec.prefix}deg{zlib.crc32(link_name(self.spec, lk).encode()):08x}x{end}"
 
     def degrade(self, target: str, loss: float) -> float:
         """Drop ``loss`` of the frames leaving every end of the link (nftables egress)."""

@@ -330,14 +330,25 @@ def cmd_accept(args) -> int:
 
 # -- expand ----------------------------------------------------------------------------
 def cmd_expand(args) -> int:
-    from testbed.operations.expand import RECORD, grown_spec
+    from testbed.acceptance.step import PLANT_KINDS
+    from testbed.operations.expand import RECORD, grown_spec, planted_in
     from topologies.spec import FabricSpec
 
     checks = _checks(args.checks)
+    plant = []
+    for i, word in enumerate(args.plant or []):
+        action, _, target = word.partition(":")
+        if action not in PLANT_KINDS:
+            raise ConfigError(f"--plant[{i}]", f"unknown fault {action!r} (faults: "
+                                               f"{', '.join(PLANT_KINDS)})")
+        plant.append({"action": action, "target": target or "random"})
     record = _fabric_lab(args.lab, "racks are added to")
-    grown_spec(FabricSpec.from_json(Path(record["spec"])), args.leaves, args.nodes)
+    spec = FabricSpec.from_json(Path(record["spec"]))
+    grown_spec(spec, args.leaves, args.nodes)
+    planted_in(spec, args.leaves, args.nodes, plant, args.seed)  # the targets checked
     reply = _request(record, {"op": "expand", "leaves": args.leaves, "nodes": args.nodes,
-                              "checks": checks}, timeout=ACCEPT_TIMEOUT_S)
+                              "checks": checks, "plant": plant, "seed": args.seed},
+                     timeout=ACCEPT_TIMEOUT_S)
     if not reply.get("ok"):
         if reply.get("code") == 2:
             field, _, reason = reply["error"].partition(": ")
@@ -649,6 +660,12 @@ def add_parsers(sub) -> None:
                    "as the fabric's leaves have")
     p.add_argument("--checks", default=None, help="the rack's acceptance checks, "
                    "comma-separated (default: cabling, links, paths, system)")
+    p.add_argument("--plant", action="append", metavar="FAULT[:TARGET]", help="a fault "
+                   "made in the rack before its acceptance, as a rack may arrive: rate, "
+                   "degrade, swap_rails, throttle or link_down, on a link or NIC of the "
+                   "rack (default: one drawn with --seed); repeatable")
+    p.add_argument("--seed", type=int, default=1, help="draws the planted faults' "
+                   "targets (default 1)")
     p.set_defaults(func=cmd_expand)
 
     p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "

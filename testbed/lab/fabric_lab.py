@@ -198,14 +198,14 @@ class FabricLab:
             else None)
         return result, lines
 
-    def expand(self, leaves: int, nodes: int,
-               checks: list[str] | None = None) -> tuple[dict, list[str]]:
-        """A rack cabled into this lab, accepted and routed
-        (:mod:`testbed.operations.expand`)."""
+    def expand(self, leaves: int, nodes: int, checks: list[str] | None = None, *,
+               plant: list[dict] = (), seed: int = 1) -> tuple[dict, list[str]]:
+        """A rack cabled into this lab, ``plant``'s faults made in it, accepted and
+        routed (:mod:`testbed.operations.expand`)."""
         from testbed.operations.expand import expand
 
         result, lines = expand(self.live, self.stack, self.out, self.name, leaves, nodes,
-                               checks, self.progress)
+                               checks, self.progress, plant=plant, seed=seed)
         net = self.live.fabric.net
         mncli.sync_addresses(net, self.spec)
         mncli.add_short_names(net, self.spec.prefix)

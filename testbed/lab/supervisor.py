@@ -132,7 +132,9 @@ class Server:
         with self.fault_lock:
             try:
                 result, lines = self.lab.expand(request.get("leaves"), request.get("nodes"),
-                                                request.get("checks"))
+                                                request.get("checks"),
+                                                plant=request.get("plant") or [],
+                                                seed=request.get("seed", 1))
             except ConfigError as exc:
                 return {"ok": False, "code": 2, "error": str(exc)}
             except Exception as exc:  # noqa: BLE001 -- reported to the caller, lab stays up

@@ -75,7 +75,7 @@ def grown_spec(spec: FabricSpec, leaves: int, nodes: int) -> FabricSpec:
     ...     grown_spec(spec, 1, 3)
     ... except ConfigError as exc:
     ...     print(exc)
-    --nodes: must be 4 (1 leaves of 4 nodes each, as the fabric's leaves have), got 3
+    --nodes: must be 4 (1 leaf of 4 nodes each, as the fabric's leaves have), got 3
     """
     from topologies import leafspine
 
@@ -91,8 +91,9 @@ def grown_spec(spec: FabricSpec, leaves: int, nodes: int) -> FabricSpec:
     per_leaf = spec.nodes // (p["leaves_per_plane"] // spec.rails)
     want = per_leaf * leaves // spec.rails
     if nodes != want:
-        raise ConfigError("--nodes", f"must be {want} ({leaves} leaves of {per_leaf} nodes "
-                                     f"each, as the fabric's leaves have), got {nodes}")
+        raise ConfigError("--nodes", f"must be {want} ({leaves} "
+                                     f"{'leaf' if leaves == 1 else 'leaves'} of {per_leaf} "
+                                     f"nodes each, as the fabric's leaves have), got {nodes}")
     try:
         grown = leafspine.build_fabric(
             prefix=spec.prefix, planes=spec.planes, rails=spec.rails,
@@ -221,16 +222,42 @@ def first_traffic(live, spec: FabricSpec, nodes: list[str], since: float,
     return round(time.time() - since, 2)
 
 
+def rack_of(old: FabricSpec, grown: FabricSpec):
+    """The :class:`~testbed.acceptance.run.Rack` ``grown`` adds to ``old``."""
+    from testbed.acceptance.run import Rack
+
+    names = {sw.name for sw in old.switches}
+    return Rack({sw.name for sw in grown.switches if sw.name not in names},
+                {h.name for h in grown.hosts[len(old.hosts):]},
+                {link_name(grown, lk) for lk in grown.links if lk not in set(old.links)})
+
+
+def planted_in(old: FabricSpec, leaves: int, nodes: int, plant: list[dict],
+               seed: int, where: str = "--plant") -> list[dict]:
+    """The faults to plant in the rack before its acceptance, targets drawn with
+    ``seed`` from the rack's own links and NICs (:func:`testbed.acceptance.step.place`);
+    checked before anything is made."""
+    from testbed.acceptance.step import place
+
+    grown = grown_spec(old, leaves, nodes)
+    return place(rack_of(old, grown).view(grown), plant, [], seed, where)
+
+
 def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int,
            checks: list[str] | None = None,
-           progress: Callable[[str], None] = lambda _: None) -> tuple[dict, list[str]]:
-    """Add a rack to the running fabric ``live`` (see the module's text); returns the
+           progress: Callable[[str], None] = lambda _: None, *,
+           plant: list[dict] = (), seed: int = 1) -> tuple[dict, list[str]]:
+    """Add a rack to the running fabric ``live`` (see the module's text), ``plant``'s
+    faults made in it before its acceptance (as a new rack may come); returns the
     record (also ``out/expansion.json``) and the lines to print."""
     from testbed.acceptance.exclude import excluded_nodes, restart_on
-    from testbed.acceptance.run import Lab, Rack, accept
+    from testbed.acceptance.run import Lab, accept
+    from testbed.acceptance.step import score
+    from testbed.faults.fabric import FabricFaults
 
     old = live.spec
     grown = grown_spec(old, leaves, nodes)
+    planted = planted_in(old, leaves, nodes, list(plant), seed)
     config = json.loads((out / layout.CONTROLLER_CONFIG).read_text())
     routed_before = FabricSpec.from_json(Path(config["spec"]))
     probes = OldFabricProbes(old, live.fabric.host_pid)
@@ -241,8 +268,8 @@ def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int
         growth = live.fabric.grow(grown)
         record["cabled_s"] = round(time.monotonic() - t0, 2)
         grown.to_json(out / layout.SPEC)  # what inspect, exec and capture read
-        rack = Rack(set(growth.switches), set(growth.hosts),
-                    {link_name(grown, lk) for lk in growth.links})
+        rack = rack_of(old, grown)
+        assert rack.switches == set(growth.switches) and rack.hosts == set(growth.hosts)
         record["added"] = {"switches": sorted(short(grown, s) for s in rack.switches),
                            "nodes": [short(grown, h.name) for h in grown.hosts
                                      if h.name in rack.hosts],
@@ -250,6 +277,14 @@ def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int
         progress(f"{name}: rack cabled in {record['cabled_s']:g} s "
                  f"({', '.join(record['added']['switches'])}; "
                  f"{', '.join(record['added']['nodes'])}); acceptance on the rack")
+        if planted:
+            actions = FabricFaults(live, stack).actions()
+            for f in planted:
+                actions[f["action"]](f["target"], **{k: v for k, v in f.items()
+                                                     if k not in ("at_s", "action", "target")})
+            record["planted"] = planted
+            progress(f"{name}: planted in the rack: " + "; ".join(
+                f"{f['action']} {f['target']}" for f in planted))
 
         def admit(excluded: list[str]) -> dict:
             """Route the rack: the controller again on the grown fabric, without what
@@ -279,6 +314,12 @@ def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int
             "accepted", "excluded_links", "excluded_switches", "excluded_nodes", "system",
             "unexplained")}
         record["routed"] = result["rerouted"]
+        if planted:
+            record["score"] = score(grown, planted, result)
+            lines.append(f"planted in the rack: {len(planted)}; found "
+                         f"{', '.join(record['score']['found']) or 'nothing'}; missed "
+                         f"{', '.join(record['score']['missed']) or 'nothing'}; extra "
+                         f"{', '.join(record['score']['extra']) or 'nothing'}")
     finally:
         record["old_fabric"] = probes.stop()
     write_json(out / RECORD, record)
