@@ -167,6 +167,7 @@ def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults",
                                             f"got {at_s!r}")
         target = _target(spec, cls.TARGET, entry.get("target"), f"{at}.target")
         params = fault_kinds.parameters(cls, entry, at)
+        cls().check(spec, params, at)
         out += cls().expand(float(at_s), target, params)
     return tuple(sorted(out, key=lambda f: f.at_s))
 
@@ -185,9 +186,10 @@ class FabricFaults:
     """The fault actions bound to one live fabric; undo steps go on the run's stack."""
 
     def __init__(self, live, stack: ExitStack, *, on_restart: Callable[[Helper], None]
-                 | None = None) -> None:
+                 | None = None, seed: int = 1) -> None:
         self.live = live
         self.stack = stack
+        self.seed = seed  # draws what a fault plants at random (add_rack's plant)
         self.on_restart = on_restart
         self._degraded: dict[str, list[tuple[str | None, str]]] = {}
 
@@ -196,14 +198,13 @@ class FabricFaults:
         """The fabric's spec as it is now (a rack added while the run goes on grows it)."""
         return self.live.spec
 
-    def add_rack(self, leaves: int, nodes: int, plant: list[dict] | None = None,
-                 seed: int = 1) -> dict:
+    def add_rack(self, leaves: int, nodes: int, plant: list[dict] | None = None) -> dict:
         """A rack cabled in, accepted and routed (:mod:`testbed.operations.expand`)."""
         from testbed.operations.expand import expand
 
         out = Path(self.live.status).parent
         record, _ = expand(self.live, self.stack, out, self.spec.prefix, leaves, nodes,
-                           plant=plant or [], seed=seed)
+                           plant=plant or [], seed=self.seed)
         return {"accepted": record["acceptance"]["accepted"],
                 "excluded": record["acceptance"]["excluded_links"]
                 + record["acceptance"]["excluded_nodes"],

@@ -43,6 +43,10 @@ class FaultKind:
     #: a Capabilities field that must be true on the host (e.g. "netem")
     NEEDS: ClassVar[str | None] = None
 
+    def check(self, spec: Any, params: dict, where: str) -> None:
+        """Refuse (:class:`ConfigError`) parameters this fabric cannot take; the
+        parameters' own model checked their shape already."""
+
     def expand(self, at_s: float, target: str, params: dict) -> list[Fault]:
         """The scheduled actions of one fault entry (one, unless a kind repeats)."""
         return [Fault(at_s, self.NAME, target, params=params)]
@@ -135,6 +139,10 @@ class LinkFlap(FaultKind):
 
     NAME = "link_flap"
     PARAMS = FlapParams
+
+    def check(self, spec: Any, params: dict, where: str) -> None:
+        """Refuse (:class:`ConfigError`) parameters this fabric cannot take; the
+        parameters' own model checked their shape already."""
 
     def expand(self, at_s: float, target: str, params: dict) -> list[Fault]:
         out = []
@@ -361,3 +369,43 @@ class ThrottleRestore(RateRestore):
 
     NAME = "throttle_restore"
     TARGET = "rail"
+
+
+class RackParams(Section):
+    leaves: int = Field(1, ge=1, le=64, description="add_rack: leaves added on every plane")
+    nodes: int = Field(ge=1, le=250, description="add_rack: nodes added behind them (as "
+                                                 "many per leaf as the fabric's leaves have)")
+    plant: list[dict] = Field(default_factory=list, description="add_rack: faults made in "
+                              "the rack before its acceptance (acceptance.plant's entries: "
+                              "action, target in the rack or random, rate_fraction, loss)")
+
+
+@register
+class AddRack(FaultKind):
+    """A rack cabled into the running fabric (``leaves`` more leaves on every plane and
+    the ``nodes`` behind them), accepted on its own, then routed by the controller; the
+    workloads go on (:mod:`testbed.operations.expand`; ``expansion.json``)."""
+
+    NAME = "add_rack"
+    TARGET = None
+    PARAMS = RackParams
+
+    def check(self, spec: Any, params: dict, where: str) -> None:
+        from testbed.acceptance.step import Plant
+        from testbed.operations.expand import planted_in
+
+        for i, entry in enumerate(params["plant"]):
+            try:
+                parse(Plant, entry, f"{where}.plant[{i}]")
+            except ParamError as exc:
+                raise ConfigError(exc.field, exc.reason) from None
+        try:
+            planted_in(spec, params["leaves"], params["nodes"], params["plant"], 1,
+                       f"{where}.plant")
+        except ConfigError as exc:
+            field = {"--leaves": f"{where}.leaves", "--nodes": f"{where}.nodes",
+                     "LAB": f"{where}.action"}.get(exc.field, exc.field)
+            raise ConfigError(field, exc.reason) from None
+
+    def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
+        return faults.add_rack(**self.given(args, params))

@@ -88,10 +88,10 @@ class FaultRun:
 
 
 def start(live, faults, *, out: Path, t0: float, duration_s: float,
-          stack: ExitStack) -> FaultRun:
+          stack: ExitStack, seed: int = 1) -> FaultRun:
     """Start probes (now) and the fault schedule (``at_s`` counted from ``t0``)."""
     spec = live.spec
-    actions = FabricFaults(live, stack).actions(names=[f.action for f in faults])
+    actions = FabricFaults(live, stack, seed=seed).actions(names=[f.action for f in faults])
     run = FaultRun(live=live, out=out, schedule=Schedule(list(faults), actions), t0=t0)
     length = f"{duration_s + (t0 - time.time()) + 1:.3f}"
     for a, b in probe_pairs(spec):

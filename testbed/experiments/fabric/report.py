@@ -211,10 +211,47 @@ def replacement_lines(summary: dict) -> list[str]:
             "|---|---|---|---|---|---|---|", *rows, ""]
 
 
+def expansion_lines(summary: dict) -> list[str]:
+    """Each rack added during a run: what it added, its acceptance (and what it found
+    of the faults planted in it), how soon it carried traffic, what the old fabric's
+    probes lost meanwhile."""
+    rows = []
+    for run in summary["runs"]:
+        for one in run.get("seeds") or [run]:
+            grown = one.get("expansion")
+            if not grown:
+                continue
+            added = grown.get("added") or {}
+            acc = grown.get("acceptance") or {}
+            planted = "; ".join(f"{f['action']} {f['target']}" for f in grown.get("planted", []))
+            out = acc.get("excluded_links", []) + acc.get("excluded_nodes", []) \
+                + acc.get("excluded_switches", [])
+            score = grown.get("score")
+            found = (f" (planted found {len(score['found'])}, missed {len(score['missed'])}, "
+                     f"beyond them {len(score['extra'])})" if score else "")
+            routed = grown.get("routed") or {}
+            old = grown["old_fabric"]
+            rows.append(
+                f"| {run['name']} | {one.get('seed', run.get('seed'))} | "
+                f"{', '.join(added.get('switches', []))}; {', '.join(added.get('nodes', []))} "
+                f"| {planted or '-'} | "
+                f"{'accepted' if acc.get('accepted') else 'excluded ' + ', '.join(out)}{found} "
+                f"| {routed.get('traffic_after_s', '-')} s | {old['lost']} of {old['sent']} |")
+    if not rows:
+        return []
+    return ["## Racks added during the run", "",
+            "Acceptance on the rack alone, then the controller routes it; traffic: from the "
+            "rack's verdict until each of its accepted nodes reached the old fabric on every "
+            "plane; the old fabric: UDP probes between its first and last leaves' hosts "
+            "while the rack was added.", "",
+            "| variant | seed | added | planted | rack's acceptance | traffic after | "
+            "old fabric's probes lost |", "|---|---|---|---|---|---|---|", *rows, ""]
+
+
 def report_lines(summary: dict, out: Path) -> list[str]:
     """Markdown lines of the fabric's section (seeds, medians, ratios, drops, marks)."""
     lines = (comparison.section(summary, out) + acceptance_lines(summary)
-             + replacement_lines(summary))
+             + replacement_lines(summary) + expansion_lines(summary))
     queues = queue_lines(summary)
     if queues:
         lines += ["## Where the switches dropped packets", "",

@@ -50,6 +50,7 @@ from testbed.host.capabilities import Capabilities
 from testbed.host.naming import SPEC_PREFIX, new_run_id, run_prefix
 from testbed.lab import capture
 from testbed.monitor import launch as monitor
+from testbed.operations import expand as expansion
 from testbed.operations import replace
 from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
@@ -561,7 +562,7 @@ class FabricExperiment(base.Experiment):
                     seed=seed, progress=lambda m: progress(f"{tag}: {m}"))
                 replacer.start()
             faults = (fault_run.start(live, variant.faults, out=out, t0=work.start_at,
-                                      duration_s=duration_s, stack=stack)
+                                      duration_s=duration_s, stack=stack, seed=seed)
                       if variant.faults else None)
             last = [0.0]
 
@@ -585,6 +586,9 @@ class FabricExperiment(base.Experiment):
                                                                      spec.link_mbps)
             if faults:
                 faults.stop(end=time.time())
+                grown = out / expansion.RECORD
+                if grown.exists():  # a rack was added during the run (add_rack)
+                    entry["expansion"] = json.loads(grown.read_text())
             if replacer is not None:
                 record = replacer.record()
                 replace.chains_after(record["events"], work.chains_file)

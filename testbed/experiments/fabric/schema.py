@@ -127,6 +127,10 @@ class FaultEntry(Section):
     jitter_ms: float | None = Field(None, ge=0, le=10000, description="delay")
     rate_mbps: float | None = Field(None, gt=0, le=100000, description="rate, throttle")
     burst_kb: float | None = Field(None, gt=0, le=1000000, description="throttle")
+    leaves: int | None = Field(None, ge=1, le=64, description="add_rack")
+    nodes: int | None = Field(None, ge=1, le=250, description="add_rack")
+    plant: list[dict[str, Any]] | None = Field(None, description="add_rack: faults in the "
+                                               "rack before its acceptance")
     params: dict[str, Any] | None = Field(None, description="a plug-in kind's parameters")
 
 
