@@ -14,6 +14,7 @@ from bench import (
     afxdp_bench,
     datapath_bench,
     dctcp,
+    expand_bench,
     fabric_bench,
     macsec_bench,
     monitor_bench,
@@ -40,6 +41,9 @@ BENCHES = {
                switch_cost.main),
     "adaptive": ("adaptive vs ECMP goodput (stride), ECN on vs off (chain p99)",
                  adaptive_bench.main),
+    "expand": ("a rack added to the running default fabric under chains and training: 0 "
+               "probes lost on the old fabric, traffic within 5 s of the rack's verdict, "
+               "a planted fault found and nothing else", expand_bench.main),
     "monitor": ("the default scenario plain vs watched live (monitor, Prometheus, the "
                 "dashboard open in a browser): the watched run passes the fidelity monitor",
                 monitor_bench.main),

@@ -40,11 +40,15 @@ def unseen_text(unseen: dict | None) -> str:
     >>> print(unseen_text(counts))  # doctest: +NORMALIZE_WHITESPACE
     ; elsewhere 3 (switch processes not reading a port 2, hosts' UDP receive buffers 1);
     host-wide input backlog 4
+    >>> unseen_text({"total": 2, "interfaces": {"p0l0e1": 2, "p0l2e3": None}})
+    '; elsewhere 2 (interfaces 2)'
     """
     if unseen is None:
         return ""
+    # over several seeds an interface that dropped in some of them only has no median
+    # (None): counted nowhere, not as 0
     where = [(unseen.get("switch_sockets", 0), "switch processes not reading a port"),
-             (sum(unseen.get("interfaces", {}).values()), "interfaces"),
+             (sum(v for v in unseen.get("interfaces", {}).values() if v), "interfaces"),
              (unseen.get("host_udp", 0), "hosts' UDP receive buffers"),
              (unseen.get("host_ip", 0), "hosts' IP input"),
              (unseen.get("switch_unsent", 0),
