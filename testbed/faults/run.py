@@ -76,6 +76,8 @@ class FaultRun:
         self.end = end
         self.schedule.stop()
         self.schedule.join(10)
+        if self.schedule.running():  # an action still at work (a rack's acceptance):
+            self.schedule.join(ACTION_MAX_S)  # the fabric stays until it is done
         for p in self.probes:
             p.stop()
         records = [r.to_dict() for r in self.schedule.records]
@@ -85,6 +87,10 @@ class FaultRun:
     def entries(self) -> list[dict]:
         """The ``faults`` entries, from the files the run wrote (call after :meth:`stop`)."""
         return entries_from_files(self.out)
+
+
+#: how long the end of a run waits for a fault action still at work (a rack being added)
+ACTION_MAX_S = 180.0
 
 
 def start(live, faults, *, out: Path, t0: float, duration_s: float,

@@ -127,6 +127,10 @@ class Schedule:
     def stop(self) -> None:
         self._stop.set()
 
+    def running(self) -> bool:
+        """Whether the schedule's thread is still at work (an action in progress)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread:
             self._thread.join(timeout)
