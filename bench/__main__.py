@@ -41,7 +41,7 @@ BENCHES = {
                switch_cost.main),
     "adaptive": ("adaptive vs ECMP goodput (stride), ECN on vs off (chain p99)",
                  adaptive_bench.main),
-    "expand": ("a rack added to the running default fabric under chains and training: 0 "
+    "expand": ("a rack added to a running leaf-spine under chains and training: 0 "
                "probes lost on the old fabric, traffic within 5 s of the rack's verdict, "
                "a planted fault found and nothing else", expand_bench.main),
     "monitor": ("the default scenario plain vs watched live (monitor, Prometheus, the "

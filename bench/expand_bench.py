@@ -1,7 +1,7 @@
 """Benchmark: a rack added to a running fabric under load.
 
-Runs ``scenarios/rack-expansion.yaml`` (agent chains and a training ring on the default
-two-plane fabric; at 4 s a rack of a leaf a plane and four nodes is cabled in, accepted
+Runs ``scenarios/rack-expansion.yaml`` (agent chains and a training ring on a one-plane
+leaf-spine of eight nodes; at 4 s a rack of a leaf and four nodes is cabled in, accepted
 on its own, then routed; its ``faulty-rack`` variant's rack has a port losing 2 %) over
 the seeds given, and checks the targets set before the first run:
 
