@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from .test_lab import record_of, run_testbed
 
 pytestmark = pytest.mark.ovs
 
+REPO = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "expansion.yaml"
 
 
@@ -79,3 +82,22 @@ def test_a_rack_is_accepted_then_routed_and_the_old_fabric_loses_nothing(tmp_pat
         down = run_testbed("down", name)
     assert down.returncode == 0, down.stderr
     assert leftovers(f"tb{record['run_id']}") == []
+
+
+def test_add_rack_in_a_run_records_the_rack_and_its_acceptance(tmp_path):
+    """The fault kind of a scenario: the rack is added while training runs, its planted
+    lossy port is named, the run records and reports the expansion, nothing is left."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
+                           str(SCENARIO.parent / "add-rack.yaml"), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run, = json.loads((out / "summary.json").read_text())["runs"]
+    grown = run["seeds"][0]["expansion"] if run.get("seeds") else run["expansion"]
+    assert grown["added"]["nodes"] == ["n4", "n5"]
+    assert grown["score"] == {"found": ["n5", "n5-p0l2"], "missed": [], "extra": []}
+    assert grown["old_fabric"]["sent"] > 0 and grown["old_fabric"]["lost"] == 0
+    assert run["training"]["iterations"] > 0 and run["training"]["packets_lost"] == 0
+    report = (out / "report.md").read_text()
+    assert "## Racks added during the run" in report and "degrade n5-p0l2" in report
+    assert leftovers(f"tb{run['run_id']}") == []
