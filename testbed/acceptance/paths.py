@@ -46,7 +46,9 @@ from testbed.faults.fabric import link_name, short
 from testbed.host import netns
 from topologies.spec import FabricSpec, HostInterface, Link
 
-PORT_BASE = 47000
+#: the first path's UDP port (one a path); clear of the fault probes' (traffic.probe:
+#: 47000 and up), which run beside a rack's acceptance during a run
+PORT_BASE = 48000
 COOKIE = 0xACCE55
 PRIORITY = 60000
 PROBES = 300

@@ -448,8 +448,6 @@ class Fabric:
         net = self.net
         switch_cls = ovs_switch
         if self.daemons is not None:
-            for sw in switches:
-                register(self.run_id, "bridge", sw.name)
             self.daemons.add([[sw.name for sw in switches]] if switches else [])
             switch_cls = lab_switch_class(ovs_switch, self.daemons)
         added = []

@@ -243,6 +243,21 @@ def planted_in(old: FabricSpec, leaves: int, nodes: int, plant: list[dict],
     return place(rack_of(old, grown).view(grown), plant, [], seed, where)
 
 
+def refuse(live) -> None:
+    """:class:`ConfigError` for a fabric a rack cannot join yet, before anything is
+    made: routing the rack restarts the lab's own controller; the PFC agents and the
+    phantom-queue marker are started per host and port at bring-up, not for a rack."""
+    if live.controller is None:
+        raise ConfigError("LAB", "a rack is routed by restarting the lab's controller; this "
+                                 "fabric runs a remote one")
+    if (Path(live.status).parent / layout.PFC_STORMS).is_dir():
+        raise ConfigError("LAB", "racks are not added to a fabric with PFC (qos.pfc): its "
+                                 "agents run per host from the start")
+    if live.phantom_table:
+        raise ConfigError("LAB", "racks are not added to a fabric whose ECN marks come from "
+                                 "the phantom-queue marker (controller.ecn.backend)")
+
+
 def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int,
            checks: list[str] | None = None,
            progress: Callable[[str], None] = lambda _: None, *,
@@ -256,6 +271,7 @@ def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int
     from testbed.faults.fabric import FabricFaults
 
     old = live.spec
+    refuse(live)
     grown = grown_spec(old, leaves, nodes)
     planted = planted_in(old, leaves, nodes, list(plant), seed)
     config = json.loads((out / layout.CONTROLLER_CONFIG).read_text())

@@ -105,3 +105,24 @@ def test_bad_expand_input_is_one_line_before_any_lab_is_asked(argv, says, capsys
     assert cli.main(["expand", "no-such-lab", "--leaves", "1", "--nodes", "2", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
+
+
+def test_a_fabric_a_rack_cannot_join_is_refused_before_anything_is_made(tmp_path):
+    from types import SimpleNamespace
+
+    from testbed.core import layout
+    from testbed.operations.expand import refuse
+
+    status = tmp_path / "controller-events.jsonl"
+    live = SimpleNamespace(controller=None, status=status, phantom_table=None)
+    with pytest.raises(ConfigError, match="remote one"):
+        refuse(live)
+    live.controller = object()
+    refuse(live)  # the lab's own controller, nothing else: welcome
+    live.phantom_table = "tbu1phantom"
+    with pytest.raises(ConfigError, match="phantom-queue"):
+        refuse(live)
+    live.phantom_table = None
+    (tmp_path / layout.PFC_STORMS).mkdir()
+    with pytest.raises(ConfigError, match="PFC"):
+        refuse(live)
