@@ -130,7 +130,11 @@ class FabricLab:
                 "captures": [str(p) for p in self.pcaps], "traffic": self.traffic,
                 "monitor": self.watched.monitor.record() if self.watched else None,
                 "prometheus": (self.watched.prometheus.record()
-                               if self.watched and self.watched.prometheus else None)}
+                               if self.watched and self.watched.prometheus else None),
+                # the scenario's acceptance step, when it ran before the lab was handed over
+                "acceptance": ({k: self.acceptance[k] for k in (
+                    "planted", "accepted", "excluded_links", "excluded_nodes", "moved")
+                    if k in self.acceptance} if self.acceptance else None)}
 
     def examples(self, lab: str) -> list[str]:
         spec = self.spec

@@ -209,3 +209,26 @@ def test_a_scenario_plants_accepts_excludes_and_runs_its_workload_on_what_is_lef
     assert run["training"]["iterations"] > 0
     assert "## Acceptance" in (out / "report.md").read_text()
     assert leftovers(f"tb{run['run_id']}") == []
+
+
+def test_a_lab_runs_its_scenarios_acceptance_step_before_it_is_handed_over(tmp_path):
+    """``testbed up`` of a scenario with an ``acceptance:`` step: the planted fault is
+    made and named before the lab is up; the lab's record says what was excluded, and
+    the rank on the excluded node is dropped from the training it would run."""
+    scenario = SCENARIO.parent / "lab-rails-accepted.yaml"
+    name = f"s{os.getpid() % 100000}"
+    up = run_testbed("up", str(scenario), "--name", name, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    try:
+        assert record["acceptance"]["planted"] == [
+            {"at_s": 0, "action": "link_down", "target": "n1-p0l1"}]
+        assert record["acceptance"]["excluded_links"] == ["n1-p0l1"]
+        assert record["acceptance"]["excluded_nodes"] == ["n1"]
+        assert record["acceptance"]["moved"] == {"n1": None}  # no spare: the rank dropped
+        result = json.loads((Path(record["out"]) / "acceptance.json").read_text())
+        assert excluded(result) == ["n1-p0l1"] and not result["accepted"]
+    finally:
+        down = run_testbed("down", name)
+    assert down.returncode == 0, down.stderr
+    assert leftovers(f"tb{record['run_id']}") == []
