@@ -239,13 +239,7 @@ def probe(paths: Sequence[Path], netns_of: Callable[[HostInterface], str],
     """Send ``probes`` on every path (round robin, :data:`MAX_PPS` in all) and read
     what arrives; fills each path's ``sent``, ``delays`` and ``seqs``."""
     def udp(intf: HostInterface, port: int) -> socket.socket:
-        def make() -> socket.socket:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, intf.name.encode())
-            s.bind((intf.ip, port))
-            s.setblocking(False)
-            return s
-        return netns.made_in(netns_of(intf), make)
+        return netns.udp_socket(netns_of(intf), intf.name, intf.ip, port)
 
     rx = {p.index: udp(p.dst, p.port) for p in paths}
     by_index = {p.index: p for p in paths}  # a retest probes some paths of the plan

@@ -69,3 +69,17 @@ def packet_socket(path: str | os.PathLike | None, ifname: str, ethertype: int,
         sock.setblocking(False)
         return sock
     return made_in(path, make)
+
+
+def udp_socket(path: str | os.PathLike | None, ifname: str, ip: str,
+               port: int) -> socket.socket:
+    """A non-blocking UDP socket bound to ``ip``:``port`` and to interface ``ifname`` of
+    the namespace at ``path`` (a probe's sender or receiver: it leaves and arrives by
+    that NIC only)."""
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+        sock.bind((ip, port))
+        sock.setblocking(False)
+        return sock
+    return made_in(path, make)

@@ -127,11 +127,12 @@ class OldFabricProbes:
                 for intf in spec.interfaces(plane):
                     if intf.rail == rail:
                         behind.setdefault(intf.switch, []).append(intf)
-                first, *_, last = [*behind, *behind][:max(2, len(behind))]
-                ends = (list(zip(behind[first], behind[last], strict=False))
-                        if first != last else  # one leaf a rail: across it
-                        list(zip(behind[first][::2], behind[first][1::2], strict=False)))
-                self.pairs += ends[:pairs]
+                leaves = list(behind)
+                if len(leaves) > 1:
+                    first, last = behind[leaves[0]], behind[leaves[-1]]
+                else:  # one leaf a rail: across it
+                    first, last = behind[leaves[0]][::2], behind[leaves[0]][1::2]
+                self.pairs += list(zip(first, last, strict=False))[:pairs]
         self.ns = {i.name: netns.of_pid(host_pid(node[i.name]))
                    for pair in self.pairs for i in pair}
         self.gap = 1.0 / pps
@@ -142,13 +143,7 @@ class OldFabricProbes:
         self.started = self.stopped = 0.0
 
     def _socket(self, intf: HostInterface, port: int) -> socket.socket:
-        def make() -> socket.socket:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, intf.name.encode())
-            s.bind((intf.ip, port))
-            s.setblocking(False)
-            return s
-        return netns.made_in(self.ns[intf.name], make)
+        return netns.udp_socket(self.ns[intf.name], intf.name, intf.ip, port)
 
     def start(self) -> None:
         self.tx = [self._socket(a, PROBE_PORT + k) for k, (a, _) in enumerate(self.pairs)]
@@ -281,11 +276,10 @@ def expand(live, stack: ExitStack, out: Path, name: str, leaves: int, nodes: int
     record: dict = {"leaves": leaves, "nodes": nodes, "t": time.time()}
     try:
         t0 = time.monotonic()
-        growth = live.fabric.grow(grown)
+        live.fabric.grow(grown)
         record["cabled_s"] = round(time.monotonic() - t0, 2)
         grown.to_json(out / layout.SPEC)  # what inspect, exec and capture read
         rack = rack_of(old, grown)
-        assert rack.switches == set(growth.switches) and rack.hosts == set(growth.hosts)
         record["added"] = {"switches": sorted(short(grown, s) for s in rack.switches),
                            "nodes": [short(grown, h.name) for h in grown.hosts
                                      if h.name in rack.hosts],
