@@ -96,9 +96,53 @@ def cmd_doctor(args) -> int:
 def cmd_calc(args) -> int:
     from topologies.calculator import calculate, format_table
 
+    if args.scenario:
+        return _calc_machines(args)
+    for flag, value in (("--switch-tbps", args.switch_tbps), ("--gpu-gbps", args.gpu_gbps),
+                        ("--planes", args.planes)):
+        if value is None:
+            raise ConfigError(flag, "required for a fabric's reach (or --scenario: how many "
+                                    "machines a scenario needs)")
     result = calculate(switch_tbps=args.switch_tbps, gpu_gbps=args.gpu_gbps, planes=args.planes,
                        lane_gbps=args.lane_gbps)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+def _calc_machines(args) -> int:
+    """How many machines of ``--cores`` a scenario's variant needs (or how it fares on
+    ``--machines``), from the costs measured by ``make bench BENCH=sizing``."""
+    from testbed.cluster import sizing
+    from testbed.core import scenario
+    from testbed.host.naming import SPEC_PREFIX
+
+    if args.cores < 1:
+        raise ConfigError("--cores", f"must be at least 1, got {args.cores}")
+    if args.machines is not None and not 1 <= args.machines <= sizing.MAX_MACHINES:
+        raise ConfigError("--machines", f"must be 1 to {sizing.MAX_MACHINES}, got "
+                                        f"{args.machines}")
+    sc = scenario.load(scenario.path_of(args.scenario))
+    if sc.kind != "fabric":
+        raise ConfigError("--scenario", f"a {sc.kind} scenario: the sizing model knows "
+                                        "fabric scenarios only")
+    variant = sc.variant(args.variant)
+    try:
+        costs = sizing.Costs.load(args.costs) if args.costs else sizing.Costs.load()
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError("--costs", f"{args.costs or sizing.COSTS_FILE}: not a costs file "
+                                     f"(make bench BENCH=sizing writes one): {exc}") from None
+    spec = variant.fabric(SPEC_PREFIX)
+    est = (sizing.estimate(spec, variant, costs, machines=args.machines, cores=args.cores)
+           if args.machines else sizing.machines_needed(spec, variant, costs,
+                                                        cores=args.cores))
+    if args.json:
+        print(json.dumps({"scenario": sc.name, "variant": variant.name,
+                          "costs": dataclasses.asdict(costs), **est.to_dict()}, indent=1))
+        return 0
+    print(f"{sc.name} / {variant.name}: {len(spec.switches)} switches, {len(spec.hosts)} "
+          f"hosts; costs measured on {costs.measured_on}")
+    for line in sizing.describe(est):
+        print(line)
     return 0
 
 
@@ -168,13 +212,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the probe's findings as JSON")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics")
-    p.add_argument("--switch-tbps", type=float, required=True, help="switch capacity, Tb/s")
-    p.add_argument("--gpu-gbps", type=float, required=True, help="bandwidth per GPU, Gb/s")
-    p.add_argument("--planes", type=int, required=True,
-                   help="planes the GPU's bandwidth is split over")
+    p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics; "
+                                    "with --scenario: how many machines a lab needs")
+    p.add_argument("--switch-tbps", type=float, help="switch capacity, Tb/s")
+    p.add_argument("--gpu-gbps", type=float, help="bandwidth per GPU, Gb/s")
+    p.add_argument("--planes", type=int, help="planes the GPU's bandwidth is split over")
     p.add_argument("--lane-gbps", type=float, default=200.0,
                    help="SerDes lane speed, the smallest port (default 200)")
+    p.add_argument("--scenario", help="a scenario (name or file): estimate the machines its "
+                                      "variant needs with the fidelity monitor clean")
+    p.add_argument("--variant", help="the variant (default: the first)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                   help="cores of each machine (default: this one's)")
+    p.add_argument("--machines", type=int, help="estimate for this many machines (default: "
+                                                "the fewest that hold it)")
+    p.add_argument("--costs", help="a costs file from make bench BENCH=sizing (default: "
+                                   "the one measured on the lab's development machine)")
     p.add_argument("--json", action="store_true", help="every figure as JSON")
     p.set_defaults(func=cmd_calc)
 
@@ -211,7 +264,9 @@ EXAMPLES = {
     "validate": ["testbed validate scenarios/lossless.yaml", "testbed validate my.yaml"],
     "schema": ["testbed schema -o scenario.schema.json    # for an editor's YAML support"],
     "doctor": ["testbed doctor", "testbed doctor --json"],
-    "calc": ["testbed calc --switch-tbps 102.4 --gpu-gbps 1600 --planes 8"],
+    "calc": ["testbed calc --switch-tbps 102.4 --gpu-gbps 1600 --planes 8",
+             "testbed calc --scenario agents-vs-training --variant training-1to1 --cores 2",
+             "testbed calc --scenario fat-tree --cores 8 --machines 2"],
     "clean": ["testbed clean --dry-run", "testbed clean", "testbed clean --run 1a2b"],
     "up": ["testbed up link-faults --variant cut-recompute --name lf",
            "testbed up agents-vs-training --traffic --duration 20",

@@ -1,0 +1,1 @@
+"""A fabric over several machines: placement and sizing."""
