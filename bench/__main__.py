@@ -20,6 +20,7 @@ from bench import (
     monitor_bench,
     replay_bench,
     scale_bench,
+    sizing_bench,
     switch_cost,
 )
 
@@ -44,6 +45,9 @@ BENCHES = {
     "expand": ("a rack added to a running leaf-spine under chains and training: 0 "
                "probes lost on the old fabric, traffic within 5 s of the rack's verdict, "
                "a planted fault found and nothing else", expand_bench.main),
+    "sizing": ("what the lab's parts cost this machine (the sizing model's costs), and "
+               "the model's estimate against whole runs it was not fitted on (verdict "
+               "and busy cores within 25 %)", sizing_bench.main),
     "monitor": ("the default scenario plain vs watched live (monitor, Prometheus, the "
                 "dashboard open in a browser): the watched run passes the fidelity monitor",
                 monitor_bench.main),

@@ -8,6 +8,12 @@ set -uo pipefail
 cd /testbed
 out=${VM_OUT:?run inside the lab VM}
 
+# a kernel that locks up fails the run at once instead of hanging until the job's
+# time-out: the panic replays the kernel's whole log, every CPU's stack included, onto
+# the console (console.log; the boot's "quiet" shows errors only until then)
+sysctl -qw kernel.softlockup_panic=1 kernel.softlockup_all_cpu_backtrace=1 \
+    kernel.panic_print=32
+
 .venv/bin/testbed doctor 2>&1 | tee "$out/doctor.txt"
 TESTBED_REQUIRE_FULL_KERNEL=1 .venv/bin/python -m pytest -p no:cacheprovider \
     --basetemp=/tmp/pytest --junitxml="$out/junit.xml" "$@" 2>&1 | tee "$out/pytest.log"

@@ -8,11 +8,17 @@ machine by ``make bench BENCH=sizing`` (:mod:`bench.sizing_bench`) into a
   per port it polls (the userspace datapath polls every port each time it wakes), and
   the controller asking every switch for its statistics (on the first machine, where
   it runs);
-* forwarding: CPU per frame a switch port receives (every switch on a frame's path
-  receives it once);
-* agent chains: the generators' CPU per chain in flight, and the frames a chain in
-  flight puts on the fabric per second;
-* training ranks: the generators' CPU per Mb/s a rank sends.
+* agent chains: the generators' CPU per chain in flight, the frames a chain in flight
+  puts on the fabric per second, and the switches' CPU per forwarding of those frames
+  (a frame is forwarded once by every switch on its path);
+* training ranks: the generators' CPU per Mb/s a rank sends, and the switches' CPU per
+  forwarding of its frames.
+
+Forwarding is measured per kind of load, with that load: what a forwarding costs
+depends on how many frames a switch process finds each time it wakes (a paced stream of
+large frames, or the small request, reply and acknowledgement of a chain's hop), so one
+figure for every frame misjudges both (the first version of the model, with one figure
+from paced UDP, estimated 1.5 to 2.2 times the cores the checked runs used).
 
 The estimate places the fabric (:func:`testbed.cluster.placement.place`), routes the
 load over shortest paths (split evenly over equal-cost ones), and adds up each
@@ -54,11 +60,14 @@ class Costs:
     measured_on: str
     process_cores: float
     port_cores: float
-    forwarding_us: float
     controller_cores_per_switch: float
     chain_cores: float
     chain_fps: float
+    chain_forwarding_us: float
+    chain_forwarding_us_per_port: float
     rank_cores_per_mbps: float
+    rank_forwarding_us: float
+    rank_forwarding_us_per_port: float
 
     @classmethod
     def load(cls, path: Path = COSTS_FILE) -> Costs:
@@ -71,10 +80,11 @@ class Costs:
 
 @dataclass
 class Load:
-    """The load a variant puts on the fabric: frames a second each switch receives, and
-    the generators' CPU on each host."""
+    """The load a variant puts on the fabric: the forwardings a second of each switch,
+    by kind (chains, training), and the generators' CPU on each host."""
 
-    frames: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    chain_fwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    rank_fwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     host_cores: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     not_modelled: list[str] = field(default_factory=list)
 
@@ -163,22 +173,27 @@ def offered(spec: FabricSpec, variant, costs: Costs) -> Load:
         for svc in services:
             for a, b in ((driver, svc), (svc, driver)):
                 for sw, s in path_switches(spec, a, b, 0).items():
-                    load.frames[sw] += conc * costs.chain_fps / (2 * len(services)) * s
+                    load.chain_fwd[sw] += conc * costs.chain_fps / (2 * len(services)) * s
     if training.get("enabled"):
         ranks = [hosts[n].name for n in training["ranks"]]
         mbps = rank_mbps(training, spec.planes)
-        fps = mbps * 1e6 / 8 / (training["payload"] + ROCE_OVERHEAD) / spec.planes
+        fps = rank_fps(training, spec.planes)
         for i, rank in enumerate(ranks):
             load.host_cores[rank] += mbps * costs.rank_cores_per_mbps
             peer = ranks[(i + 1) % len(ranks)]  # ring; other patterns: the same volume
             for plane in range(spec.planes):
                 for sw, s in path_switches(spec, rank, peer, plane).items():
-                    load.frames[sw] += fps * s
+                    load.rank_fwd[sw] += fps * s
         if training.get("pattern", "ring") != "ring":
             load.not_modelled.append(f"training pattern {training['pattern']} (as a ring)")
     for entry in getattr(variant, "workloads", ()):
         load.not_modelled.append(f"workload {entry.get('kind')}")
     return load
+
+
+def rank_fps(training: dict, planes: int) -> float:
+    """Frames a second a rank sends on each plane (on average, as :func:`rank_mbps`)."""
+    return rank_mbps(training, planes) * 1e6 / 8 / (training["payload"] + ROCE_OVERHEAD) / planes
 
 
 def rank_mbps(training: dict, planes: int) -> float:
@@ -222,8 +237,19 @@ def _shares(spec: FabricSpec, variant, costs: Costs, placement: Placement,
     for m in range(machines):
         names = set(placement.on(m))
         switches = [sw.name for sw in spec.switches if sw.name in names]
+        # a forwarding costs more the more ports its process polls: the machine's switch
+        # ports (the host's ovs-vswitchd), or its shard's (the lab's own processes)
+        polled = {sw: (sum(placement.ports[o] for o in switches if shard_of[o] == shard_of[sw])
+                       if lab else sum(placement.ports[o] for o in switches))
+                  for sw in switches}
         own = {sw: placement.ports[sw] * costs.port_cores
-               + load.frames.get(sw, 0.0) * costs.forwarding_us / 1e6 for sw in switches}
+               + load.chain_fwd.get(sw, 0.0) * (costs.chain_forwarding_us
+                                                + costs.chain_forwarding_us_per_port
+                                                * polled[sw]) / 1e6
+               + load.rank_fwd.get(sw, 0.0) * (costs.rank_forwarding_us
+                                               + costs.rank_forwarding_us_per_port
+                                               * polled[sw]) / 1e6
+               for sw in switches}
         processes = len({shard_of[s] for s in switches}) if lab else min(1, len(switches))
         switch_cores = processes * costs.process_cores + sum(own.values())
         if lab:

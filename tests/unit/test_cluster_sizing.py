@@ -13,8 +13,10 @@ from testbed.host.naming import SPEC_PREFIX
 from topologies.build import build_topology
 
 COSTS = sizing.Costs(measured_on="test", process_cores=0.05, port_cores=0.01,
-                     forwarding_us=100.0, controller_cores_per_switch=0.005,
-                     chain_cores=0.02, chain_fps=200.0, rank_cores_per_mbps=0.01)
+                     controller_cores_per_switch=0.005, chain_cores=0.02, chain_fps=200.0,
+                     chain_forwarding_us=100.0, chain_forwarding_us_per_port=1.0,
+                     rank_cores_per_mbps=0.01, rank_forwarding_us=50.0,
+                     rank_forwarding_us_per_port=1.0)
 
 
 def default_variant(name: str = "training-1to1"):
@@ -71,9 +73,15 @@ def test_the_estimate_adds_up_the_parts():
     assert share.generator_cores == pytest.approx(chains + training, abs=2e-3)
     # two machines split the same work, the controller on the first
     two = sizing.estimate(spec, variant, COSTS, machines=2, cores=2)
-    assert sum(s.switch_cores for s in two.shares) == pytest.approx(
-        share.switch_cores + COSTS.process_cores, abs=2e-3)  # one more switch process
+    # one more switch process, and each forwards in a process of half the ports
+    assert share.switch_cores + COSTS.process_cores > sum(s.switch_cores for s in two.shares)
     assert two.shares[1].controller_cores == 0
+    flat = sizing.Costs(**{**COSTS.__dict__, "chain_forwarding_us_per_port": 0.0,
+                           "rank_forwarding_us_per_port": 0.0})
+    one_flat = sizing.estimate(spec, variant, flat, machines=1, cores=2).shares[0]
+    two_flat = sizing.estimate(spec, variant, flat, machines=2, cores=2).shares
+    assert sum(s.switch_cores for s in two_flat) == pytest.approx(
+        one_flat.switch_cores + COSTS.process_cores, abs=2e-3)
 
 
 def test_frames_follow_the_shortest_paths():
