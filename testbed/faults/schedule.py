@@ -79,8 +79,10 @@ class Schedule:
         self.faults = sorted(faults, key=lambda f: f.at_s)
         self.actions = actions
         self.before, self.after = before, after
-        #: ``before`` runs this long ahead of the planned time, so that a slow hook (a
-        #: routing snapshot takes seconds under software emulation) does not delay the fault
+        #: ``before`` starts this long ahead of the planned time, in a thread of its own: a
+        #: slow hook (a routing snapshot takes seconds under software emulation, and twice
+        #: as long as the last one at times) never delays the fault, which fires on time
+        #: and then waits for the hook before ``after``
         self.before_lead_s = before_lead_s
         self.records: list[FaultRecord] = []
         self._stop = threading.Event()
@@ -97,11 +99,16 @@ class Schedule:
         for fault in self.faults:
             planned = t0 + fault.at_s
             rec = FaultRecord(fault.at_s, fault.action, fault.target, planned=planned)
+            hook = None
             if self.before:
                 if self._stop.wait(max(0.0, planned - self.before_lead_s - time.time())):
                     break
-                self.before(rec)
+                hook = threading.Thread(target=self.before, args=(rec,), name="fault-before",
+                                        daemon=True)
+                hook.start()
             if self._stop.wait(max(0.0, planned - time.time())):
+                if hook is not None:
+                    hook.join()
                 break
             rec.started = time.time()
             try:
@@ -114,6 +121,8 @@ class Schedule:
             except Exception as exc:  # noqa: BLE001 (a plug-in's bug: recorded, not fatal)
                 rec.error = f"{type(exc).__name__}: {exc}"[:500]
             rec.done = time.time()
+            if hook is not None:
+                hook.join()
             self.records.append(rec)
             if self.after:
                 self.after(rec)
