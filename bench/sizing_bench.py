@@ -4,23 +4,22 @@ model's estimate checked against whole runs it was not fitted on.
 Fit (fabrics and loads that none of the checked runs has; the fidelity monitor's own
 sampler reads the CPU, as it does in a run; the host's ovs-vswitchd, as by default), on
 two fabrics, ``small`` (one plane, 2 leaves and 1 spine, 4 nodes: 8 switch ports) and
-``large`` (three planes of 2 leaves and 2 spines, 8 nodes: 48), each with three windows
+``large`` (three planes of 2 leaves and 2 spines, 8 nodes: 48), each with five windows
 of 8 s:
 
 * idle: nothing sent; the switch processes' cores against their ports give the cost per
   port and per process, the lab's helpers' cores (the controller asking for
   statistics) the controller's cost per switch;
-* chains at concurrency 4: everything but the switch processes above idle (the
-  generators, and the kernel's work on their frames) per chain in flight, the frames
-  the switch ports received per chain in flight and switch crossed, and the switch
-  cores above idle per such forwarding;
-* training, a ring of two ranks at 8 Mb/s a plane: everything but the switch processes
-  above idle per Mb/s a rank sends, and the switch cores above idle per forwarding of
-  the frames the model says the ranks send.
+* chains at concurrency 4 with every service on the driver's leaf (``near``: one switch
+  a frame) and on the other leaf (``far``: three);
+* a ring of two ranks at 8 Mb/s a plane, on one leaf and across the spines.
 
-A forwarding's cost is fitted as a line in the ports of the switch process it crosses
-(one process with every port of the machine, the host's ovs-vswitchd): docs/switches.md
-measured it growing with them (73 us with 2 ports, 486 us with 32 more idle ones).
+A load's frames into the fabric are the frames the switch ports received over the
+switches a frame crosses. Fitted, by least squares over the four windows of a kind
+(two fabrics, two path lengths): the switch cores above idle per frame as a wake-up
+that grows with the process's ports plus a forwarding per switch crossed; for chains,
+the time a frame takes (a chain in flight over the frames a second) the same way; and
+what is busy beyond the switch processes, above idle, per frame (the hosts).
 
 Check (fixed before any result): the default scenario's ``agents-only`` and
 ``training-1to1`` variants (two planes, 8 switches) and ``rack-expansion``'s ``steady``
@@ -67,19 +66,28 @@ from testbed.workloads import generators
 from topologies.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
+SMALL = {"planes": 1, "nodes": 4, "leaves_per_plane": 2, "spines_per_plane": 1,
+         "link_mbps": 20, "mtu": 9000, "queue_kb": 64}
+LARGE = {"planes": 3, "nodes": 8, "leaves_per_plane": 2, "spines_per_plane": 2,
+         "link_mbps": 20, "mtu": 9000, "queue_kb": 64}
+FABRICS_TOPOLOGY = {1: SMALL, 3: LARGE}
+SERVICES = ("retriever", "tool", "model", "agent")
+#: each fabric: the services' nodes (driver on node 0) and the two ranks, on the
+#: driver's leaf (near) and beyond the spines (far)
 FABRICS = {
-    "small": {"planes": 1, "nodes": 4, "leaves_per_plane": 2, "spines_per_plane": 1,
-              "link_mbps": 20, "mtu": 9000, "queue_kb": 64},
-    "large": {"planes": 3, "nodes": 8, "leaves_per_plane": 2, "spines_per_plane": 2,
-              "link_mbps": 20, "mtu": 9000, "queue_kb": 64},
+    "small": {"topology": SMALL, "chains": {"near": (1, 1, 1, 1), "far": (2, 3, 2, 3)},
+              "ranks": {"near": [0, 1], "far": [0, 2]}},
+    "large": {"topology": LARGE, "chains": {"near": (1, 2, 3, 1), "far": (4, 5, 6, 7)},
+              "ranks": {"near": [0, 1], "far": [0, 4]}},
 }
+TRAINING = {"enabled": True, "bytes": 500_000, "compute_ms": 40, "rate_mbps": 8.0,
+            "payload": 4096}
 WINDOW_S = 8.0
 CHAINS = 4
-RANK_MBPS = 8.0
 CHECKS = (("agents-vs-training", "agents-only"), ("agents-vs-training", "training-1to1"),
           ("rack-expansion", "steady"))
 CHECK_S = 15
-CHECK_SEED = 3
+CHECK_SEED = 4
 CORES_TOLERANCE = 0.25
 
 
@@ -118,7 +126,7 @@ def _window(monitor: Monitor, seconds: float, work=None) -> dict:
 
 def _fabric(name: str, stack: ExitStack, tmp: Path):
     run_id = new_run_id()
-    spec = build_topology(FABRICS[name], run_prefix(run_id))
+    spec = build_topology(FABRICS[name]["topology"], run_prefix(run_id))
     live = bring_up(spec, probe(run_id), run_id=run_id, out=tmp / name, stack=stack,
                     controller={"mode": "ecmp", "telemetry_ms": 100})
     time.sleep(1.0)  # past the bring-up's own traffic
@@ -135,16 +143,25 @@ def fit(verbose: bool = True) -> tuple[sizing.Costs, dict]:
         tmp = Path(tmp_name)
         monitor = Monitor(tmp / "fidelity.jsonl").start()
         try:
-            for name in FABRICS:
+            for name, placed in FABRICS.items():
                 with ExitStack() as stack:
                     live = _fabric(name, stack, tmp)
                     row = raw[name] = {"ports": len(live.spec.switch_ports()),
-                                       "switches": len(live.spec.switches)}
+                                       "switches": len(live.spec.switches),
+                                       "planes": live.spec.planes}
                     row["idle"] = _window(monitor, WINDOW_S)
-                    row["chains"] = _window(monitor, WINDOW_S,
-                                            lambda lv=live: _chains(lv, tmp, WINDOW_S))
-                    row["training"] = _window(monitor, WINDOW_S,
-                                              lambda lv=live: _training(lv, tmp, WINDOW_S))
+                    for where, services in placed["chains"].items():
+                        agents = {"enabled": True, "driver": 0, "concurrency": CHAINS,
+                                  "services": dict(zip(SERVICES, services, strict=True))}
+                        row[f"chains_{where}"] = _window(
+                            monitor, WINDOW_S,
+                            lambda lv=live, a=agents: _generators(lv, tmp, agents=a))
+                    for where, ranks in placed["ranks"].items():
+                        training = {**TRAINING, "ranks": ranks}
+                        row[f"ranks_{where}"] = _window(
+                            monitor, WINDOW_S,
+                            lambda lv=live, t=training: _generators(
+                                lv, tmp, agents={"enabled": False}, training=t))
                 if verbose:
                     print(f"  {name}: {row}", flush=True)
         finally:
@@ -155,18 +172,20 @@ def fit(verbose: bool = True) -> tuple[sizing.Costs, dict]:
 def costs_from(raw: dict) -> sizing.Costs:
     """The costs from the fit's windows (see the module's docstring).
 
-    >>> def w(ovs, busy, helpers=0.0, frames=0):
+    >>> def w(ovs, busy, frames, helpers=0.0):
     ...     return {"ovs_cores": ovs, "busy_cores": busy, "helpers_cores": helpers,
     ...             "frames": frames}
-    >>> raw = {"small": {"ports": 8, "switches": 3, "idle": w(0.01, 0.1, 0.01),
-    ...                  "chains": w(0.21, 0.5, frames=40000),
-    ...                  "training": w(0.11, 0.3)},
-    ...        "large": {"ports": 48, "switches": 12, "idle": w(0.03, 0.15, 0.05),
-    ...                  "chains": w(0.63, 1.05, frames=48000),
-    ...                  "training": w(0.33, 0.55)}}
-    >>> c = costs_from(raw)
-    >>> c.port_cores, c.chain_forwarding_us, c.chain_forwarding_us_per_port
-    (0.0005, 28.0, 1.5)
+    >>> def fabric(ports, k):  # per frame: 20 + 1/port us wake, 10 us a switch
+    ...     near, far = 8000, 6000  # frames into the fabric a second (1 and 3 switches)
+    ...     return {"ports": ports, "switches": 3, "planes": 1,
+    ...             "idle": w(0.01, 0.1, 0, 0.01),
+    ...             "chains_near": w(0.01 + near * (30 + ports) / 1e6, 0.5, near * 8),
+    ...             "chains_far": w(0.01 + far * (50 + ports) / 1e6, 0.5, far * 24),
+    ...             "ranks_near": w(0.01 + 800 * (30 + ports) / 1e6, 0.3, 800 * 8),
+    ...             "ranks_far": w(0.01 + 800 * (50 + ports) / 1e6, 0.3, 800 * 24)}
+    >>> c = costs_from({"small": fabric(8, 1), "large": fabric(48, 1)})
+    >>> c.chain_wake_us, c.chain_wake_us_per_port, c.chain_forwarding_us
+    (20.0, 1.0, 10.0)
     """
     small, large = raw["small"], raw["large"]
     dports = large["ports"] - small["ports"]
@@ -174,89 +193,91 @@ def costs_from(raw: dict) -> sizing.Costs:
     process_cores = max(0.0, small["idle"]["ovs_cores"] - port_cores * small["ports"])
     controller = (large["idle"]["helpers_cores"] + small["idle"]["helpers_cores"]) / (
         large["switches"] + small["switches"])
-
-    def above_idle(row: dict, kind: str) -> tuple[float, float]:
-        """(switch cores, everything else) of a load above the fabric's idle."""
-        load, idle = row[kind], row["idle"]
-        ovs = max(0.0, load["ovs_cores"] - idle["ovs_cores"])
-        rest = max(0.0, (load["busy_cores"] - load["ovs_cores"])
-                   - (idle["busy_cores"] - idle["ovs_cores"]))
-        return ovs, rest
-
-    chain_us, chain_fps, chain_cores = {}, [], []
-    section = _training_section()
-    rank_us, rank_cores = {}, []
-    for name, row in raw.items():
-        spec = build_topology(FABRICS[name], "tbsz")
-        ovs, rest = above_idle(row, "chains")
-        frames = max(1, row["chains"]["frames"])
-        chain_us[row["ports"]] = ovs * WINDOW_S / frames * 1e6
-        chain_fps.append(frames / WINDOW_S / _chain_path_switches(spec, _agents_section())
-                         / CHAINS)
-        chain_cores.append(rest / CHAINS)
-        ovs, rest = above_idle(row, "training")
-        ranks = len(section["ranks"])
-        a, b = (spec.hosts[n].name for n in section["ranks"])
-        planes = spec.planes
-        forwardings = sum(sizing.rank_fps(section, planes)
-                          * sum(sizing.path_switches(spec, x, y, p).values())
-                          for x, y in ((a, b), (b, a)) for p in range(planes))
-        rank_us[row["ports"]] = ovs / forwardings * 1e6
-        rank_cores.append(rest / (ranks * sizing.rank_mbps(section, planes)))
-
-    def line(points: dict[int, float]) -> tuple[float, float]:
-        (p0, u0), (p1, u1) = sorted(points.items())
-        slope = (u1 - u0) / (p1 - p0)
-        return max(0.0, u0 - slope * p0), slope
-
-    chain_a, chain_b = line(chain_us)
-    rank_a, rank_b = line(rank_us)
+    switches = {"near": 1, "far": 3}
+    cpu: dict[str, list] = {"chains": [], "ranks": []}
+    host: dict[str, list] = {"chains": [], "ranks": []}
+    frame_time = []
+    for row in raw.values():
+        idle = row["idle"]
+        for kind in ("chains", "ranks"):
+            for where, crossed in switches.items():
+                load = row[f"{kind}_{where}"]
+                into = max(1e-9, load["frames"] / WINDOW_S / crossed)  # frames a second
+                ovs = max(0.0, load["ovs_cores"] - idle["ovs_cores"])
+                rest = max(0.0, (load["busy_cores"] - load["ovs_cores"])
+                           - (idle["busy_cores"] - idle["ovs_cores"]))
+                cpu[kind].append((row["ports"], crossed, ovs / into * 1e6))
+                host[kind].append(rest / into * 1e6)
+                if kind == "chains":
+                    frame_time.append((crossed, row["ports"], CHAINS / into * 1000))
+    chain_wake, chain_port, chain_fwd = _fit3(cpu["chains"])
+    rank_wake, rank_port, rank_fwd = _fit3(cpu["ranks"])
+    frame_ms, per_switch, per_port = _fit3(frame_time)
     return sizing.Costs(
         measured_on=machine(), process_cores=round(process_cores, 4),
         port_cores=round(port_cores, 5), controller_cores_per_switch=round(controller, 4),
-        chain_cores=round(statistics.mean(chain_cores), 4),
-        chain_fps=round(statistics.mean(chain_fps), 1),
-        chain_forwarding_us=round(chain_a, 1), chain_forwarding_us_per_port=round(chain_b, 2),
-        rank_cores_per_mbps=round(statistics.mean(rank_cores), 4),
-        rank_forwarding_us=round(rank_a, 1), rank_forwarding_us_per_port=round(rank_b, 2))
+        chain_wake_us=round(chain_wake, 1), chain_wake_us_per_port=round(chain_port, 2),
+        chain_forwarding_us=round(chain_fwd, 1),
+        chain_host_us=round(statistics.mean(host["chains"]), 1),
+        chain_frame_ms=round(frame_ms, 4), chain_frame_ms_per_switch=round(per_switch, 4),
+        chain_frame_ms_per_port=round(per_port, 5),
+        rank_wake_us=round(rank_wake, 1), rank_wake_us_per_port=round(rank_port, 2),
+        rank_forwarding_us=round(rank_fwd, 1),
+        rank_host_us=round(statistics.mean(host["ranks"]), 1))
 
 
-def _agents_section() -> dict:
-    return {"enabled": True, "driver": 0,
-            "services": {"retriever": 3, "tool": 2, "model": 3, "agent": 2},
-            "concurrency": CHAINS}
+def _fit3(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """Least squares ``y = c0 + c1 * x1 + c2 * x2`` over ``(x1, x2, y)`` points, with
+    ``c1`` and ``c2`` not below 0 (a cost does not fall with more switches or ports: a
+    negative slope is the windows' noise, and that term is then left out).
+
+    >>> _fit3([(0, 0, 1), (1, 0, 3), (0, 1, 4), (1, 1, 6)])
+    (1.0, 2.0, 3.0)
+    >>> _fit3([(1, 8, 10), (3, 8, 20), (1, 48, 9), (3, 48, 19)])
+    (4.5, 5.0, 0.0)
+    """
+    c = _lstsq3(points)
+    if c[1] >= 0 and c[2] >= 0:
+        return c
+    keep = 2 if c[1] < 0 else 1  # the term that stays
+    if c[1] < 0 and c[2] < 0:
+        return (round(statistics.mean(y for _, _, y in points), 6), 0.0, 0.0)
+    fit = statistics.linear_regression([p[keep - 1] for p in points], [p[2] for p in points])
+    slope = max(0.0, fit.slope)
+    intercept = statistics.mean(y for *_, y in points) - slope * statistics.mean(
+        p[keep - 1] for p in points)
+    out = [round(intercept, 6), 0.0, 0.0]
+    out[keep] = round(slope, 6)
+    return tuple(out)
 
 
-def _training_section() -> dict:
-    return {"enabled": True, "ranks": [0, 3], "bytes": 500_000, "compute_ms": 40,
-            "rate_mbps": RANK_MBPS, "payload": 4096}
+def _lstsq3(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    rows = [(1.0, x1, x2) for x1, x2, _ in points]
+    ys = [y for _, _, y in points]
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    aty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
+
+    def det(m: list[list[float]]) -> float:
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+                - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+
+    d = det(ata)
+    out = []
+    for k in range(3):
+        mk = [[aty[i] if j == k else ata[i][j] for j in range(3)] for i in range(3)]
+        out.append(round(det(mk) / d, 6))
+    return tuple(out)
 
 
-def _chain_path_switches(spec, agents: dict) -> float:
-    """The switches a chain's frame crosses on average (the model's own routing)."""
-    driver = spec.hosts[agents["driver"]].name
-    svcs = [spec.hosts[n].name for n in agents["services"].values()]
-    return statistics.mean(sum(sizing.path_switches(spec, driver, s, 0).values())
-                           for s in svcs)
-
-
-def _run_generators(live, tmp: Path, seconds: float, **sections) -> None:
-    variant = _variant(FABRICS["small"], **sections)
+def _generators(live, tmp: Path, **sections) -> None:
+    variant = _variant(FABRICS_TOPOLOGY[live.spec.planes], **sections)
     out = tmp / f"work-{time.monotonic_ns()}"
     out.mkdir()
     with ExitStack() as stack:
         work = generators.start(live.fabric, variant, out=out, pid_dir=live.pid_dir,
-                                duration_s=seconds, seed=1, stack=stack)
-        generators.wait_done(work, seconds, lambda *_: None)
-
-
-def _chains(live, tmp: Path, seconds: float) -> None:
-    _run_generators(live, tmp, seconds, agents=_agents_section())
-
-
-def _training(live, tmp: Path, seconds: float) -> None:
-    _run_generators(live, tmp, seconds, agents={"enabled": False},
-                    training=_training_section())
+                                duration_s=WINDOW_S, seed=1, stack=stack)
+        generators.wait_done(work, WINDOW_S, lambda *_: None)
 
 
 def check(costs: sizing.Costs, verbose: bool = True) -> list[dict]:

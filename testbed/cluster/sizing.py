@@ -1,24 +1,22 @@
 """How many machines a fabric and its load need, from what the parts cost on one.
 
-The lab's work on a machine is, to a first order, four things, each measured on a
+The lab's work on a machine is, to a first order, these parts, each measured on a
 machine by ``make bench BENCH=sizing`` (:mod:`bench.sizing_bench`) into a
 :class:`Costs` file:
 
 * switch processes awake with nothing to forward: a constant per process and a cost
-  per port it polls (the userspace datapath polls every port each time it wakes), and
-  the controller asking every switch for its statistics (on the first machine, where
-  it runs);
-* agent chains: the generators' CPU per chain in flight, the frames a chain in flight
-  puts on the fabric per second, and the switches' CPU per forwarding of those frames
-  (a frame is forwarded once by every switch on its path);
-* training ranks: the generators' CPU per Mb/s a rank sends, and the switches' CPU per
-  forwarding of its frames.
-
-Forwarding is measured per kind of load, with that load: what a forwarding costs
-depends on how many frames a switch process finds each time it wakes (a paced stream of
-large frames, or the small request, reply and acknowledgement of a chain's hop), so one
-figure for every frame misjudges both (the first version of the model, with one figure
-from paced UDP, estimated 1.5 to 2.2 times the cores the checked runs used).
+  per port it polls, and the controller asking every switch for its statistics (on the
+  first machine, where it runs);
+* a frame that enters a switch process wakes it (a cost that grows with the ports the
+  process polls: the userspace datapath polls every port each time it wakes,
+  docs/switches.md) and is then forwarded by every switch of that process on its path
+  (a cost per switch; the process finds it on the next port in the same round);
+* agent chains are a closed loop: a chain sends its next frame when the last came
+  back, so the frames a chain in flight sends a second follow from the time a frame
+  takes, which grows with the switches on its path and the ports of their process; and
+  each frame costs its two hosts (the generators and the kernel's work on the frame);
+* training ranks send at their paced rate (:func:`rank_mbps`), each frame with its own
+  wake-up, forwarding and host costs (4 KB frames, not a chain's small ones).
 
 The estimate places the fabric (:func:`testbed.cluster.placement.place`), routes the
 load over shortest paths (split evenly over equal-cost ones), and adds up each
@@ -28,12 +26,14 @@ thread needs more than the monitor's 0.9 of a core (the host's ovs-vswitchd forw
 every switch of the machine in one thread; the lab's own processes one thread each).
 
 Not in the model (said in every estimate that has them): workloads other than agents
-and training, the tunnels' own CPU (GRE in the kernel), the report and the monitor.
+and training, the tunnels' own CPU and delay (GRE in the kernel, the machines'
+network), the report and the monitor.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,19 +55,24 @@ MAX_MACHINES = 64
 
 @dataclass(frozen=True)
 class Costs:
-    """What the lab's parts cost one machine (cores are CPU-seconds per second)."""
+    """What the lab's parts cost one machine: cores are CPU-seconds a second, us CPU
+    microseconds; ``*_per_port`` grows with the ports of the switch process."""
 
     measured_on: str
     process_cores: float
     port_cores: float
     controller_cores_per_switch: float
-    chain_cores: float
-    chain_fps: float
+    chain_wake_us: float
+    chain_wake_us_per_port: float
     chain_forwarding_us: float
-    chain_forwarding_us_per_port: float
-    rank_cores_per_mbps: float
+    chain_host_us: float
+    chain_frame_ms: float
+    chain_frame_ms_per_switch: float
+    chain_frame_ms_per_port: float
+    rank_wake_us: float
+    rank_wake_us_per_port: float
     rank_forwarding_us: float
-    rank_forwarding_us_per_port: float
+    rank_host_us: float
 
     @classmethod
     def load(cls, path: Path = COSTS_FILE) -> Costs:
@@ -77,15 +82,29 @@ class Costs:
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1) + "\n")
 
+    def frame_s(self, switches: float, ports: float) -> float:
+        """The time one chain's frame takes on a path of ``switches`` in a process of
+        ``ports`` (a chain in flight sends one a frame time)."""
+        return max(1e-5, (self.chain_frame_ms + self.chain_frame_ms_per_switch * switches
+                          + self.chain_frame_ms_per_port * ports) / 1000)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Frames a second between two hosts on one plane, of a kind (``chain``, ``rank``)."""
+
+    src: str
+    dst: str
+    plane: int
+    fps: float
+    kind: str
+
 
 @dataclass
 class Load:
-    """The load a variant puts on the fabric: the forwardings a second of each switch,
-    by kind (chains, training), and the generators' CPU on each host."""
+    """What a variant sends (flows of frames between hosts) and what else it runs."""
 
-    chain_fwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    rank_fwd: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    host_cores: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    flows: list[Flow] = field(default_factory=list)
     not_modelled: list[str] = field(default_factory=list)
 
 
@@ -135,55 +154,69 @@ class Estimate:
                 "placement": self.placement.to_dict()}
 
 
-def path_switches(spec: FabricSpec, a: str, b: str, plane: int) -> dict[str, float]:
-    """The share of ``a``'s frames to ``b`` (hosts) that each switch of ``plane``
-    receives: every switch on a shortest path, split evenly over equal-cost paths.
+def paths(spec: FabricSpec, a: str, b: str, plane: int) -> list[list[str]]:
+    """The switches of every shortest path from host ``a`` to host ``b`` on ``plane``
+    (ECMP spreads frames evenly over them).
 
     >>> from topologies.leafspine import build_fabric
     >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
-    >>> {k[len("tbdoc0p0"):]: v for k, v in
-    ...  path_switches(spec, "tbdoc0n0", "tbdoc0n3", 0).items()}
-    {'l0': 1.0, 's0': 0.5, 'l1': 1.0, 's1': 0.5}
+    >>> [[s[len("tbdoc0p0"):] for s in p] for p in paths(spec, "tbdoc0n0", "tbdoc0n3", 0)]
+    [['l0', 's0', 'l1'], ['l0', 's1', 'l1']]
     """
     src = spec.host(a).interface(plane, 0).switch
     dst = spec.host(b).interface(plane, 0).switch
     if src == dst:
-        return {src: 1.0}
-    paths = list(nx.all_shortest_paths(plane_graph(spec, plane), src, dst))
-    share: dict[str, float] = defaultdict(float)
-    for path in paths:
-        for sw in path:
-            share[sw] += 1 / len(paths)
-    return dict(share)
+        return [[src]]
+    key = (id(spec), plane, src, dst)
+    cached = _PATHS.get(key)
+    if cached is None or cached[0] is not spec:
+        if len(_PATHS) > 4096:
+            _PATHS.clear()
+        found = [list(p) for p in nx.all_shortest_paths(plane_graph(spec, plane), src, dst)]
+        cached = _PATHS[key] = (spec, found)
+    return cached[1]
 
 
-def offered(spec: FabricSpec, variant, costs: Costs) -> Load:
-    """The variant's agents and training as frames on each switch and CPU on each host."""
+#: shortest paths by (spec, plane, from switch, to switch), the spec kept to check its id
+_PATHS: dict[tuple, tuple[FabricSpec, list[list[str]]]] = {}
+
+
+def path_switches(spec: FabricSpec, a: str, b: str, plane: int) -> float:
+    """The switches a frame from ``a`` to ``b`` crosses.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=2)
+    >>> path_switches(spec, "tbdoc0n0", "tbdoc0n1", 0), path_switches(spec, "tbdoc0n0",
+    ...                                                               "tbdoc0n3", 0)
+    (1.0, 3.0)
+    """
+    found = paths(spec, a, b, plane)
+    return sum(len(p) for p in found) / len(found)
+
+
+def offered(spec: FabricSpec, variant, costs: Costs, ports: float) -> Load:
+    """The variant's agents and training as flows of frames; ``ports``: those of the
+    switch process a chain's frames cross (what their time depends on)."""
     load = Load()
     hosts = spec.hosts
     agents, training = variant.agents, variant.training
     if agents.get("enabled"):
         driver = hosts[agents["driver"]].name
         services = [hosts[n].name for n in agents["services"].values()]
-        conc = agents["concurrency"]
-        load.host_cores[driver] += conc * costs.chain_cores / 2
-        for svc in services:
-            load.host_cores[svc] += conc * costs.chain_cores / 2 / len(services)
-        # a chain visits the services in turn: its frames go between the driver and each
+        # a chain visits the services in turn, as many frames each way on every hop: its
+        # frame rate is one over the mean frame time of its hops
+        times = [costs.frame_s(path_switches(spec, driver, svc, 0), ports) for svc in services]
+        fps = agents["concurrency"] / statistics.mean(times)
         for svc in services:
             for a, b in ((driver, svc), (svc, driver)):
-                for sw, s in path_switches(spec, a, b, 0).items():
-                    load.chain_fwd[sw] += conc * costs.chain_fps / (2 * len(services)) * s
+                load.flows.append(Flow(a, b, 0, fps / (2 * len(services)), "chain"))
     if training.get("enabled"):
         ranks = [hosts[n].name for n in training["ranks"]]
-        mbps = rank_mbps(training, spec.planes)
         fps = rank_fps(training, spec.planes)
         for i, rank in enumerate(ranks):
-            load.host_cores[rank] += mbps * costs.rank_cores_per_mbps
             peer = ranks[(i + 1) % len(ranks)]  # ring; other patterns: the same volume
             for plane in range(spec.planes):
-                for sw, s in path_switches(spec, rank, peer, plane).items():
-                    load.rank_fwd[sw] += fps * s
+                load.flows.append(Flow(rank, peer, plane, fps, "rank"))
         if training.get("pattern", "ring") != "ring":
             load.not_modelled.append(f"training pattern {training['pattern']} (as a ring)")
     for entry in getattr(variant, "workloads", ()):
@@ -225,46 +258,49 @@ def estimate(spec: FabricSpec, variant, costs: Costs, *, machines: int,
 def _shares(spec: FabricSpec, variant, costs: Costs, placement: Placement,
             cores: int) -> Estimate:
     machines = placement.machines
-    load = offered(spec, variant, costs)
     settings = switchd.SwitchSettings(**(variant.switches or {}))
     lab = settings.daemon == "lab"
-    shard_of = {}
-    if lab:
-        for i, shard in enumerate(switchd.plan(spec, settings.shards)):
-            for name in shard:
-                shard_of[name] = i
+    # the switch process of every switch: the machine's one ovs-vswitchd, or its shard
+    process: dict[str, tuple] = {}
+    shards = switchd.plan(spec, settings.shards) if lab else []
+    for sw in spec.switches:
+        m = placement.where[sw.name]
+        process[sw.name] = (m, next(i for i, sh in enumerate(shards) if sw.name in sh)) \
+            if lab else (m,)
+    polled: dict[tuple, int] = defaultdict(int)
+    for sw, key in process.items():
+        polled[key] += placement.ports[sw]
+    busiest_process = max(polled.values(), default=0)
+    load = offered(spec, variant, costs, busiest_process)
+    switch_cpu: dict[tuple, float] = defaultdict(float)
+    host_cpu: dict[int, float] = defaultdict(float)
+    for flow in load.flows:
+        wake, per_port, fwd, host = (
+            (costs.chain_wake_us, costs.chain_wake_us_per_port, costs.chain_forwarding_us,
+             costs.chain_host_us) if flow.kind == "chain" else
+            (costs.rank_wake_us, costs.rank_wake_us_per_port, costs.rank_forwarding_us,
+             costs.rank_host_us))
+        found = paths(spec, flow.src, flow.dst, flow.plane)
+        for path in found:
+            fps = flow.fps / len(found)
+            entered = list(dict.fromkeys(process[sw] for sw in path))
+            for key in entered:  # a wake-up of each process the frame enters
+                switch_cpu[key] += fps * (wake + per_port * polled[key]) / 1e6
+            for sw in path:
+                switch_cpu[process[sw]] += fps * fwd / 1e6
+        for h in (flow.src, flow.dst):  # the sender's and the receiver's work
+            host_cpu[placement.where[h]] += flow.fps * host / 2 / 1e6
     shares = []
     for m in range(machines):
-        names = set(placement.on(m))
-        switches = [sw.name for sw in spec.switches if sw.name in names]
-        # a forwarding costs more the more ports its process polls: the machine's switch
-        # ports (the host's ovs-vswitchd), or its shard's (the lab's own processes)
-        polled = {sw: (sum(placement.ports[o] for o in switches if shard_of[o] == shard_of[sw])
-                       if lab else sum(placement.ports[o] for o in switches))
-                  for sw in switches}
-        own = {sw: placement.ports[sw] * costs.port_cores
-               + load.chain_fwd.get(sw, 0.0) * (costs.chain_forwarding_us
-                                                + costs.chain_forwarding_us_per_port
-                                                * polled[sw]) / 1e6
-               + load.rank_fwd.get(sw, 0.0) * (costs.rank_forwarding_us
-                                               + costs.rank_forwarding_us_per_port
-                                               * polled[sw]) / 1e6
-               for sw in switches}
-        processes = len({shard_of[s] for s in switches}) if lab else min(1, len(switches))
-        switch_cores = processes * costs.process_cores + sum(own.values())
-        if lab:
-            per: dict[int, float] = defaultdict(float)
-            for sw, c in own.items():
-                per[shard_of[sw]] += c
-            busiest = max(per.values(), default=0.0) + (costs.process_cores if per else 0)
-        else:
-            busiest = switch_cores
+        mine = [k for k in polled if k[0] == m]
+        idle = {k: costs.process_cores + polled[k] * costs.port_cores for k in mine}
+        busy = {k: idle[k] + switch_cpu.get(k, 0.0) for k in mine}
+        total = sum(busy.values())
         shares.append(MachineShare(
-            machine=m, switches=len(switches),
-            ports=sum(placement.ports[s] for s in switches),
-            switch_cores=round(switch_cores, 3), busiest_thread_cores=round(busiest, 3),
-            generator_cores=round(sum(c for h, c in load.host_cores.items() if h in names),
-                                  3),
+            machine=m, switches=sum(1 for k in process.values() if k[0] == m),
+            ports=sum(polled[k] for k in mine), switch_cores=round(total, 3),
+            busiest_thread_cores=round(max(busy.values(), default=0.0), 3),
+            generator_cores=round(host_cpu.get(m, 0.0), 3),
             controller_cores=round(len(spec.switches) * costs.controller_cores_per_switch, 3)
             if m == 0 else 0.0))
     return Estimate(machines, cores, placement, tuple(shares), tuple(load.not_modelled))

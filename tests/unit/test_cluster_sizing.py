@@ -13,10 +13,11 @@ from testbed.host.naming import SPEC_PREFIX
 from topologies.build import build_topology
 
 COSTS = sizing.Costs(measured_on="test", process_cores=0.05, port_cores=0.01,
-                     controller_cores_per_switch=0.005, chain_cores=0.02, chain_fps=200.0,
-                     chain_forwarding_us=100.0, chain_forwarding_us_per_port=1.0,
-                     rank_cores_per_mbps=0.01, rank_forwarding_us=50.0,
-                     rank_forwarding_us_per_port=1.0)
+                     controller_cores_per_switch=0.005, chain_wake_us=20.0,
+                     chain_wake_us_per_port=1.0, chain_forwarding_us=10.0,
+                     chain_host_us=50.0, chain_frame_ms=0.5, chain_frame_ms_per_switch=0.2,
+                     chain_frame_ms_per_port=0.005, rank_wake_us=40.0,
+                     rank_wake_us_per_port=1.0, rank_forwarding_us=20.0, rank_host_us=80.0)
 
 
 def default_variant(name: str = "training-1to1"):
@@ -62,41 +63,49 @@ def test_the_estimate_adds_up_the_parts():
     one = sizing.estimate(spec, variant, COSTS, machines=1, cores=2)
     share = one.shares[0]
     ports = len(spec.switch_ports())
-    idle = COSTS.process_cores + ports * COSTS.port_cores
-    assert share.ports == ports
-    assert share.switch_cores > idle  # and the forwarding on top
+    assert share.ports == ports and share.switches == 8
     assert share.controller_cores == pytest.approx(8 * COSTS.controller_cores_per_switch,
                                                    abs=1e-3)
-    ranks = len(variant.training["ranks"])
-    chains = variant.agents["concurrency"] * COSTS.chain_cores
-    training = ranks * sizing.rank_mbps(variant.training, spec.planes) * COSTS.rank_cores_per_mbps
-    assert share.generator_cores == pytest.approx(chains + training, abs=2e-3)
-    # two machines split the same work, the controller on the first
+    # by hand: the chains' frame rate from their hops' frame times, then every frame's
+    # wake-up in the one process, a forwarding per switch and its hosts' work
+    agents = variant.agents
+    driver = spec.hosts[agents["driver"]].name
+    hops = [sizing.path_switches(spec, driver, spec.hosts[n].name, 0)
+            for n in agents["services"].values()]
+    chain_fps = agents["concurrency"] / (sum(COSTS.frame_s(s, ports) for s in hops) / 4)
+    crossed = sum(hops) / 4
+    chains = chain_fps * (COSTS.chain_wake_us + COSTS.chain_wake_us_per_port * ports
+                          + COSTS.chain_forwarding_us * crossed) / 1e6
+    ranks = variant.training["ranks"]
+    rank_fps = sizing.rank_fps(variant.training, spec.planes) * spec.planes * len(ranks)
+    rank_crossed = sum(sizing.path_switches(spec, spec.hosts[a].name, spec.hosts[b].name, p)
+                       for a, b in zip(ranks, ranks[1:] + ranks[:1], strict=True)
+                       for p in (0, 1)) / 8
+    training = rank_fps * (COSTS.rank_wake_us + COSTS.rank_wake_us_per_port * ports
+                           + COSTS.rank_forwarding_us * rank_crossed) / 1e6
+    idle = COSTS.process_cores + ports * COSTS.port_cores
+    assert share.switch_cores == pytest.approx(idle + chains + training, abs=2e-3)
+    hosts = (chain_fps * COSTS.chain_host_us + rank_fps * COSTS.rank_host_us) / 1e6
+    assert share.generator_cores == pytest.approx(hosts, abs=2e-3)
+    # two machines: a process each (a wake-up in each a frame enters), fewer ports polled
     two = sizing.estimate(spec, variant, COSTS, machines=2, cores=2)
-    # one more switch process, and each forwards in a process of half the ports
-    assert share.switch_cores + COSTS.process_cores > sum(s.switch_cores for s in two.shares)
     assert two.shares[1].controller_cores == 0
-    flat = sizing.Costs(**{**COSTS.__dict__, "chain_forwarding_us_per_port": 0.0,
-                           "rank_forwarding_us_per_port": 0.0})
-    one_flat = sizing.estimate(spec, variant, flat, machines=1, cores=2).shares[0]
-    two_flat = sizing.estimate(spec, variant, flat, machines=2, cores=2).shares
-    assert sum(s.switch_cores for s in two_flat) == pytest.approx(
-        one_flat.switch_cores + COSTS.process_cores, abs=2e-3)
+    assert sum(s.generator_cores for s in two.shares) == pytest.approx(
+        share.generator_cores, rel=0.2)
 
 
 def test_frames_follow_the_shortest_paths():
     spec = build_topology({"planes": 1, "nodes": 4, "leaves_per_plane": 2,
                            "spines_per_plane": 2}, "tbt")
-    same_leaf = sizing.path_switches(spec, "tbtn0", "tbtn1", 0)
-    assert same_leaf == {"tbtp0l0": 1.0}
-    across = sizing.path_switches(spec, "tbtn0", "tbtn2", 0)
-    assert sum(across.values()) == pytest.approx(3.0)
+    assert sizing.paths(spec, "tbtn0", "tbtn1", 0) == [["tbtp0l0"]]
+    assert len(sizing.paths(spec, "tbtn0", "tbtn2", 0)) == 2
+    assert sizing.path_switches(spec, "tbtn0", "tbtn2", 0) == 3.0
 
 
 def test_more_machines_when_one_does_not_hold():
     variant = default_variant()
     spec = variant.fabric(SPEC_PREFIX)
-    heavy = sizing.Costs(**{**COSTS.__dict__, "port_cores": 0.04})
+    heavy = sizing.Costs(**{**COSTS.__dict__, "port_cores": 0.03})
     one = sizing.estimate(spec, variant, heavy, machines=1, cores=2)
     assert not one.holds
     need = sizing.machines_needed(spec, variant, heavy, cores=2)
@@ -104,7 +113,7 @@ def test_more_machines_when_one_does_not_hold():
     assert not sizing.estimate(spec, variant, heavy, machines=need.machines - 1,
                                cores=2).holds
     # a thread over the monitor's limit is said so
-    hot = sizing.Costs(**{**COSTS.__dict__, "port_cores": 0.03})
+    hot = sizing.Costs(**{**COSTS.__dict__, "port_cores": 0.04})
     share = sizing.estimate(spec, variant, hot, machines=1, cores=64).shares[0]
     ok, why = share.holds(64)
     assert not ok and "switch thread" in why
