@@ -15,18 +15,18 @@ of 8 s:
 * a ring of two ranks at 8 Mb/s a plane, on one leaf and across the spines.
 
 A load's frames into the fabric are the frames the switch ports received over the
-switches a frame crosses. Fitted, by least squares over the four windows of a kind
-(two fabrics, two path lengths): the switch cores above idle per frame as a wake-up
-that grows with the process's ports plus a forwarding per switch crossed; for chains,
-the time a frame takes (a chain in flight over the frames a second) the same way; and
-what is busy beyond the switch processes, above idle, per frame (the hosts).
+switches a frame crosses. Fitted over the four windows of a kind (two fabrics, two path
+lengths): the switch cores above idle as batched wake-ups (a wake-up's cost growing with
+the process's ports; frames that arrive during one share it) plus a forwarding per
+switch crossed; for chains, the time a frame takes (a chain in flight over the frames a
+second) as a line in the switches and ports, by least squares; and what is busy beyond
+the switch processes, above idle, per frame (the hosts).
 
 Check (fixed before any result): the default scenario's ``agents-only`` and
 ``training-1to1`` variants (two planes, 8 switches) and ``rack-expansion``'s ``steady``
-variant (one plane, 4 switches; chains and training), seed 2, 15 s, by ``testbed run``
-(seed 1's runs of the first two showed the first version of the model, one forwarding
-cost from paced UDP, 1.5-2.2 times too high; the model's structure changed after them,
-so they are not the check); from each run's fidelity samples (its measured window) the
+variant (one plane, 4 switches; chains and training), 15 s, by ``testbed run``, with a
+seed no earlier version of the model was checked on (seed 5; seeds 1-4 checked the four
+before it, docs/machines.md); from each run's fidelity samples (its measured window) the
 median of the switch processes' cores and of the host's busy cores, and the monitor's
 verdict. Targets (a miss exits 1): on every checked run, the estimate's verdict for one
 machine of this one's cores is the monitor's, and its busy cores are within 25 % of the
@@ -87,7 +87,7 @@ CHAINS = 4
 CHECKS = (("agents-vs-training", "agents-only"), ("agents-vs-training", "training-1to1"),
           ("rack-expansion", "steady"))
 CHECK_S = 15
-CHECK_SEED = 4
+CHECK_SEED = 5
 CORES_TOLERANCE = 0.25
 
 
@@ -175,14 +175,17 @@ def costs_from(raw: dict) -> sizing.Costs:
     >>> def w(ovs, busy, frames, helpers=0.0):
     ...     return {"ovs_cores": ovs, "busy_cores": busy, "helpers_cores": helpers,
     ...             "frames": frames}
-    >>> def fabric(ports, k):  # per frame: 20 + 1/port us wake, 10 us a switch
+    >>> from testbed.cluster.sizing import batched
+    >>> def ovs(fps, crossed, ports):  # wake-ups of 20 + 1/port us, 10 us a switch
+    ...     return 0.01 + batched(fps, (20 + ports) / 1e6) + fps * crossed * 10 / 1e6
+    >>> def fabric(ports, k):
     ...     near, far = 8000, 6000  # frames into the fabric a second (1 and 3 switches)
     ...     return {"ports": ports, "switches": 3, "planes": 1,
     ...             "idle": w(0.01, 0.1, 0, 0.01),
-    ...             "chains_near": w(0.01 + near * (30 + ports) / 1e6, 0.5, near * 8),
-    ...             "chains_far": w(0.01 + far * (50 + ports) / 1e6, 0.5, far * 24),
-    ...             "ranks_near": w(0.01 + 800 * (30 + ports) / 1e6, 0.3, 800 * 8),
-    ...             "ranks_far": w(0.01 + 800 * (50 + ports) / 1e6, 0.3, 800 * 24)}
+    ...             "chains_near": w(ovs(near, 1, ports), 0.5, near * 8),
+    ...             "chains_far": w(ovs(far, 3, ports), 0.5, far * 24),
+    ...             "ranks_near": w(ovs(800, 1, ports), 0.3, 800 * 8),
+    ...             "ranks_far": w(ovs(800, 3, ports), 0.3, 800 * 24)}
     >>> c = costs_from({"small": fabric(8, 1), "large": fabric(48, 1)})
     >>> c.chain_wake_us, c.chain_wake_us_per_port, c.chain_forwarding_us
     (20.0, 1.0, 10.0)
@@ -194,7 +197,7 @@ def costs_from(raw: dict) -> sizing.Costs:
     controller = (large["idle"]["helpers_cores"] + small["idle"]["helpers_cores"]) / (
         large["switches"] + small["switches"])
     switches = {"near": 1, "far": 3}
-    cpu: dict[str, list] = {"chains": [], "ranks": []}
+    cpu: dict[str, list] = {"chains": [], "ranks": []}  # (frames in, switches, ports, cores)
     host: dict[str, list] = {"chains": [], "ranks": []}
     frame_time = []
     for row in raw.values():
@@ -206,12 +209,12 @@ def costs_from(raw: dict) -> sizing.Costs:
                 ovs = max(0.0, load["ovs_cores"] - idle["ovs_cores"])
                 rest = max(0.0, (load["busy_cores"] - load["ovs_cores"])
                            - (idle["busy_cores"] - idle["ovs_cores"]))
-                cpu[kind].append((row["ports"], crossed, ovs / into * 1e6))
+                cpu[kind].append((into, crossed, row["ports"], ovs))
                 host[kind].append(rest / into * 1e6)
                 if kind == "chains":
                     frame_time.append((crossed, row["ports"], CHAINS / into * 1000))
-    chain_wake, chain_port, chain_fwd = _fit3(cpu["chains"])
-    rank_wake, rank_port, rank_fwd = _fit3(cpu["ranks"])
+    chain_wake, chain_port, chain_fwd = _fit_switch(cpu["chains"])
+    rank_wake, rank_port, rank_fwd = _fit_switch(cpu["ranks"])
     frame_ms, per_switch, per_port = _fit3(frame_time)
     return sizing.Costs(
         measured_on=machine(), process_cores=round(process_cores, 4),
@@ -224,6 +227,39 @@ def costs_from(raw: dict) -> sizing.Costs:
         rank_wake_us=round(rank_wake, 1), rank_wake_us_per_port=round(rank_port, 2),
         rank_forwarding_us=round(rank_fwd, 1),
         rank_host_us=round(statistics.mean(host["ranks"]), 1))
+
+
+def _fit_switch(points: list[tuple[float, float, float, float]]) -> tuple[float, float, float]:
+    """(wake-up us, its growth per port, forwarding us per switch) that best explain the
+    switch cores of windows ``(frames in a second, switches crossed, ports, cores)`` with
+    the model's batched wake-ups (:func:`testbed.cluster.sizing.batched`): a search over
+    the wake-up's two (0-400 us, 0-6 us a port), the forwarding's in closed form (not
+    below 0).
+
+    >>> from testbed.cluster.sizing import batched
+    >>> truth = lambda f, s, p: batched(f, (30 + 1.5 * p) / 1e6) + f * s * 20 / 1e6
+    >>> pts = [(f, s, p, truth(f, s, p)) for f, s, p in
+    ...        ((2000, 1, 8), (2000, 3, 8), (6000, 1, 48), (5000, 3, 48))]
+    >>> _fit_switch(pts)
+    (30.0, 1.5, 20.0)
+    """
+    from testbed.cluster.sizing import batched
+
+    best = None
+    for a2 in range(0, 401):
+        a = a2 * 1.0
+        for b20 in range(0, 121):
+            b = b20 / 20
+            wake = [batched(f, (a + b * p) / 1e6) for f, _, p, _ in points]
+            xs = [f * s / 1e6 for f, s, _, _ in points]
+            num = sum(x * (y - w) for x, w, (*_, y) in zip(xs, wake, points, strict=True))
+            den = sum(x * x for x in xs)
+            fwd = max(0.0, num / den) if den else 0.0
+            err = sum((w + fwd * x - y) ** 2 for x, w, (*_, y) in zip(xs, wake, points,
+                                                                        strict=True))
+            if best is None or err < best[0]:
+                best = (err, a, b, fwd)
+    return best[1], best[2], round(best[3], 1)
 
 
 def _fit3(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:

@@ -74,17 +74,19 @@ def test_the_estimate_adds_up_the_parts():
             for n in agents["services"].values()]
     chain_fps = agents["concurrency"] / (sum(COSTS.frame_s(s, ports) for s in hops) / 4)
     crossed = sum(hops) / 4
-    chains = chain_fps * (COSTS.chain_wake_us + COSTS.chain_wake_us_per_port * ports
-                          + COSTS.chain_forwarding_us * crossed) / 1e6
     ranks = variant.training["ranks"]
     rank_fps = sizing.rank_fps(variant.training, spec.planes) * spec.planes * len(ranks)
     rank_crossed = sum(sizing.path_switches(spec, spec.hosts[a].name, spec.hosts[b].name, p)
                        for a, b in zip(ranks, ranks[1:] + ranks[:1], strict=True)
                        for p in (0, 1)) / 8
-    training = rank_fps * (COSTS.rank_wake_us + COSTS.rank_wake_us_per_port * ports
-                           + COSTS.rank_forwarding_us * rank_crossed) / 1e6
+    wake_s = (chain_fps * (COSTS.chain_wake_us + COSTS.chain_wake_us_per_port * ports)
+              + rank_fps * (COSTS.rank_wake_us + COSTS.rank_wake_us_per_port * ports)) / 1e6
+    wakes = sizing.batched(chain_fps + rank_fps, wake_s / (chain_fps + rank_fps))
+    forwarding = (chain_fps * crossed * COSTS.chain_forwarding_us
+                  + rank_fps * rank_crossed * COSTS.rank_forwarding_us) / 1e6
     idle = COSTS.process_cores + ports * COSTS.port_cores
-    assert share.switch_cores == pytest.approx(idle + chains + training, abs=2e-3)
+    assert share.switch_cores == pytest.approx(idle + wakes + forwarding, abs=2e-3)
+    assert wakes < wake_s  # frames that arrive during a wake-up share it
     hosts = (chain_fps * COSTS.chain_host_us + rank_fps * COSTS.rank_host_us) / 1e6
     assert share.generator_cores == pytest.approx(hosts, abs=2e-3)
     # two machines: a process each (a wake-up in each a frame enters), fewer ports polled
