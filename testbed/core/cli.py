@@ -115,7 +115,9 @@ def _calc_machines(args) -> int:
     from testbed.cluster import sizing
     from testbed.core import scenario
     from testbed.host.naming import SPEC_PREFIX
+    from topologies import plugins
 
+    plugins.allow()  # the fabric is what a plug-in builder returns (as testbed spec)
     if args.cores < 1:
         raise ConfigError("--cores", f"must be at least 1, got {args.cores}")
     if args.machines is not None and not 1 <= args.machines <= sizing.MAX_MACHINES:

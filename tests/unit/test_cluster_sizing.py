@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,10 @@ def test_calc_cli(tmp_path, capsys):
                  "--costs", str(costs)]) == 0
     text = capsys.readouterr().out
     assert "machine 0:" in text and "costs measured on test" in text
+    # a fabric of a plug-in builder is what the builder returns (as testbed spec)
+    ring = Path(__file__).resolve().parents[2] / "examples" / "ring.yaml"
+    assert main(["calc", "--scenario", str(ring), "--cores", "2", "--costs", str(costs)]) == 0
+    assert "6 switches, 12 hosts" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv,field", [
