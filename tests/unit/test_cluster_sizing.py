@@ -130,7 +130,7 @@ def test_other_workloads_are_named_as_not_modelled():
     assert any("not in the model" in line for line in sizing.describe(est))
 
 
-def test_calc_cli(tmp_path, capsys):
+def test_calc_cli(tmp_path, capsys, monkeypatch):
     costs = tmp_path / "costs.json"
     COSTS.save(costs)
     assert main(["calc", "--scenario", "agents-vs-training", "--variant", "training-1to1",
@@ -143,8 +143,9 @@ def test_calc_cli(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "machine 0:" in text and "costs measured on test" in text
     # a fabric of a plug-in builder is what the builder returns (as testbed spec)
-    ring = Path(__file__).resolve().parents[2] / "examples" / "ring.yaml"
-    assert main(["calc", "--scenario", str(ring), "--cores", "2", "--costs", str(costs)]) == 0
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # examples/ is a package there
+    assert main(["calc", "--scenario", "examples/ring.yaml", "--cores", "2", "--costs",
+                 str(costs)]) == 0
     assert "6 switches, 12 hosts" in capsys.readouterr().out
 
 
