@@ -35,7 +35,6 @@ they wake, so ports are what a machine pays for when the fabric idles (docs/swit
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from topologies.spec import FabricSpec, Link
@@ -198,16 +197,3 @@ def _limit(spec: FabricSpec, machines: int, way: str) -> float:
     largest = max((sum(ports[n] for n in piece) for piece in _pieces(spec, way) or ()),
                   default=0)
     return max(BALANCE, largest * machines / max(1, total))
-
-
-def describe(p: Placement) -> Iterable[str]:
-    """Lines for people: what goes where, what is cut, what the tunnels carry."""
-    yield (f"placement over {p.machines} machines: by {p.way}, {len(p.cut)} links cut, "
-           f"busiest machine {p.balance():.2f}x an even share of the ports")
-    load = p.load()
-    for m in range(p.machines):
-        names = p.on(m)
-        yield f"  machine {m}: {len(names)} switches and hosts, {load[m]} ports"
-    for (a, b), mbps in p.tunnel_mbps().items():
-        n = sum(1 for lk in p.cut if {p.where[lk.a], p.where[lk.b]} == {a, b})
-        yield f"  tunnels {a}-{b}: {n} links, {mbps:g} Mb/s each way"
