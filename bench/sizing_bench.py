@@ -29,9 +29,10 @@ seed no earlier version of the model was checked on (seed 5; seeds 1-4 checked t
 before it, docs/machines.md); from each run's fidelity samples (its measured window) the
 median of the switch processes' cores and of the host's busy cores, and the monitor's
 verdict. Targets (a miss exits 1): on every checked run, the estimate's verdict for one
-machine of this one's cores is the monitor's, and its busy cores are within 25 % of the
-measured median (where the run was flagged the host ran out of cores: the estimate must
-then exceed what the monitor allows, which the verdict already checks).
+machine with the cores of the machine the bench runs on is the monitor's, and its busy
+cores are within 25 % of the measured median (where the run was flagged the host ran out
+of cores: the estimate must then exceed what the monitor allows, which the verdict
+already checks).
 
     python -m bench.sizing_bench [--save] [--costs FILE] [--no-check] [--json FILE]
 
@@ -44,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -60,7 +60,7 @@ from testbed.core.fidelity import Monitor
 from testbed.core.scenario import parse
 from testbed.fabric import drops
 from testbed.fabric.bringup import bring_up
-from testbed.host.capabilities import probe
+from testbed.host.capabilities import machine, probe
 from testbed.host.naming import new_run_id, run_prefix
 from testbed.workloads import generators
 from topologies.build import build_topology
@@ -89,16 +89,6 @@ CHECKS = (("agents-vs-training", "agents-only"), ("agents-vs-training", "trainin
 CHECK_S = 15
 CHECK_SEED = 5
 CORES_TOLERANCE = 0.25
-
-
-def machine() -> str:
-    """The CPU model and count, as the docs name the hardware a figure was measured on."""
-    model = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    return f"{os.cpu_count()} cores of {model}, {platform.release()}"
 
 
 def _median(samples: list[dict], key: str) -> float:
@@ -317,7 +307,8 @@ def _generators(live, tmp: Path, **sections) -> None:
 
 
 def check(costs: sizing.Costs, verbose: bool = True) -> list[dict]:
-    """The checked runs, each beside the estimate for one machine of this one's cores."""
+    """The checked runs, each beside the estimate for one machine with the cores of the
+    machine the bench runs on."""
     rows = []
     cores = os.cpu_count() or 1
     for scenario_name, variant_name in CHECKS:

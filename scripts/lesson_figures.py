@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from testbed.host.capabilities import machine  # noqa: E402
 from testbed.reports.grading import Results  # noqa: E402
 
 OUT = REPO / "docs" / "img" / "runs"
@@ -37,20 +37,6 @@ FIGURES = {
     "cross-region-writes": ("scenarios/cross-region-writes.yaml", "checkpoint_lag.png"),
     "backbone-failover": ("scenarios/backbone-failover.yaml", "probe_loss.png"),
 }
-
-
-def machine() -> str:
-    """The host a figure was measured on, in words: CPU model, cores, memory, kernel."""
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")),
-               platform.processor()).replace("(R)", "").replace("(TM)", "")
-    cores = sum(1 for ln in info if ln.startswith("processor"))
-    virtual = any(ln.startswith("flags") and " hypervisor" in ln for ln in info)
-    mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    datapath = "kernel" if Path("/sys/module/openvswitch").exists() else "userspace"
-    return (f"{'a virtual machine with ' if virtual else ''}{cores} cores of an {cpu}, "
-            f"{mem_kb // 1024**2} GB, kernel {platform.release()}, Open vSwitch's "
-            f"{datapath} datapath")
 
 
 def figure(name: str, root: Path, run: bool) -> str | None:

@@ -100,7 +100,11 @@ def place(spec: FabricSpec, machines: int) -> Placement:
     """The placement that cuts the fewest links among the balanced ones (ties: the
     fewer Mb/s cut, then the order of :data:`WAYS`); when none is balanced, the most
     balanced one."""
-    options = candidates(spec, machines)
+    return best_of(spec, machines, candidates(spec, machines))
+
+
+def best_of(spec: FabricSpec, machines: int, options: list[Placement]) -> Placement:
+    """:func:`place`'s choice among ``options`` (:func:`candidates`)."""
     balanced = [p for p in options if p.balance() <= _limit(spec, machines, p.way)]
     if not balanced:
         return min(options, key=lambda p: p.balance())

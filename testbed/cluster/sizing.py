@@ -44,16 +44,15 @@ from pathlib import Path
 
 import networkx as nx
 
-from testbed.cluster.placement import Placement, candidates, place
+from testbed.cluster.placement import Placement, best_of, candidates
 from testbed.core.fidelity import THRESHOLDS
 from testbed.fabric import switchd
 from topologies.graph import plane_graph
 from topologies.spec import FabricSpec
+from traffic.roce import OVERHEAD as ROCE_OVERHEAD
 
 #: the costs measured on the lab's development machine (bench/sizing_bench.py)
 COSTS_FILE = Path(__file__).with_name("costs.json")
-#: bytes a training frame carries beyond its RoCE payload (Ethernet, IPv4, UDP, BTH, ICRC)
-ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4
 MAX_MACHINES = 64
 
 
@@ -249,10 +248,14 @@ def estimate(spec: FabricSpec, variant, costs: Costs, *, machines: int,
     """Each machine's share of ``variant`` on ``machines`` machines of ``cores``: on the
     placement that cuts the fewest links (:func:`place`), or, when a machine cannot hold
     its share there, on the placement that holds and cuts the fewest."""
-    best = _shares(spec, variant, costs, place(spec, machines), cores)
+    options = candidates(spec, machines)
+    first = best_of(spec, machines, options)
+    best = _shares(spec, variant, costs, first, cores)
     if best.holds:
         return best
-    for option in sorted(candidates(spec, machines), key=lambda p: len(p.cut)):
+    for option in sorted(options, key=lambda p: len(p.cut)):
+        if option is first:
+            continue
         est = _shares(spec, variant, costs, option, cores)
         if est.holds:
             return est

@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "variant needs with the fidelity monitor clean")
     p.add_argument("--variant", help="the variant (default: the first)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                   help="cores of each machine (default: this one's)")
+                   help="cores of each machine (default: those of the machine it runs on)")
     p.add_argument("--machines", type=int, help="estimate for this many machines (default: "
                                                 "the fewest that hold it)")
     p.add_argument("--costs", help="a costs file from make bench BENCH=sizing (default: "

@@ -198,3 +198,18 @@ def format_report(caps: Capabilities) -> str:
     lines += ["", "backends:"]
     lines += [f"  {k:<20} {v}" for k, v in caps.backends().items()]
     return "\n".join(lines)
+
+
+def machine() -> str:
+    """The host a figure was measured on, in words: CPU model, cores, memory, kernel,
+    Open vSwitch's datapath (what the docs name beside every figure)."""
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")),
+               platform.processor()).replace("(R)", "").replace("(TM)", "")
+    cores = sum(1 for ln in info if ln.startswith("processor"))
+    virtual = any(ln.startswith("flags") and " hypervisor" in ln for ln in info)
+    mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    datapath = "kernel" if Path("/sys/module/openvswitch").exists() else "userspace"
+    return (f"{'a virtual machine with ' if virtual else ''}{cores} cores of an {cpu}, "
+            f"{mem_kb // 1024**2} GB, kernel {platform.release()}, Open vSwitch's "
+            f"{datapath} datapath")
