@@ -77,6 +77,11 @@ vm:
 vm-test:
 	@./scripts/vm/test.sh $(VM_TESTS)
 
+# A lab over two machines, tested on two lab VMs joined by a wire (scripts/vm/cluster.sh):
+# make cluster-test [CLUSTER_TESTS="tests/cluster -k killed"]
+cluster-test:
+	@./scripts/vm/cluster.sh $(CLUSTER_TESTS)
+
 # The benches that need the full kernel, in the lab VM: make vm-bench [BENCH="datapath dctcp"]
 vm-bench:
 	@./scripts/vm/bench.sh $(or $(BENCH),datapath dctcp)

@@ -7,7 +7,10 @@
 #                                             # its results folder ($VM_OUT) back into DIR
 #                                             # and exits with FILE's status
 # Options: --accel kvm|tcg (default: scripts/vm/accel.sh decides), --timeout SECONDS for a
-# job (default 3600). VM_MEM (MB, default 6144) and VM_CPUS (default 2, at most 2 here).
+# job (default 3600), --net LOCAL:REMOTE:MAC a NIC (eth0) whose frames go in UDP datagrams
+# from 127.0.0.1:LOCAL to 127.0.0.1:REMOTE, where a second VM's NIC is (qemu's socket
+# network: a wire between two VMs with nothing on the host but the two qemu processes;
+# default: no NIC). VM_MEM (MB, default 6144) and VM_CPUS (default 2, at most 2 here).
 #
 # Nothing outlives it: the image boots as a snapshot (writes go to a temporary overlay),
 # the job and results disks live in a temporary folder, and qemu is stopped on exit,
@@ -15,13 +18,14 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-accel="" job="" out="" timeout=3600
+accel="" job="" out="" timeout=3600 net=""
 while [ $# -gt 0 ]; do
     case $1 in
         --accel) accel=$2; shift 2 ;;
         --job) job=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --timeout) timeout=$2; shift 2 ;;
+        --net) net=$2; shift 2 ;;
         *) vm_die "unknown argument $1 (see the head of $0)" ;;
     esac
 done
@@ -58,9 +62,15 @@ case $accel in
     tcg) cpu=max ;;
     *) vm_die "--accel kvm or tcg, not $accel" ;;
 esac
+nic=(-nic none)
+if [ -n "$net" ]; then
+    IFS=: read -r local_port remote_port mac <<< "$net"
+    nic=(-netdev "socket,id=wire,udp=127.0.0.1:$remote_port,localaddr=127.0.0.1:$local_port"
+         -device "virtio-net-pci,netdev=wire,mac=$mac")
+fi
 tty_size=$(stty size 2>/dev/null | tr ' ' x || true)
 qemu=(qemu-system-x86_64 -name testbed-vm -accel "$accel" -cpu "$cpu" -smp "$cpus"
-      -m "${VM_MEM:-6144}" -nodefaults -no-reboot -display none -nic none
+      -m "${VM_MEM:-6144}" -nodefaults -no-reboot -display none "${nic[@]}"
       -device virtio-rng-pci
       -kernel "$image/vmlinuz" -initrd "$image/initrd.img"
       -append "root=/dev/vda rw console=ttyS0 init=/sbin/testbed-vm-init panic=-1 quiet ${tty_size:+testbed.tty=$tty_size}"

@@ -63,6 +63,9 @@ def cmd_run(args) -> int:
                                        f"{args.seeds!r}") from None
     sc = scenario.load(scenario.path_of(args.scenario), duration_override=duration,
                        seeds_override=seeds)
+    if sc.servers:
+        raise ConfigError("servers", "testbed run keeps to one machine for now; testbed up "
+                                     "spreads a fabric lab over the servers")
     if args.monitor:
         sc = dataclasses.replace(sc, monitor=sc.monitor.model_copy(update={"prometheus": True}))
     if os.geteuid() != 0:

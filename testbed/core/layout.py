@@ -46,6 +46,8 @@ CONTROLLER_EVENTS = "controller-events.jsonl"
 CONTROLLER_LOG = "controller.log"
 CONTROLLER_CONFIG = "controller.json"
 SPEC = "spec.json"
+#: where each switch and host ran when the fabric was spread over several machines
+PLACEMENT = "placement.json"
 FAULTS = "faults.json"
 TRAINING_CONFIG = "training.json"
 RANK_GLOB = "training-rank*.jsonl"

@@ -55,6 +55,9 @@ class Head(Section):
     duration_s: float = Field(30, ge=1, le=3600, description="seconds of traffic a variant")
     monitor: Watching = Field(Watching(), description="watch the run live: metrics, a "
                               "dashboard and Prometheus (fabric variants)")
+    servers: list[str] | None = Field(None, max_length=63, description="other machines a "
+                                      "fabric lab is spread over, each [user@]host[:port] "
+                                      "(testbed up; this machine is the first)")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class Scenario:
     experiment: Experiment
     seeds: tuple[int, ...]
     monitor: Watching = Watching()
+    #: the other machines a fabric lab is spread over (``[user@]host[:port]``)
+    servers: tuple[str, ...] = ()
 
     @property
     def variants(self) -> tuple[Any, ...]:
@@ -104,6 +109,9 @@ def _head(data: dict, duration_override: float | None) -> Head:
         raise ConfigError("seeds", f"repeat: {head.seeds}")
     if head.seeds is not None and any(s < 0 for s in head.seeds):
         raise ConfigError("seeds", f"must be integers of 0 or more, got {head.seeds}")
+    from testbed.cluster.servers import parse_all
+
+    parse_all(head.servers)  # each written as a server, each once
     return head
 
 
@@ -139,7 +147,8 @@ def parse(data: Any, duration_override: float | None = None,
                      duration_s=head.duration_s)
     return Scenario(name=head.name, description=head.description.strip(), seed=head.seed,
                     duration_s=head.duration_s, source=data, kind=kind,
-                    experiment=experiment, seeds=seeds, monitor=head.monitor)
+                    experiment=experiment, seeds=seeds, monitor=head.monitor,
+                    servers=tuple(head.servers or ()))
 
 
 #: bounds of a scenario document: the file, and the document with every alias expanded

@@ -77,6 +77,8 @@ class Experiment(ABC):
     LAB: ClassVar[str | None] = None
     #: the lab starts the scenario's workloads when asked (``testbed up --traffic``)
     LAB_TRAFFIC: ClassVar[bool] = False
+    #: the lab can be spread over several machines (``testbed up --servers``)
+    LAB_SERVERS: ClassVar[bool] = False
 
     @classmethod
     def lab_class(cls) -> type:

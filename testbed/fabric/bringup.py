@@ -9,6 +9,7 @@ import json
 import shutil
 import socket
 import sys
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from controllers.config import ControllerConfig, ecn_backend
+from testbed.cluster.servers import Server
 from testbed.core import layout
 from testbed.errors import BringUpError
 from testbed.fabric import phantom
@@ -113,12 +115,14 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
              stack: ExitStack, mode: str | None = None,
              controller: dict | None = None, telemetry: bool = True,
              seed: int = 1, qos: Qos | dict | None = None,
-             switches: dict | None = None) -> LiveFabric:
+             switches: dict | None = None, servers: Sequence[Server] = ()) -> LiveFabric:
     """Start the controller and the fabric for ``spec``; every undo step goes on ``stack``.
 
     ``controller`` is the variant's resolved controller section (``mode`` alone is the
     older form); ``seed`` seeds the controller's random draws; ``switches`` the
-    variant's ``switches`` section (:class:`testbed.fabric.switchd.SwitchSettings`).
+    variant's ``switches`` section (:class:`testbed.fabric.switchd.SwitchSettings`);
+    ``servers`` the other machines the fabric is spread over
+    (:mod:`testbed.cluster.runtime`: each is checked before the controller starts).
     Returns once the controller has installed the paths on every switch and the first and last host
     reach each other on every plane.
     """
@@ -132,6 +136,20 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     pids = claim(run_id)
     stack.callback(shutil.rmtree, pids, ignore_errors=True)
 
+    conns = []
+    if servers:
+        from testbed.cluster import placement
+        from testbed.cluster.runtime import connect
+
+        if model.remote:
+            raise BringUpError("servers: a fabric over several machines runs the lab's own "
+                               "controller, not a remote one")
+        place = placement.place(spec, 1 + len(servers))
+        conns = connect(servers, spec, place, run_id=run_id, folder=pids)
+        for conn in conns:
+            stack.callback(conn.close)
+        write_json(out / layout.PLACEMENT, {
+            "servers": ["here", *[str(s) for s in servers]], **place.to_dict()})
     if model.remote:
         return _bring_up_remote(spec, caps, run_id=run_id, remote=model.remote,
                                 status=Path(model.status), pids=pids, stack=stack,
@@ -154,8 +172,16 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         red = min(classes, key=lambda c: c.min_kb).model_dump()
     qos_section = qos if isinstance(qos, Qos) else Qos.model_validate(qos or {})
     classes = classes_of(qos_section)
-    fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red, classes=classes,
-                    switches=settings, log_dir=out)
+    if conns:
+        from testbed.cluster.runtime import ClusterFabric
+
+        fabric = ClusterFabric(spec, caps, conns=conns, place=place, log_dir=out,
+                               run_id=run_id, controller_port=port, red=red, classes=classes,
+                               switches=settings)
+        fabric.qos_section = qos_section.model_dump(mode="json")
+    else:
+        fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red,
+                        classes=classes, switches=settings, log_dir=out)
     stack.callback(fabric.stop)
     n = len(spec.switches)
 

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +158,32 @@ def _netlink_link(link_cls, intf_cls, ipr: IPRoute, mtu: int, group: int,
     return NetlinkLink
 
 
+def make_tunnel(ipr: IPRoute, tunnel: Tunnel, node, *, mtu: int, group: int,
+                intf_cls) -> None:
+    """The gretap end of a link between two machines, in the run's interface ``group``
+    with the fabric's MTU: a switch's port (Mininet adds it to the bridge with the
+    link's port number), or moved into a host's namespace (the tunnel's own packets
+    stay in the root namespace, where the machine's address is)."""
+    where = f"link end {tunnel.ifname} (GRE to {tunnel.remote})"
+    done = RootHost().run(["ip", "link", "add", "name", tunnel.ifname, "type", "gretap",
+                           "local", tunnel.local, "remote", tunnel.remote,
+                           "key", str(tunnel.key), "ttl", "64"])
+    if done.returncode:
+        raise BringUpError(f"{where}: {done.stderr.strip()}")
+    try:
+        index = ipr.link_lookup(ifname=tunnel.ifname)[0]
+        args = {"address": tunnel.mac} if tunnel.mac else {}
+        ipr.link("set", index=index, mtu=mtu, group=group, **args)
+        if node.inNamespace:
+            ipr.link("set", index=index, net_ns_pid=node.pid)
+            return
+        seal_from_host(tunnel.ifname)
+        ipr.link("set", index=index, state="up")
+    except (IndexError, NetlinkError) as exc:
+        raise BringUpError(f"{where}: {exc}") from None
+    intf_cls(tunnel.ifname, node=node, port=tunnel.port, up=None)  # it is up already
+
+
 def make_veth(ipr: IPRoute, end1: tuple, end2: tuple, *, mtu: int, group: int,
               seal: bool = True) -> None:
     """A veth pair between two Mininet nodes' ends ``(name, MAC or None, node)``: made in
@@ -287,6 +313,22 @@ class Growth:
     links: list
 
 
+@dataclass(frozen=True)
+class Tunnel:
+    """The end on this machine of a link whose other end runs on another machine: a
+    gretap device (Linux's Ethernet in GRE) named as the link's interface, between the
+    two machines' addresses, with a key of its own (:mod:`testbed.cluster.runtime`)."""
+
+    ifname: str
+    node: str
+    port: int
+    local: str
+    remote: str
+    key: int
+    #: the interface's MAC when the end is a host's (a switch port takes the kernel's)
+    mac: str | None = None
+
+
 @dataclass
 class FabricTimes:
     build_s: float = 0.0
@@ -310,13 +352,17 @@ class Fabric:
         classes: tuple[TrafficClass, ...] = (),
         switches: SwitchSettings | None = None,
         log_dir: Path | None = None,
+        here: Collection[str] | None = None,
+        tunnels: Sequence[Tunnel] = (),
     ):
         """``red``: ECN-marking RED thresholds for every switch port's queue (``min_kb``,
         ``max_kb``, ``probability``) instead of the byte FIFO; needs ``caps.red``.
         ``classes``: traffic classes on every port (:mod:`testbed.fabric.qos`); none: one FIFO.
         ``switches``: which Open vSwitch processes forward (:mod:`testbed.fabric.switchd`: the
         host's unless they name the lab's own); the lab processes' logs go to
-        ``log_dir`` (else the run folder)."""
+        ``log_dir`` (else the run folder). ``here``: the switches and hosts this machine
+        runs when the fabric is spread over several (None: all); ``tunnels``: the ends
+        here of the links to the others."""
         self.spec = spec
         self.red = red
         self.classes = classes
@@ -331,6 +377,12 @@ class Fabric:
         self.daemons: SwitchDaemons | None = None
         #: why ovs-vswitchd's send socket could not be made OVS_SOCKET_BUFFER large, or None
         self.send_socket_problem: str | None = None
+        self.here = None if here is None else frozenset(here)
+        self.tunnels = {t.ifname: t for t in tunnels}
+
+    def is_here(self, name: str) -> bool:
+        """Whether the switch or host ``name`` runs on this machine."""
+        return self.here is None or name in self.here
 
     # -- bring-up ----------------------------------------------------------------------
     def start(self, await_paths: Callable[[], None] | None = None, *,
@@ -361,13 +413,17 @@ class Fabric:
         net.addController(remote(controller, ip="127.0.0.1", port=self.controller_port))
         switch_cls = ovs_switch
         if self.switch_settings.lab_daemons(self.caps.ovs_kernel_datapath):
+            shards = [[n for n in shard if self.is_here(n)]
+                      for shard in switchd.plan(self.spec, self.switch_settings.shards)]
             self.daemons = SwitchDaemons(
-                switchd.plan(self.spec, self.switch_settings.shards),
+                [shard for shard in shards if shard],
                 folder=run_dir(self.run_id) / switchd.FOLDER, log_dir=self.log_dir,
                 malloc=self.switch_settings.malloc)
             self.daemons.start()
             switch_cls = lab_switch_class(ovs_switch, self.daemons)
         for sw in self.spec.switches:
+            if not self.is_here(sw.name):
+                continue
             register(self.run_id, "mininet", sw.name)
             register(self.run_id, "bridge", sw.name)
             net.addSwitch(
@@ -375,6 +431,8 @@ class Fabric:
                 protocols="OpenFlow13", failMode="secure", batch=True,
             )
         for host in self.spec.hosts:
+            if not self.is_here(host.name):
+                continue
             register(self.run_id, "mininet", host.name)
             net.addHost(host.name, ip=None)
         with IPRoute() as ipr:
@@ -385,6 +443,8 @@ class Fabric:
             link_cls = _netlink_link(link_base, intf_base, ipr, self.spec.mtu,
                                      link_group(self.run_id))
             for lk in self.spec.links:
+                if not (self.is_here(lk.a) and self.is_here(lk.b)):
+                    continue
                 register(self.run_id, "link", lk.a_intf)
                 register(self.run_id, "link", lk.b_intf)
                 params = {}
@@ -394,6 +454,10 @@ class Fabric:
                     lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
                     intfName1=lk.a_intf, intfName2=lk.b_intf, cls=link_cls, **params,
                 )
+            for tunnel in self.tunnels.values():
+                register(self.run_id, "link", tunnel.ifname)
+                make_tunnel(ipr, tunnel, net.get(tunnel.node), mtu=self.spec.mtu,
+                            group=link_group(self.run_id), intf_cls=intf_base)
         buffers = (socket_buffer_defaults(OVS_SOCKET_BUFFER) if self.caps.ovs_datapath == "user"
                    else nullcontext())
         with buffers, fast_rcu():
@@ -404,7 +468,8 @@ class Fabric:
             self._tag_bridges()
             self._configure_switch_ports()
             for host in self.spec.hosts:
-                self._configure_host(host.name, host.interfaces)
+                if self.is_here(host.name):
+                    self._configure_host(host.name, host.interfaces)
             self.times.configure_s = time.monotonic() - t1
             self.times.start_s = time.monotonic() - t0
             if await_paths is not None:
@@ -563,7 +628,7 @@ class Fabric:
             return
         argv = ["ovs-vsctl"]
         for sw in self.spec.switches:
-            if only is not None and sw.name not in only:
+            if (only is not None and sw.name not in only) or not self.is_here(sw.name):
                 continue
             argv += ["--", "set", "Bridge", sw.name,
                      f"external_ids:{OVS_EXTERNAL_ID}={self.run_id}"]
@@ -573,7 +638,12 @@ class Fabric:
 
     def _switch_ports(self, only: set[str] | None = None) -> list[tuple[str, float]]:
         return [(p.ifname, p.mbps) for p in self.spec.switch_ports()
-                if only is None or p.ifname in only]
+                if (only is None or p.ifname in only) and self.is_here(p.switch)]
+
+    def local_roles(self) -> dict[str, str]:
+        """:meth:`port_roles` of the switch ports on this machine."""
+        here = {ifname for ifname, _ in self._switch_ports()}
+        return {ifname: role for ifname, role in self.port_roles().items() if ifname in here}
 
     def planned_classes(self, mbps: float) -> list[qos.PlannedClass]:
         return qos.plan(self.classes, mbps, self.spec.mtu, self._host_addresses)
@@ -728,6 +798,11 @@ class Fabric:
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 
+    def host_record(self, name: str) -> dict:
+        """Where a host is, for the lab's record (``testbed exec`` enters it from there)."""
+        pid = self.host_pid(name)
+        return {"pid": pid, "netns": f"/proc/{pid}/ns/net"}
+
     def host(self, name: str) -> MininetHost:
         """The host ``name`` as something that runs commands in its namespace."""
         return MininetHost(name, self.host_pid(name))
@@ -759,7 +834,7 @@ class Fabric:
         One netlink dump of the root namespace's qdiscs, parsed for the counters only:
         asking pyroute2 per port dumped (and parsed) every qdisc of the host once per
         port, minutes on a 128-switch fabric."""
-        reader = QueueReader(list(self.port_roles()))
+        reader = QueueReader(list(self.local_roles()))
         try:
             queues = reader.read()
         finally:
@@ -771,13 +846,14 @@ class Fabric:
         """One reading of the drop counters no switch queue has (:mod:`testbed.fabric.drops`);
         on the userspace datapath also the frames the switch processes read and the
         frames their ports' queues took (``switch_received``, ``switch_intake``)."""
-        reading = drops.read(self.spec.prefix, self.port_roles(),
-                             {h.name: self.host_pid(h.name) for h in self.spec.hosts},
+        reading = drops.read(self.spec.prefix, self.local_roles(),
+                             {h.name: self.net.get(h.name).pid for h in self.spec.hosts
+                              if self.is_here(h.name)},
                              self.switch_pids())
         if self.caps.ovs_datapath == "user":
             ctls = ([None] if self.daemons is None
                     else [str(i.ctl) for i in self.daemons.instances])
-            reader = QueueReader(list(self.port_roles()))
+            reader = QueueReader(list(self.local_roles()))
             try:
                 reading["switch_intake"], reading["switch_queue_drops"] = \
                     drops.switch_intake(reader.read(), reader.read_leaves())

@@ -25,6 +25,19 @@ from testbed.host.naming import pid_record
 GATE = 'read -r _ || exit 97; exec "$@" </dev/null'
 
 
+#: prctl(2)'s request to be signalled when the parent dies
+PR_SET_PDEATHSIG = 1
+
+
+def dies_with_parent() -> None:
+    """``preexec_fn`` of a child that must not outlive the process that started it (a lab
+    supervisor killed with SIGKILL takes its ssh connections with it, and with them the
+    servers' parts): SIGTERM when that process ends."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def python_env() -> dict[str, str]:
     """The environment of a Python helper process (a generator, forwarder, agent): this
     checkout first on PYTHONPATH, so ``python -m`` finds the lab's own packages."""

@@ -81,6 +81,15 @@ def cmd_up(args) -> int:
     if args.traffic and not kind.LAB_TRAFFIC:
         raise ConfigError("--traffic", f"a {sc.kind} lab does not start its scenario's "
                                        "workloads (a fabric lab does)")
+    servers = [str(s) for s in server_list(args.servers, sc)]
+    if servers and not kind.LAB_SERVERS:
+        raise ConfigError("--servers", f"a {sc.kind} lab runs on one machine; a fabric lab "
+                                       "can be spread over several")
+    if servers and (args.traffic or variant.acceptance.get("enabled")
+                    or variant.acceptance.get("plant")):
+        raise ConfigError("--servers", "a lab over several machines does not start "
+                                       "workloads or acceptance checks yet (its fabric, "
+                                       "testbed exec and faults on this machine's part do)")
     labs = state.all_labs()
     if args.name is not None:
         state.check_name(args.name)
@@ -97,6 +106,7 @@ def cmd_up(args) -> int:
     request = {"run_id": run_id, "name": name, "scenario_file": str(path),
                "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
                "monitor_port": monitor_port, "prometheus": args.monitor, "out": str(out),
+               "servers": servers,
                "created": time.time(),
                "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
     request_file = out / layout.LAB_REQUEST
@@ -129,6 +139,15 @@ def cmd_up(args) -> int:
                         f"(log: {out / 'supervisor.log'})")
     print(describe(reply["ready"]))
     return 0
+
+
+def server_list(flag: str | None, sc) -> list:
+    """``--servers`` (a comma-separated list) over the scenario's ``servers``."""
+    from testbed.cluster.servers import parse_all
+
+    if flag is not None:
+        return parse_all(flag, "--servers")
+    return parse_all(list(sc.servers))
 
 
 def check_port(value: str, field: str) -> int | str:
@@ -631,6 +650,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--duration", help="seconds of traffic with --traffic (default: the "
                                       "scenario's duration_s)")
     p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--servers", help="spread the fabric over these machines too, each "
+                                     "[user@]host[:port], comma-separated (overrides the "
+                                     "scenario's servers; docs/machines.md)")
     p.add_argument("--monitor", action="store_true", help="also run a Prometheus server "
                    "of the lab's own, on 127.0.0.1, scraping it every second (fabric)")
     p.add_argument("--monitor-port", default="auto", help="where the lab's dashboard and "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+from testbed.cluster.servers import parse_all
 from testbed.core import layout
 from testbed.errors import ConfigError
 from testbed.fabric.bringup import LiveFabric, bring_up
@@ -44,6 +45,8 @@ class FabricLab:
         self.traffic: str | None = None
         self.watched: monitor.Watched | None = None
         self.acceptance: dict | None = None  # the acceptance step's record, if it ran
+        #: the other machines the fabric is spread over (``[user@]host[:port]``)
+        self.servers: list[str] = []
 
     @property
     def spec(self):
@@ -58,10 +61,13 @@ class FabricLab:
                       f"{len(spec.switches)} switches, {len(spec.hosts)} hosts, "
                       f"{len(spec.links)} links) and its controller")
         controller = self.variant.controller
+        if self.servers:
+            self.progress(f"{self.name}: over {len(self.servers) + 1} machines: here, "
+                          f"{', '.join(self.servers)} (checking them first)")
         self.live = live = bring_up(
             spec, caps, run_id=self.run_id, controller=controller, out=self.out,
             stack=self.stack, seed=self.scenario.seed, qos=self.variant.qos,
-            switches=self.variant.switches)
+            switches=self.variant.switches, servers=parse_all(self.servers))
         self.progress(f"{self.name}: fabric up in {live.times.start_s:.2f} s, every plane "
                       "reachable")
         if live.metrics_url:
@@ -109,16 +115,15 @@ class FabricLab:
         spec, fabric = self.spec, self.live.fabric
         out = {}
         for host in spec.hosts:
-            pid = fabric.host_pid(host.name)
             out[host.name[len(spec.prefix):]] = {
-                "name": host.name, "pid": pid, "netns": f"/proc/{pid}/ns/net",
+                "name": host.name, **fabric.host_record(host.name),
                 "addresses": [f"{i.name[len(spec.prefix):]} {i.ip}/{i.prefixlen}"
                               for i in host.interfaces]}
         return out
 
     def record(self) -> dict:
         spec, live = self.spec, self.live
-        return {"size": spec.counts(), "prefix": spec.prefix,
+        return {"size": spec.counts(), "prefix": spec.prefix, "servers": self.servers,
                 "spec": str(self.out / layout.SPEC),
                 "switches": [s.name[len(spec.prefix):] for s in spec.switches],
                 "controller": ({"pid": live.controller.pid,

@@ -103,7 +103,9 @@ def sync_addresses(net, spec) -> None:
     """Tell Mininet's interface objects the addresses the fabric configured (it set them
     with its own commands), so ``pingall`` and ``iperf`` know where to send."""
     for host in spec.hosts:
-        node = net.get(host.name)
+        node = net.nameToNode.get(host.name)
+        if node is None:  # on another machine (a lab over several)
+            continue
         for intf in host.interfaces:
             mn_intf = node.intf(intf.name)
             mn_intf.ip, mn_intf.prefixLen = intf.ip, intf.prefixlen

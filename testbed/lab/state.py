@@ -110,6 +110,13 @@ def host(record: dict, name: str) -> Host:
         names = list(hosts)
         shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
         raise ConfigError("HOST", f"no host {name!r} in lab {record['name']!r} ({shown})")
+    if entry.get("server"):  # on another machine, through the lab's ssh connection
+        from testbed.cluster.runtime import RemoteHost
+        from testbed.cluster.servers import Connection, parse
+
+        conn = Connection(parse(entry["server"], "server"), Path(entry["control"]))
+        conn.sudo = ["sudo", "-n"] if entry.get("sudo") else []
+        return RemoteHost(entry["name"], entry["pid"], conn, str(Path(entry["control"]).parent))
     if entry.get("pid"):
         return MininetHost(entry["name"], entry["pid"])
     return NetnsHost(entry["netns"])

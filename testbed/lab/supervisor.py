@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(request["out"])
             lab = lab_class(sc.kind)(sc, variant, run_id=run_id, name=name, out=out,
                                      stack=stack, progress=progress)
+            lab.servers = request.get("servers") or []
             lab.start(traffic=request.get("traffic", False), duration_s=sc.duration_s,
                       monitor_port=request.get("monitor_port", "auto"),
                       with_prometheus=request.get("prometheus", False))

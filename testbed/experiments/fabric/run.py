@@ -206,6 +206,7 @@ class FabricExperiment(base.Experiment):
     KIND = "fabric"
     LAB = "testbed.lab.fabric_lab:FabricLab"
     LAB_TRAFFIC = True
+    LAB_SERVERS = True
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "qos": Qos, "switches": SwitchSettings,
                 "acceptance": SECTIONS["acceptance"], "replacement": SECTIONS["replacement"],

@@ -1,0 +1,140 @@
+"""What the lab runs on another machine of a lab over several, through its ssh
+connection (:mod:`testbed.cluster.servers`), as root:
+
+* ``check``: can this machine hold its part? One JSON line: the code's digest and the
+  problems found (not root, no Open vSwitch, no GRE, an underlay whose MTU cannot carry
+  the fabric's frames in GRE to a peer). Creates nothing that outlives it.
+* ``part``: build this machine's part of the fabric and hold it. Reads one JSON request
+  on stdin (the spec, what runs here, the tunnels' ends, the controller's forwarded
+  port), builds it with the lab's own bring-up (:class:`testbed.fabric.net.Fabric`),
+  answers ``{"ready": ...}`` with its hosts' pids, then serves requests (``queue_stats``,
+  ``stop``) one JSON line each. End of input (the lab's machine went away, or its ssh
+  did) tears the part down as ``stop`` does; so do SIGTERM, SIGINT and SIGHUP. Every
+  name it creates is registered in the run's folder here, so ``testbed clean`` on this
+  machine removes what a killed part left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from testbed.errors import Interrupted, TestbedError
+
+
+def check(run_id: str, peers: list[str], mtu: int) -> dict:
+    from testbed.cluster.servers import code_digest
+    from testbed.host.hosts import RootHost
+    from testbed.host.naming import run_prefix
+
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("the lab runs as root there (or through passwordless sudo)")
+    host = RootHost()
+    if shutil.which("mnexec") is None:
+        problems.append("Mininet is not installed (make setup)")
+    done = host.run(["ovs-vsctl", "--timeout=5", "show"])
+    if done.returncode:
+        problems.append(f"Open vSwitch does not answer (make setup starts it): "
+                        f"{done.stderr.strip()[-120:]}")
+    probe = f"{run_prefix(run_id)}chk"
+    done = host.run(["ip", "link", "add", "name", probe, "type", "gretap", "local",
+                     "127.0.0.1", "remote", "127.0.0.2", "key", "1"])
+    if done.returncode:
+        problems.append(f"no GRE (the ip_gre module): {done.stderr.strip()[-120:]}")
+    else:
+        host.run(["ip", "link", "del", probe])
+    for peer in peers:
+        route = host.run(["ip", "-j", "route", "get", peer])
+        try:
+            dev = json.loads(route.stdout)[0]["dev"]
+            have = int(Path(f"/sys/class/net/{dev}/mtu").read_text())
+        except (ValueError, IndexError, KeyError, OSError):
+            problems.append(f"no route to {peer}: {route.stderr.strip()[-120:]}")
+            continue
+        if have < mtu:
+            problems.append(f"the route to {peer} leaves over {dev} with MTU {have}; the "
+                            f"fabric's frames in GRE need {mtu} (raise {dev}'s MTU on "
+                            "every machine, or give the fabric a smaller mtu)")
+    return {"digest": code_digest(), "problems": problems}
+
+
+def part(request: dict) -> int:
+    """Build and hold one machine's part (see the module's text)."""
+    from testbed.fabric.net import Fabric, Tunnel
+    from testbed.fabric.qos import Qos, classes_of
+    from testbed.fabric.switchd import SwitchSettings
+    from testbed.host.capabilities import probe
+    from testbed.host.naming import claim, run_dir
+    from topologies.spec import FabricSpec
+
+    def say(message: dict) -> None:
+        print(json.dumps(message), flush=True)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise Interrupted(f"stopped by signal {signum}")
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    run_id = request["run_id"]
+    claim(run_id)
+    fabric = None
+    try:
+        spec = FabricSpec.from_dict(request["spec"])
+        fabric = Fabric(
+            spec, probe(run_id), run_id=run_id, controller_port=request["controller_port"],
+            red=request.get("red"),
+            classes=classes_of(Qos.model_validate(request.get("qos") or {})),
+            switches=SwitchSettings.model_validate(request.get("switches") or {}),
+            log_dir=run_dir(run_id), here=request["here"],
+            tunnels=[Tunnel(**t) for t in request["tunnels"]])
+        fabric.start(None, check=False)
+        say({"ready": {"hosts": {name: fabric.host_pid(name) for name in request["here"]
+                                 if not spec.is_switch(name)},
+                       "times": fabric.times.__dict__}})
+        for line in sys.stdin:
+            op = json.loads(line).get("op")
+            if op == "queue_stats":
+                say({"queue_stats": fabric.queue_stats()})
+            elif op == "stop":
+                break
+            else:
+                say({"error": f"unknown request {op!r}"})
+    except (TestbedError, OSError, KeyError, ValueError) as exc:
+        traceback.print_exc()
+        say({"error": str(exc) or type(exc).__name__})
+        return 1
+    finally:
+        if fabric is not None:
+            stop_s = fabric.stop()
+            say({"stopped": round(stop_s, 2)})
+        shutil.rmtree(run_dir(run_id), ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.cluster.remote")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check")
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--mtu", type=int, required=True)
+    p.add_argument("--peer", action="append", default=[])
+    sub.add_parser("part")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        print(json.dumps(check(args.run_id, args.peer, args.mtu)))
+        return 0
+    line = sys.stdin.readline()
+    if not line:
+        return 1
+    return part(json.loads(line))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

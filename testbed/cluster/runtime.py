@@ -1,0 +1,347 @@
+"""One fabric over several machines: this machine's part built here, every other
+machine's part built there by the lab's own code, the links between machines carried in
+GRE.
+
+Mininet's cluster edition (``mininet.examples.cluster``) is the model: a placement of
+every node on a server, links between servers as gretap pairs with a key per link, one
+shared ssh connection per server, commands in a remote node through ``mnexec -a`` over
+that connection. Where the lab parts from it, and why:
+
+* A server builds its part itself (:mod:`testbed.cluster.remote`, over the same ssh
+  connection), with the bring-up every one-machine fabric uses: veths, addresses and
+  shaping over netlink and ``tc -batch`` in one process. The cluster edition runs every
+  node command through a shell over ssh: tens of round trips per link on a lab that
+  makes thousands of them.
+* Tunnels carry the fabric's MTU (the underlay must be 42 bytes larger: checked before
+  anything is made) instead of the cluster edition's fixed 1450, which would cut the
+  lab's jumbo frames; their keys hold the run id, so two labs between the same machines
+  do not collide.
+* The controller stays on this machine's loopback; each server reaches it through an ssh
+  reverse forward on its own loopback. The cluster edition points switches at the
+  controller machine's outward address, which means a listener other machines can
+  reach.
+* Every server is checked before anything is made (:func:`testbed.cluster.servers.check`).
+* A part that loses its ssh connection (this machine crashed, the network went) tears
+  itself down; ``testbed clean`` on the server removes what a killed part left.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from testbed.cluster import placement as placing
+from testbed.cluster.servers import ROOT, Connection, Server, check, source_address
+from testbed.errors import BringUpError, HostError
+from testbed.fabric.net import Fabric, FabricTimes, Tunnel
+from testbed.host.hosts import Host
+from testbed.host.procs import Helper, dies_with_parent
+from topologies.spec import FabricSpec
+
+#: seconds a server's part may take to come up (its capability probe, its bridges; the
+#: lab VMs of make cluster-test run under software emulation)
+PART_READY_S = 300.0
+PART_STOP_S = 120.0
+
+
+def tunnel_key(run_id: str, index: int) -> int:
+    """A cut link's GRE key: the run id's 16 bits, then the link's number.
+
+    >>> hex(tunnel_key("1a2b", 3))
+    '0x1a2b0004'
+    """
+    try:
+        run = int(run_id, 16) & 0xFFFF
+    except ValueError:
+        run = zlib.crc32(run_id.encode()) & 0xFFFF
+    return (run << 16) | ((index + 1) & 0xFFFF)
+
+
+def tunnels(spec: FabricSpec, place: placing.Placement, addresses: Callable[[int, int], str],
+            run_id: str) -> list[list[Tunnel]]:
+    """Each machine's tunnel ends; ``addresses(m, n)`` is machine m's address towards n.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> spec = build_fabric(prefix="tb1a2b", nodes=4, leaves_per_plane=2,
+    ...                     spines_per_plane=2)
+    >>> ends = tunnels(spec, placing.place(spec, 2), lambda m, n: f"10.0.0.{m + 1}", "1a2b")
+    >>> [len(e) for e in ends], ends[0][0].local, ends[0][0].remote, ends[1][0].local
+    ([2, 2], '10.0.0.1', '10.0.0.2', '10.0.0.2')
+    """
+    out: list[list[Tunnel]] = [[] for _ in range(place.machines)]
+    for index, lk in enumerate(place.cut):
+        ma, mb = place.where[lk.a], place.where[lk.b]
+        key = tunnel_key(run_id, index)
+        mac = spec.host(lk.a).interface_by_name(lk.a_intf).mac if lk.kind == "host" else None
+        out[ma].append(Tunnel(lk.a_intf, lk.a, lk.a_port, addresses(ma, mb), addresses(mb, ma),
+                              key, mac))
+        out[mb].append(Tunnel(lk.b_intf, lk.b, lk.b_port, addresses(mb, ma), addresses(ma, mb),
+                              key))
+    return out
+
+
+@dataclass(frozen=True)
+class RemoteHost(Host):
+    """A fabric host on another machine: its commands go through the lab's ssh connection
+    to that machine and enter the host with ``mnexec -a`` (as the cluster edition's
+    RemoteNode does). A helper started there writes its pid to the run's folder on that
+    machine, so that stopping it here stops it there."""
+
+    name: str
+    pid: int
+    conn: Connection
+    run_folder: str
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        return self.conn.argv(["env", f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid),
+                               *argv])
+
+    def spawn(self, name: str, argv: Sequence[str], *, pid_dir: Path, log: Path | None = None,
+              env: dict[str, str] | None = None, stdout_pipe: bool = False,
+              stdout_file: Path | None = None) -> Helper:
+        pid_file = f"{self.run_folder}/remote-{self.name}-{name}.pid"
+        remote = self.conn.argv(["sh", "-c", f'echo $$ > {pid_file}; exec "$@"', "sh", "env",
+                                 f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid), *argv])
+        return RemoteHelper(name, remote, pid_dir=pid_dir, log=log, env=env,
+                            stdout_pipe=stdout_pipe, stdout_file=stdout_file,
+                            conn=self.conn, pid_file=pid_file)
+
+
+class RemoteHelper(Helper):
+    """A helper on another machine: stopped there first (its pid file), then its ssh
+    here."""
+
+    def __init__(self, *args, conn: Connection, pid_file: str, **kwargs):
+        self.conn, self.remote_pid_file = conn, pid_file
+        super().__init__(*args, **kwargs)
+
+    def stop(self, grace: float = 3.0) -> int | None:
+        if self.alive():
+            try:
+                self.conn.run(["sh", "-c", f"kill -TERM $(cat {self.remote_pid_file}) "
+                                           f"2>/dev/null; rm -f {self.remote_pid_file}"],
+                              timeout=15)
+            except HostError:
+                pass  # the part's teardown stops what runs in its hosts
+            self.wait(grace)
+        return super().stop(grace)
+
+
+class Part:
+    """Another machine's part of the fabric: the ``part`` process there, held through
+    one ssh session; requests and answers are JSON lines."""
+
+    def __init__(self, conn: Connection, machine: int, log: Path):
+        self.conn, self.machine, self.log = conn, machine, log
+        self.proc: subprocess.Popen | None = None
+        self.lines: queue.Queue = queue.Queue()
+        self.hosts: dict[str, int] = {}
+        self.times: dict = {}
+
+    def start(self, request: dict) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.conn.argv([*self.conn.python(), "-m", "testbed.cluster.remote", "part"]),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                start_new_session=True, preexec_fn=dies_with_parent)
+        threading.Thread(target=self._read, daemon=True).start()
+        self._send(request)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # the answer (or its absence) says what happened
+
+    def _answer(self, timeout: float, what: str) -> dict:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise BringUpError(f"server {self.conn.server}: no answer to {what} in "
+                               f"{timeout:g} s (see {self.log})") from None
+        if line is None:
+            raise BringUpError(f"server {self.conn.server}: its part ended (see {self.log})")
+        message = json.loads(line)
+        if "error" in message:
+            raise BringUpError(f"server {self.conn.server}: {message['error']} "
+                               f"(see {self.log})")
+        return message
+
+    def wait_ready(self, timeout: float = PART_READY_S) -> None:
+        ready = self._answer(timeout, "its part's bring-up")["ready"]
+        self.hosts, self.times = ready["hosts"], ready["times"]
+
+    def ask(self, op: str, timeout: float = 60.0) -> dict:
+        self._send({"op": op})
+        return self._answer(timeout, op)[op]
+
+    def stop(self) -> None:
+        """Ask the part to tear down, and wait for it (then end the session)."""
+        if self.proc is None:
+            return
+        self._send({"op": "stop"})
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        try:
+            self.proc.wait(PART_STOP_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+class ClusterFabric(Fabric):
+    """A :class:`Fabric` whose switches and hosts are placed over this machine (machine
+    0, with the controller) and ``conns``' servers."""
+
+    def __init__(self, spec: FabricSpec, caps, *, conns: Sequence[Connection],
+                 place: placing.Placement, log_dir: Path, **kwargs):
+        run_id = kwargs["run_id"]
+        servers = [c.server for c in conns]
+        self.conns, self.place = list(conns), place
+        addresses = machine_addresses(servers)
+        ends = tunnels(spec, place, addresses, run_id)
+        super().__init__(spec, caps, here=place.on(0), tunnels=ends[0], log_dir=log_dir,
+                         **kwargs)
+        self._ends = ends
+        self.parts = [Part(conn, m + 1, log_dir / f"part-{conn.server.host}.log")
+                      for m, conn in enumerate(self.conns)]
+        self.run_folder = ""
+
+    def _request(self, part: Part, controller_port: int) -> dict:
+        return {"run_id": self.run_id, "spec": self.spec.to_dict(),
+                "here": self.place.on(part.machine),
+                "tunnels": [asdict(t) for t in self._ends[part.machine]],
+                "controller_port": controller_port, "red": self.red,
+                "qos": self.qos_section, "switches": self.switch_settings.model_dump()}
+
+    #: the variant's qos section as the parts rebuild it (set by bring_up)
+    qos_section: dict | None = None
+
+    def start(self, await_paths: Callable[[], None] | None = None, *,
+              check: bool = True) -> FabricTimes:
+        from testbed.host.naming import run_dir
+
+        self.run_folder = str(run_dir(self.run_id))
+        for part in self.parts:  # they build while this machine builds its own part
+            part.start(self._request(part, part.conn.forward(self.controller_port)))
+
+        def parts_then_paths() -> None:
+            for part in self.parts:
+                part.wait_ready()
+            if await_paths is not None:
+                await_paths()
+
+        return super().start(parts_then_paths, check=check)
+
+    def _part_of(self, name: str) -> Part | None:
+        machine = self.place.where.get(name, 0)
+        return self.parts[machine - 1] if machine else None
+
+    def host(self, name: str) -> Host:
+        part = self._part_of(name)
+        if part is None:
+            return super().host(name)
+        if name not in part.hosts:
+            raise BringUpError(f"host {name} on server {part.conn.server} is not up")
+        return RemoteHost(name, part.hosts[name], part.conn, self.run_folder)
+
+    def host_pid(self, name: str) -> int:
+        part = self._part_of(name)
+        if part is not None:  # a pid there names nothing here
+            raise BringUpError(f"host {name} runs on server {part.conn.server}: this "
+                               "machine cannot enter it by its pid")
+        return super().host_pid(name)
+
+    def host_record(self, name: str) -> dict:
+        part = self._part_of(name)
+        if part is None:
+            return super().host_record(name)
+        return {"pid": part.hosts.get(name), "server": str(part.conn.server),
+                "control": str(part.conn.control), "sudo": bool(part.conn.sudo)}
+
+    def queue_stats(self) -> dict[str, dict[str, int]]:
+        stats = super().queue_stats()
+        for part in self.parts:
+            stats.update(part.ask("queue_stats"))
+        return stats
+
+    def grow(self, spec: FabricSpec):
+        raise BringUpError("a lab over several machines does not grow (expand) yet")
+
+    def stop(self) -> float:
+        t0 = time.monotonic()
+        stoppers = [threading.Thread(target=part.stop) for part in self.parts]
+        for t in stoppers:
+            t.start()
+        try:
+            super().stop()
+        finally:
+            for t in stoppers:
+                t.join()
+        self.times.stop_s = time.monotonic() - t0
+        return self.times.stop_s
+
+
+def machine_addresses(servers: Sequence[Server]) -> Callable[[int, int], str]:
+    """Machine m's address towards machine n: a server's own address; this machine's
+    (0) is its source address on the route to the other."""
+    own = [s.address() for s in servers]
+    here = {n: source_address(own[n - 1]) for n in range(1, len(servers) + 1)}
+
+    def address(m: int, n: int) -> str:
+        return here[n] if m == 0 else own[m - 1]
+
+    return address
+
+
+def connect(servers: Sequence[Server], spec: FabricSpec, place: placing.Placement, *,
+            run_id: str, folder: Path) -> list[Connection]:
+    """A checked connection to every server (HostError naming the first that fails; then
+    every connection made is closed again)."""
+    conns: list[Connection] = []
+    addresses = machine_addresses(servers)
+    mtu = placing.underlay_mtu(spec)
+    try:
+        for m, server in enumerate(servers, start=1):
+            conn = Connection(server, folder / f"ssh-{m}")
+            conns.append(conn)
+            conn.open()
+            peers = sorted({addresses(n, m) for n in range(place.machines) if n != m})
+            check(conn, run_id=run_id, peers=peers, mtu=mtu)
+        for m in range(1, place.machines):  # this machine's own routes to the servers
+            _check_route_here(servers[m - 1], addresses(m, 0), mtu)
+    except BaseException:
+        for conn in conns:
+            conn.close()
+        raise
+    return conns
+
+
+def _check_route_here(server: Server, address: str, mtu: int) -> None:
+    done = subprocess.run(["ip", "-j", "route", "get", address], capture_output=True,
+                          text=True)
+    try:
+        dev = json.loads(done.stdout)[0]["dev"]
+        have = int(Path(f"/sys/class/net/{dev}/mtu").read_text())
+    except (ValueError, IndexError, KeyError, OSError):
+        raise HostError(f"server {server}: no route from here to {address}") from None
+    if have < mtu:
+        raise HostError(f"server {server}: the route to it leaves here over {dev} with MTU "
+                        f"{have}; the fabric's frames in GRE need {mtu} (raise {dev}'s MTU "
+                        "on every machine, or give the fabric a smaller mtu)")

@@ -1,0 +1,162 @@
+"""A lab over two machines (``make cluster-test``: two lab VMs, the second a server the
+first reaches over ssh; TESTBED_SERVERS names it): the default scenario's fabric placed
+over both by leaf group, its cut links in GRE, its controller here reached through ssh;
+hosts on either machine reach each other on every plane, ``testbed exec`` enters a host
+on the server, a TCP flow across the tunnels gets the link's rate; ``down`` leaves
+nothing on either machine, nor does a lab whose supervisor was killed (its part on the
+server tears itself down, ``clean`` removes the rest here); a server that cannot hold
+its part is refused before anything is made, in one line that names it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.cluster.servers import parse_all
+from testbed.host.procs import wait_for
+
+SERVERS = os.environ.get("TESTBED_SERVERS", "")
+pytestmark = [pytest.mark.ovs, pytest.mark.skipif(
+    not SERVERS, reason="needs a second machine: make cluster-test (TESTBED_SERVERS)")]
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO = "agents-vs-training"
+
+
+def run_testbed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.core.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def on_server(command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    server = parse_all(SERVERS)[0]
+    return subprocess.run(["ssh", "-o", "BatchMode=yes", server.dest, command],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def leftovers_here(prefix: str) -> list[str]:
+    return _leftovers(lambda c: subprocess.run(["sh", "-c", c], capture_output=True,
+                                               text=True), prefix)
+
+
+def leftovers_there(prefix: str) -> list[str]:
+    return _leftovers(on_server, prefix)
+
+
+def _leftovers(run, prefix: str) -> list[str]:
+    """Interfaces, namespaces, bridges, processes and the run folder of a run."""
+    found = []
+    links = run("ip -o link").stdout
+    found += [m for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if m.startswith(prefix)]
+    found += [b for b in run("ovs-vsctl list-br").stdout.split() if b.startswith(prefix)]
+    found += [p for p in run("ps -eo args").stdout.splitlines()
+              if f"mininet:{prefix}" in p or "testbed.cluster.remote part" in p]
+    if run(f"test -e /run/testbed/{prefix[2:]} && echo yes").stdout.strip():
+        found.append(f"/run/testbed/{prefix[2:]}")
+    return found
+
+
+def up(name: str, tmp_path: Path, *extra: str) -> dict:
+    done = run_testbed("up", SCENARIO, "--name", name, "--servers", SERVERS, "--results",
+                       str(tmp_path), *extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(run_testbed("ls", "--json").stdout)
+
+
+def record_of(name: str) -> dict:
+    labs = json.loads(run_testbed("ls", "--json").stdout)
+    return next(r for r in labs if r["name"] == name)
+
+
+def test_a_lab_spreads_over_two_machines_and_leaves_nothing(tmp_path):
+    up("duo", tmp_path)
+    record = record_of("duo")
+    prefix = record["prefix"]
+    try:
+        hosts = record["hosts"]
+        there = sorted(n for n, h in hosts.items() if h.get("server"))
+        here = sorted(n for n, h in hosts.items() if not h.get("server"))
+        # by leaf group: each machine a leaf of every plane, its four nodes, a spine a plane
+        assert len(there) == len(here) == 4, hosts
+        placement = json.loads((Path(record["spec"]).parent / "placement.json").read_text())
+        assert placement["way"] == "group" and len(placement["cut_links"]) == 4
+        bridges = on_server("ovs-vsctl list-br").stdout.split()
+        assert len([b for b in bridges if b.startswith(prefix)]) == 4, bridges
+        tunnels = on_server("ip -d -o link show type gretap").stdout
+        assert tunnels.count(prefix) == 2, tunnels  # one cut link a spine a plane there
+
+        # every host reaches every other on every plane, across the tunnels too
+        spec = json.loads(Path(record["spec"]).read_text())
+        for src in (here[0], there[0]):
+            for host in spec["hosts"]:
+                for intf in host["interfaces"]:
+                    ping = run_testbed("exec", "duo", src, "--", "ping", "-c1", "-W2",
+                                       intf["ip"], timeout=60)
+                    assert ping.returncode == 0, (src, intf["ip"], ping.stdout, ping.stderr)
+
+        # a TCP flow from a host here to one there gets most of the link's 20 Mb/s
+        dst = there[-1]
+        dst_ip = next(h for h in spec["hosts"] if h["name"] == prefix + dst)[
+            "interfaces"][0]["ip"]
+        server = subprocess.Popen(
+            [sys.executable, "-m", "testbed.core.cli", "exec", "duo", dst, "--", "iperf3",
+             "-s", "-1", "-B", dst_ip], cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        try:
+            time.sleep(3)
+            flow = run_testbed("exec", "duo", here[0], "--", "iperf3", "-c", dst_ip, "-t",
+                               "5", "-J", timeout=60)
+            assert flow.returncode == 0, flow.stdout[-800:] + flow.stderr[-800:]
+            mbps = json.loads(flow.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+            assert 14 <= mbps <= 21, mbps
+        finally:
+            server.wait(30)
+    finally:
+        down = run_testbed("down", "duo")
+    assert down.returncode == 0, down.stderr
+    assert leftovers_here(prefix) == []
+    assert wait_for(lambda: not leftovers_there(prefix), 30), leftovers_there(prefix)
+
+
+def test_a_killed_lab_leaves_nothing_on_the_server(tmp_path):
+    up("crash", tmp_path)
+    record = record_of("crash")
+    prefix = record["prefix"]
+    os.kill(record["owner"]["pid"], signal.SIGKILL)
+    # the server's part loses its ssh session and tears itself down
+    assert wait_for(lambda: not leftovers_there(prefix), 120), leftovers_there(prefix)
+    clean = run_testbed("clean", "--run", prefix[2:])
+    assert clean.returncode == 0, clean.stderr
+    assert leftovers_here(prefix) == []
+
+
+def test_a_server_that_cannot_hold_its_part_is_refused_before_anything_is_made(tmp_path):
+    before = set(os.listdir("/run/testbed")) if os.path.isdir("/run/testbed") else set()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    nobody = run_testbed("up", SCENARIO, "--name", "ghost", "--servers", "root@10.99.0.77",
+                         "--results", str(tmp_path))
+    assert nobody.returncode == 1
+    assert nobody.stderr.strip().splitlines()[-1].startswith(
+        "testbed: lab ghost did not come up: server root@10.99.0.77: ssh"), nobody.stderr
+    dev = on_server("ip -j route get 10.99.0.1").stdout
+    dev = json.loads(dev)[0]["dev"]
+    assert on_server(f"ip link set {dev} mtu 1500").returncode == 0
+    try:
+        small = run_testbed("up", SCENARIO, "--name", "small", "--servers", SERVERS,
+                            "--results", str(tmp_path))
+    finally:
+        on_server(f"ip link set {dev} mtu 9100")
+    assert small.returncode == 1
+    assert "MTU 1500" in small.stderr and "9042" in small.stderr, small.stderr
+    after = set(os.listdir("/run/testbed")) if os.path.isdir("/run/testbed") else set()
+    assert after <= before
+    assert subprocess.run(["ip", "-o", "link"], capture_output=True,
+                          text=True).stdout.count("\n") == links.count("\n")
