@@ -12,7 +12,7 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test screenshots
+.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots
 
 setup:
 	@./scripts/setup.sh

@@ -43,10 +43,21 @@ for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
 
-# the wire: 10.99.0.0/24, MTU 9100 (the fabric's 9000-byte frames in GRE need 9042)
+# the wire: 10.99.0.0/24, MTU 9100 (the fabric's 9000-byte frames in GRE need 9042); the
+# VM's init runs no udev, so the NIC's driver is loaded by hand (the NIC is ens2 then)
+nic_up='nic_up() {
+    modprobe virtio_net
+    local dev=""
+    for _ in $(seq 50); do
+        dev=$(ls /sys/class/net | grep -v -x lo | head -1)
+        [ -n "$dev" ] && break; sleep 0.2
+    done
+    ip link set "$dev" mtu 9100 up && ip addr add "$1/24" dev "$dev"
+}'
 cat > "$work/server" <<EOF
 #!/bin/bash
-ip link set eth0 mtu 9100 up && ip addr add 10.99.0.2/24 dev eth0
+$nic_up
+nic_up 10.99.0.2
 mkdir -p /root/.ssh /run/sshd && chmod 700 /root/.ssh
 echo '$(cat "$work/key.pub")' > /root/.ssh/authorized_keys
 /usr/sbin/sshd -o ListenAddress=10.99.0.2 -o PasswordAuthentication=no -o UseDNS=no \
@@ -58,7 +69,8 @@ echo "server: the lab VM never said it was done"; exit 1
 EOF
 cat > "$work/lab" <<EOF
 #!/bin/bash
-ip link set eth0 mtu 9100 up && ip addr add 10.99.0.1/24 dev eth0
+$nic_up
+nic_up 10.99.0.1
 mkdir -p /root/.ssh && chmod 700 /root/.ssh
 echo '$(cat "$work/key")' > /root/.ssh/id_ed25519 && chmod 600 /root/.ssh/id_ed25519
 printf 'Host 10.99.0.2\n  StrictHostKeyChecking accept-new\n  UserKnownHostsFile /root/.ssh/known_hosts\n' \

@@ -17,6 +17,7 @@ connection (:mod:`testbed.cluster.servers`), as root:
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -65,6 +66,48 @@ def check(run_id: str, peers: list[str], mtu: int) -> dict:
     return {"digest": code_digest(), "problems": problems}
 
 
+def _prepare(message: dict) -> bool:
+    """The folders of the files a helper started here names (the run's results folder
+    has the same path on every machine)."""
+    for folder in message["dirs"]:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    return True
+
+
+def _read(message: dict) -> dict:
+    """What each file has beyond ``offset`` (all of it when it shrank: written anew; an
+    offset of None: not seen yet, so an empty file is news too), for the files that
+    exist: ``{path: [size, start, base64 bytes]}``."""
+    out = {}
+    for path, offset in message["paths"].items():
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                start = offset if offset is not None and size >= offset else 0
+                if offset is not None and size == start:
+                    continue
+                f.seek(start)
+                data = f.read(size - start)
+        except FileNotFoundError:
+            continue
+        out[path] = [start + len(data), start, base64.b64encode(data).decode()]
+    return out
+
+
+def _write(message: dict) -> bool:
+    """A file written here as the lab's machine has it (a helper here reads it)."""
+    path = Path(message["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".mirror")
+    tmp.write_bytes(base64.b64decode(message["data"]))
+    tmp.replace(path)
+    return True
+
+
+#: the requests that mirror a helper's files (:class:`testbed.cluster.runtime.Mirror`)
+FILES = {"prepare": _prepare, "read": _read, "write": _write}
+
+
 def part(request: dict) -> int:
     """Build and hold one machine's part (see the module's text)."""
     from testbed.fabric.net import Fabric, Tunnel
@@ -99,9 +142,12 @@ def part(request: dict) -> int:
                                  if not spec.is_switch(name)},
                        "times": fabric.times.__dict__}})
         for line in sys.stdin:
-            op = json.loads(line).get("op")
+            message = json.loads(line)
+            op = message.get("op")
             if op == "queue_stats":
                 say({"queue_stats": fabric.queue_stats()})
+            elif op in FILES:
+                say({op: FILES[op](message)})
             elif op == "stop":
                 break
             else:

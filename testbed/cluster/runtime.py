@@ -27,6 +27,7 @@ that connection. Where the lab parts from it, and why:
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import subprocess
@@ -98,6 +99,9 @@ class RemoteHost(Host):
     pid: int
     conn: Connection
     run_folder: str
+    #: keeps the files its helpers name the same on both machines (None: a host entered
+    #: from a lab's record, for commands only)
+    mirror: Mirror | None = None
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         return self.conn.argv(["env", f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid),
@@ -109,17 +113,21 @@ class RemoteHost(Host):
         pid_file = f"{self.run_folder}/remote-{self.name}-{name}.pid"
         remote = self.conn.argv(["sh", "-c", f'echo $$ > {pid_file}; exec "$@"', "sh", "env",
                                  f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid), *argv])
+        files = self.mirror.watch(argv) if self.mirror is not None else []
         return RemoteHelper(name, remote, pid_dir=pid_dir, log=log, env=env,
                             stdout_pipe=stdout_pipe, stdout_file=stdout_file,
-                            conn=self.conn, pid_file=pid_file)
+                            conn=self.conn, pid_file=pid_file, mirror=self.mirror,
+                            files=files)
 
 
 class RemoteHelper(Helper):
     """A helper on another machine: stopped there first (its pid file), then its ssh
     here."""
 
-    def __init__(self, *args, conn: Connection, pid_file: str, **kwargs):
+    def __init__(self, *args, conn: Connection, pid_file: str, mirror: Mirror | None = None,
+                 files: Sequence[str] = (), **kwargs):
         self.conn, self.remote_pid_file = conn, pid_file
+        self.mirror, self.files = mirror, list(files)
         super().__init__(*args, **kwargs)
 
     def stop(self, grace: float = 3.0) -> int | None:
@@ -131,7 +139,10 @@ class RemoteHelper(Helper):
             except HostError:
                 pass  # the part's teardown stops what runs in its hosts
             self.wait(grace)
-        return super().stop(grace)
+        code = super().stop(grace)
+        if self.mirror is not None:  # what it wrote as it ended
+            self.mirror.sync(self.files)
+        return code
 
 
 class Part:
@@ -144,6 +155,7 @@ class Part:
         self.lines: queue.Queue = queue.Queue()
         self.hosts: dict[str, int] = {}
         self.times: dict = {}
+        self.lock = threading.Lock()  # one request at a time, its answer next
 
     def start(self, request: dict) -> None:
         with open(self.log, "ab") as log:
@@ -184,9 +196,10 @@ class Part:
         ready = self._answer(timeout, "its part's bring-up")["ready"]
         self.hosts, self.times = ready["hosts"], ready["times"]
 
-    def ask(self, op: str, timeout: float = 60.0) -> dict:
-        self._send({"op": op})
-        return self._answer(timeout, op)[op]
+    def ask(self, op: str, timeout: float = 60.0, **fields) -> dict:
+        with self.lock:
+            self._send({"op": op, **fields})
+            return self._answer(timeout, op)[op]
 
     def stop(self) -> None:
         """Ask the part to tear down, and wait for it (then end the session)."""
@@ -203,6 +216,91 @@ class Part:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+class Mirror:
+    """The files that helpers on a server name on their command lines, kept the same on
+    this machine and there while they run (every machine has the run's results folder
+    and run folder at the same paths; only files under ``roots`` are mirrored).
+
+    A file goes from the machine that has it first to the other: what exists here when
+    a helper starts (its configuration, the chain plan) is written there before it
+    starts, and again when it changes here (a start signal written later); what a
+    helper writes there (its records, a readiness file) comes back every
+    :data:`INTERVAL_S`, by what was appended (or whole, when the file was written
+    anew), and once more when the helper stops. Every workload that runs in a fabric
+    host reads and writes its files this way, unchanged.
+    """
+
+    INTERVAL_S = 0.2
+
+    def __init__(self, part: Part, roots: Sequence[str]):
+        self.part, self.roots = part, tuple(r.rstrip("/") + "/" for r in roots)
+        self.owner: dict[str, str | None] = {}  # "here", "there", or None: not yet made
+        self.pushed: dict[str, tuple[int, int]] = {}  # size and mtime last written there
+        self.pulled: dict[str, int] = {}  # bytes of it here
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, argv: Sequence[str]) -> list[str]:
+        """Mirror the files ``argv`` names under the roots; returns them."""
+        files = [a for a in argv if isinstance(a, str) and a.startswith(self.roots)]
+        with self.lock:
+            new = [f for f in files if f not in self.owner]
+            if new:
+                self.part.ask("prepare", dirs=sorted({str(Path(f).parent) for f in new}))
+            for f in new:
+                self.owner[f] = "here" if Path(f).exists() else None
+        self.sync(files)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        return files
+
+    def _run(self) -> None:
+        while not self.stopping.wait(self.INTERVAL_S):
+            try:
+                self.sync()
+            except BringUpError:  # the part ended: its stop says why
+                return
+
+    def sync(self, files: Sequence[str] | None = None) -> None:
+        with self.lock:
+            chosen = list(self.owner) if files is None else [f for f in files
+                                                              if f in self.owner]
+            for f in chosen:
+                if self.owner[f] in ("here", None):
+                    self._push(f)
+            there = {f: self.pulled.get(f) for f in chosen
+                     if self.owner[f] in ("there", None)}
+            if not there:
+                return
+            for f, (size, start, data) in self.part.ask("read", paths=there).items():
+                self.owner[f] = "there"
+                path = Path(f)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "r+b" if start and path.exists() else "wb") as out:
+                    out.seek(start)
+                    out.write(base64.b64decode(data))
+                    out.truncate()
+                self.pulled[f] = size
+
+    def _push(self, f: str) -> None:
+        try:
+            st = Path(f).stat()
+        except FileNotFoundError:
+            return
+        if self.pushed.get(f) == (st.st_size, st.st_mtime_ns):
+            return
+        self.owner[f] = "here"
+        self.part.ask("write", path=f, data=base64.b64encode(Path(f).read_bytes()).decode())
+        self.pushed[f] = (st.st_size, st.st_mtime_ns)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(5)
 
 
 class ClusterFabric(Fabric):
@@ -222,6 +320,7 @@ class ClusterFabric(Fabric):
         self.parts = [Part(conn, m + 1, log_dir / f"part-{conn.server.host}.log")
                       for m, conn in enumerate(self.conns)]
         self.run_folder = ""
+        self.mirrors: list[Mirror] = []
 
     def _request(self, part: Part, controller_port: int) -> dict:
         return {"run_id": self.run_id, "spec": self.spec.to_dict(),
@@ -238,6 +337,8 @@ class ClusterFabric(Fabric):
         from testbed.host.naming import run_dir
 
         self.run_folder = str(run_dir(self.run_id))
+        roots = [self.run_folder] + ([str(self.log_dir)] if self.log_dir else [])
+        self.mirrors = [Mirror(part, roots) for part in self.parts]
         for part in self.parts:  # they build while this machine builds its own part
             part.start(self._request(part, part.conn.forward(self.controller_port)))
 
@@ -259,7 +360,8 @@ class ClusterFabric(Fabric):
             return super().host(name)
         if name not in part.hosts:
             raise BringUpError(f"host {name} on server {part.conn.server} is not up")
-        return RemoteHost(name, part.hosts[name], part.conn, self.run_folder)
+        return RemoteHost(name, part.hosts[name], part.conn, self.run_folder,
+                          self.mirrors[part.machine - 1])
 
     def host_pid(self, name: str) -> int:
         part = self._part_of(name)
@@ -286,6 +388,8 @@ class ClusterFabric(Fabric):
 
     def stop(self) -> float:
         t0 = time.monotonic()
+        for mirror in self.mirrors:
+            mirror.stop()
         stoppers = [threading.Thread(target=part.stop) for part in self.parts]
         for t in stoppers:
             t.start()

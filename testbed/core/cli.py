@@ -41,6 +41,8 @@ def cmd_schema(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from testbed import experiments
+    from testbed.cluster.servers import parse_all
     from testbed.core import runner, scenario
     from testbed.reports import report
     from topologies import plugins
@@ -63,9 +65,16 @@ def cmd_run(args) -> int:
                                        f"{args.seeds!r}") from None
     sc = scenario.load(scenario.path_of(args.scenario), duration_override=duration,
                        seeds_override=seeds)
-    if sc.servers:
-        raise ConfigError("servers", "testbed run keeps to one machine for now; testbed up "
-                                     "spreads a fabric lab over the servers")
+    servers = (parse_all(args.servers, "--servers") if args.servers is not None
+               else parse_all(list(sc.servers)))
+    if servers and not experiments.get(sc.kind).LAB_SERVERS:
+        raise ConfigError("--servers" if args.servers else "servers",
+                          f"a {sc.kind} scenario runs on one machine; a fabric scenario can "
+                          "be spread over several")
+    for i, variant in enumerate(sc.variants if servers else ()):
+        if variant.acceptance.get("enabled") or variant.acceptance.get("plant"):
+            raise ConfigError(f"variants[{i}].acceptance", "a fabric over several machines "
+                                                           "does not run acceptance checks yet")
     if args.monitor:
         sc = dataclasses.replace(sc, monitor=sc.monitor.model_copy(update={"prometheus": True}))
     if os.geteuid() != 0:
@@ -74,7 +83,7 @@ def cmd_run(args) -> int:
     out = Path(args.out) if args.out else runner.default_out(results_root, sc.name)
     if args.out and out.exists() and any(out.iterdir()):
         raise ConfigError("OUT", f"{out} exists and is not empty")
-    summary = runner.run(sc, out, monitor=not args.no_fidelity)
+    summary = runner.run(sc, out, monitor=not args.no_fidelity, servers=tuple(servers))
     if not args.out:
         runner.link_latest(results_root, out)
     print()
@@ -198,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(overrides the file: judge on seeds it was not tuned on)")
     p.add_argument("--out", help="write results straight into this folder")
     p.add_argument("--results", default="results", help="results root (default: results)")
+    p.add_argument("--servers", help="spread each fabric over these machines too, each "
+                                     "[user@]host[:port], comma-separated (overrides the "
+                                     "scenario's servers; docs/machines.md)")
     p.add_argument("--monitor", action="store_true", help="watch each fabric variant live: "
                    "its dashboard and metrics, and a Prometheus of the run's own, on "
                    "127.0.0.1 (the scenario's monitor key)")

@@ -54,9 +54,10 @@ def _fidelity_record(runs: list[dict]) -> dict:
 
 
 def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
-        run_id: str | None = None, monitor: bool = True) -> dict:
+        run_id: str | None = None, monitor: bool = True, servers: tuple = ()) -> dict:
     """Run every variant of ``scenario`` into ``out``; returns the summary. ``run_id``:
-    the id of what a kind creates for the whole run (else a fresh one). ``monitor``:
+    the id of what a kind creates for the whole run (else a fresh one). ``servers``: the
+    other machines a fabric is spread over. ``monitor``:
     False runs without the fidelity monitor (to measure its own cost). ``out`` may be
     relative (``--out results/x``): it is made absolute here, since helpers (nginx, weed,
     forwarders) run in other working directories and take their paths from it."""
@@ -85,7 +86,8 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
         write_json(out / layout.MANIFEST, {**summary, "fidelity": _fidelity_record([]),
                                            "scenario_source": scenario.source})
         ctx = RunContext(caps=caps, root=out, duration_s=scenario.duration_s, progress=progress,
-                         stack=stack, run_id=run_id, watching=scenario.monitor)
+                         stack=stack, run_id=run_id, watching=scenario.monitor,
+                         servers=tuple(servers))
         experiment.start(ctx)
         total = len(scenario.variants) * len(seeds)
         per_seed: dict[str, list[dict]] = {}

@@ -44,6 +44,8 @@ class RunContext:
     monitor: Monitor | None = None
     #: the scenario's ``monitor`` key: watch each variant live (dashboard, Prometheus)
     watching: Watching | None = None
+    #: the other machines a fabric is spread over (:mod:`testbed.cluster.servers`)
+    servers: tuple = ()
 
     @contextmanager
     def watch(self, links: Iterable[WatchedLink] = ()) -> Iterator[None]:

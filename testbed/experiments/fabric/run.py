@@ -138,7 +138,8 @@ def _merge(base_: dict, override: dict) -> dict:
 
 
 def watched_ports(fabric: Fabric) -> list[WatchedLink]:
-    """Every shaped switch port, for the fidelity monitor (none when nothing is shaped).
+    """Every shaped switch port on this machine, for the fidelity monitor (none when
+    nothing is shaped; a fabric over several machines: this machine's part).
     With netem delay a queue also holds the packets in flight: up to the rate times the
     delay, which is not saturation."""
     if not fabric.caps.htb:
@@ -147,7 +148,8 @@ def watched_ports(fabric: Fabric) -> list[WatchedLink]:
     in_flight = spec.delay_ms / 1000 if fabric.delay_applied else 0.0
     return [WatchedLink(None, ifname, mbps,
                         int(mbps * 1e6 / 8 * in_flight) + 2 * spec.mtu if in_flight else 0)
-            for ifname, mbps in ((p.ifname, p.mbps) for p in spec.switch_ports())]
+            for ifname, mbps in ((p.ifname, p.mbps) for p in spec.switch_ports()
+                                 if fabric.is_here(p.switch))]
 
 
 def _merge_topology(base_: dict, override: dict) -> dict:
@@ -517,8 +519,10 @@ class FabricExperiment(base.Experiment):
             entry["controller_mode"] = variant.controller["mode"]
             live = bring_up(spec, caps, run_id=run_id, controller=variant.controller, out=out,
                             stack=stack, seed=seed, qos=variant.qos,
-                            switches=variant.switches)
+                            switches=variant.switches, servers=ctx.servers)
             fabric, times = live.fabric, live.times
+            if (out / layout.PLACEMENT).exists():  # spread over several machines
+                entry["placement"] = json.loads((out / layout.PLACEMENT).read_text())
             accept = variant.acceptance
             if accept.get("enabled") or accept.get("plant"):  # before the measured window:
                 # its own figures guard against a machine that falls behind
