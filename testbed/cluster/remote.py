@@ -118,7 +118,10 @@ def part(request: dict) -> int:
     from topologies.spec import FabricSpec
 
     def say(message: dict) -> None:
-        print(json.dumps(message), flush=True)
+        try:
+            print(json.dumps(message), flush=True)
+        except (BrokenPipeError, OSError):  # the lab's machine went away: tear down still
+            pass
 
     def on_signal(signum: int, _frame: object) -> None:
         raise Interrupted(f"stopped by signal {signum}")
@@ -157,10 +160,11 @@ def part(request: dict) -> int:
         say({"error": str(exc) or type(exc).__name__})
         return 1
     finally:
-        if fabric is not None:
-            stop_s = fabric.stop()
-            say({"stopped": round(stop_s, 2)})
-        shutil.rmtree(run_dir(run_id), ignore_errors=True)
+        try:
+            if fabric is not None:
+                say({"stopped": round(fabric.stop(), 2)})
+        finally:
+            shutil.rmtree(run_dir(run_id), ignore_errors=True)
     return 0
 
 

@@ -215,6 +215,46 @@ class Connection:
         self.master = None
 
 
+#: in a run's folder: the servers its fabric was spread over (``testbed clean`` asks
+#: each to remove what the run left there)
+SERVERS_FILE = "servers.json"
+
+
+def record(folder: Path, conns: Sequence[Connection]) -> None:
+    (folder / SERVERS_FILE).write_text(json.dumps(
+        [{"server": str(c.server), "sudo": bool(c.sudo)} for c in conns]))
+
+
+def clean_servers(folder: Path, run_id: str, dry_run: bool) -> list[str]:
+    """``testbed clean --run RUN_ID --force`` on every server a dead run was spread over
+    (its own ssh, the run's master connection having died with the run); what each
+    removed, or why it could not be asked."""
+    try:
+        entries = json.loads((folder / SERVERS_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for entry in entries:
+        server = parse(entry["server"], "server")
+        port = ["-p", str(server.port)] if server.port else []
+        words = [*(["sudo", "-n"] if entry.get("sudo") else []),
+                 str(ROOT / ".venv" / "bin" / "python"), "-m", "testbed.core.cli", "clean",
+                 "--run", run_id, "--force", *(["--dry-run"] if dry_run else [])]
+        try:
+            done = subprocess.run(["ssh", *SSH_OPTIONS, *port, server.dest, "--",
+                                   shlex.join(words)], capture_output=True, text=True,
+                                  timeout=120)
+        except subprocess.TimeoutExpired:
+            lines.append(f"server {server}: no answer in 120 s: what the run left there stays")
+            continue
+        if done.returncode:
+            lines.append(f"server {server}: not cleaned ({done.stderr.strip()[-160:]})")
+            continue
+        lines += [f"server {server}: {line}" for line in done.stdout.splitlines()
+                  if line.startswith(("removed", "would remove"))]
+    return lines
+
+
 def check(conn: Connection, *, run_id: str, peers: Sequence[str], mtu: int) -> None:
     """The server runs the same lab, as root, with Open vSwitch, GRE and an underlay that
     carries the fabric's frames in GRE to every ``peers`` address; HostError naming the

@@ -140,6 +140,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     if servers:
         from testbed.cluster import placement
         from testbed.cluster.runtime import connect
+        from testbed.cluster.servers import record as record_servers
 
         if model.remote:
             raise BringUpError("servers: a fabric over several machines runs the lab's own "
@@ -148,6 +149,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         conns = connect(servers, spec, place, run_id=run_id, folder=pids)
         for conn in conns:
             stack.callback(conn.close)
+        record_servers(pids, conns)
         write_json(out / layout.PLACEMENT, {
             "servers": ["here", *[str(s) for s in servers]], **place.to_dict()})
     if model.remote:

@@ -206,6 +206,10 @@ def clean(dry_run: bool = False, force: bool = False,
     restored = ([] if only is not None
                 else host_settings.restore_saved(dry_run=dry_run, force=force))
     removed += [f"raised host setting {name} (back to {value})" for name, value in restored]
+    for run_id in runs:  # what a fabric spread over several machines left on the others
+        from testbed.cluster.servers import clean_servers
+
+        removed += clean_servers(RUN_ROOT / run_id, run_id, dry_run)
     for run_id in runs:
         folder = RUN_ROOT / run_id
         removed.append(f"run folder {folder}")
