@@ -104,8 +104,16 @@ def _write(message: dict) -> bool:
     return True
 
 
-#: the requests that mirror a helper's files (:class:`testbed.cluster.runtime.Mirror`)
-FILES = {"prepare": _prepare, "read": _read, "write": _write}
+def _cpu(_message: dict) -> dict:
+    """The machine's CPU counters (``/proc/stat``, jiffies): all, idle (iowait counted
+    idle), and its cores."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return {"total": sum(fields), "idle": fields[3] + fields[4], "cores": os.cpu_count()}
+
+
+#: what a part answers besides its queues: the mirror of a helper's files
+#: (:class:`testbed.cluster.runtime.Mirror`) and the CPU counters of the fidelity check
+REQUESTS = {"prepare": _prepare, "read": _read, "write": _write, "cpu": _cpu}
 
 
 def part(request: dict) -> int:
@@ -149,8 +157,8 @@ def part(request: dict) -> int:
             op = message.get("op")
             if op == "queue_stats":
                 say({"queue_stats": fabric.queue_stats()})
-            elif op in FILES:
-                say({op: FILES[op](message)})
+            elif op in REQUESTS:
+                say({op: REQUESTS[op](message)})
             elif op == "stop":
                 break
             else:

@@ -383,6 +383,21 @@ class ClusterFabric(Fabric):
             stats.update(part.ask("queue_stats"))
         return stats
 
+    def servers_cpu(self, since: list | None = None) -> list:
+        """Each server's CPU counters now, or (``since``: earlier counters) its busy cores
+        and idle share between then and now."""
+        now = [part.ask("cpu") for part in self.parts]
+        if since is None:
+            return now
+        out = []
+        for part, before, after in zip(self.parts, since, now, strict=True):
+            total = after["total"] - before["total"]
+            idle = (after["idle"] - before["idle"]) / total if total else 1.0
+            out.append({"server": str(part.conn.server), "cores": after["cores"],
+                        "busy_cores": round((1 - idle) * after["cores"], 3),
+                        "idle_share": round(idle, 3)})
+        return out
+
     def grow(self, spec: FabricSpec):
         raise BringUpError("a lab over several machines does not grow (expand) yet")
 

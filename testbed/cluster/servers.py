@@ -190,8 +190,9 @@ class Connection:
     def forward(self, port: int) -> int:
         """A port on the server's loopback that reaches ``port`` on this machine's
         loopback, through the master connection (ssh -R)."""
-        done = subprocess.run([*self._ssh(), "-O", "forward", "-R", f"0:127.0.0.1:{port}",
-                               self.server.dest], capture_output=True, text=True)
+        done = subprocess.run([*self._ssh(), "-O", "forward", "-R",
+                               f"127.0.0.1:0:127.0.0.1:{port}", self.server.dest],
+                              capture_output=True, text=True)
         words = done.stdout.split()
         if done.returncode or not words or not words[0].isdigit():
             raise HostError(f"server {self.server}: ssh could not forward the controller: "

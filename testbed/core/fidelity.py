@@ -300,6 +300,28 @@ def judged(samples: list[dict]) -> list[dict]:
     return inside or samples
 
 
+def with_servers(result: dict, servers: list[dict],
+                 thresholds: Thresholds = THRESHOLDS) -> dict:
+    """``result`` (a verdict) with the other machines of a fabric spread over several:
+    one whose CPUs were idle less than ``host_idle_min`` of the measured window, on
+    average, flags the run too (a coarser test than this machine's, whose samples are
+    judged one by one).
+
+    >>> ok = {"ok": True, "reasons": []}
+    >>> with_servers(ok, [{"server": "gpu2", "idle_share": 0.4}])["ok"]
+    True
+    >>> with_servers(ok, [{"server": "gpu2", "idle_share": 0.05}])["reasons"]
+    ['server gpu2 had 5 % idle CPU over the measured window (under 10 %)']
+    """
+    starved = [s for s in servers if s["idle_share"] < thresholds.host_idle_min]
+    if not starved:
+        return result
+    reasons = [f"server {s['server']} had {s['idle_share'] * 100:.0f} % idle CPU over the "
+               f"measured window (under {thresholds.host_idle_min * 100:g} %)"
+               for s in starved]
+    return {**result, "ok": False, "reasons": [*result.get("reasons", []), *reasons]}
+
+
 def verdict(samples: list[dict], thresholds: Thresholds = THRESHOLDS) -> dict:
     """The run's verdict from its samples: ``ok``, plain ``reasons``, ``samples``,
     ``thresholds`` and ``stats``.

@@ -106,7 +106,8 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
                                                        tag=tag, ctx=ctx)
                     finally:
                         ctx.monitor = None
-                entry["fidelity"] = monitor.result
+                entry["fidelity"] = fidelity.with_servers(monitor.result,
+                                                          entry.get("servers_cpu", []))
                 entry["dir"] = lay.relative(variant.name, seed)
                 progress(_done_line(tag, entry))
                 if not monitor.result["ok"]:

@@ -798,6 +798,10 @@ class Fabric:
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 
+    def servers_cpu(self, since: list | None = None) -> list:
+        """The other machines' CPU readings (a fabric over several machines; none here)."""
+        return []
+
     def host_record(self, name: str) -> dict:
         """Where a host is, for the lab's record (``testbed exec`` enters it from there)."""
         pid = self.host_pid(name)

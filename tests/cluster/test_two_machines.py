@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -117,7 +116,8 @@ def test_a_lab_spreads_over_two_machines_and_leaves_nothing(tmp_path):
              "-s", "-1", "-B", dst_ip], cwd=REPO, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
         try:
-            time.sleep(5)
+            assert wait_for(lambda: ":5201 " in run_testbed(
+                "exec", "duo", dst, "--", "ss", "-Hltn").stdout, 60), "no iperf3 server"
             flow = run_testbed("exec", "duo", here[0], "--", "iperf3", "-c", dst_ip, "-t",
                                "5", "-J", timeout=60)
             end = json.loads(flow.stdout or "{}").get("end", {})

@@ -81,7 +81,7 @@ def test_a_cut_host_link_carries_the_hosts_mac():
 
 
 class FakePart:
-    """The part's file requests (:data:`testbed.cluster.remote.FILES`) on a folder that
+    """The part's file requests (:data:`testbed.cluster.remote.REQUESTS`) on a folder that
     plays the other machine: a path P there is ``there / P``."""
 
     def __init__(self, there: Path):
@@ -98,10 +98,10 @@ class FakePart:
         elif op == "write":
             fields["path"] = self._at(fields["path"])
         elif op == "read":
-            answer = remote.FILES["read"]({"paths": {self._at(p): o for p, o in
+            answer = remote.REQUESTS["read"]({"paths": {self._at(p): o for p, o in
                                                      fields["paths"].items()}})
             return {p[len(str(self.there)):]: v for p, v in answer.items()}
-        return remote.FILES[op](fields)
+        return remote.REQUESTS[op](fields)
 
 
 def test_the_mirror_carries_a_helpers_files_both_ways(tmp_path):
