@@ -116,8 +116,9 @@ def _cpu(_message: dict) -> dict:
 REQUESTS = {"prepare": _prepare, "read": _read, "write": _write, "cpu": _cpu}
 
 
-def part(request: dict) -> int:
-    """Build and hold one machine's part (see the module's text)."""
+def part(request: dict, requests, answers) -> int:
+    """Build and hold one machine's part (see the module's text); ``requests`` and
+    ``answers`` are the session's input and output (nothing else may use them)."""
     from testbed.fabric.net import Fabric, Tunnel
     from testbed.fabric.qos import Qos, classes_of
     from testbed.fabric.switchd import SwitchSettings
@@ -127,7 +128,8 @@ def part(request: dict) -> int:
 
     def say(message: dict) -> None:
         try:
-            print(json.dumps(message), flush=True)
+            answers.write(json.dumps(message) + "\n")
+            answers.flush()
         except (BrokenPipeError, OSError):  # the lab's machine went away: tear down still
             pass
 
@@ -137,7 +139,11 @@ def part(request: dict) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_signal)
     run_id = request["run_id"]
-    claim(run_id)
+    # the run's folder is the part's own on its machine; a part on the lab's own machine
+    # (the test of a fabric in two parts on one machine) shares the lab's
+    own = request.get("own_folder", True)
+    if own:
+        claim(run_id)
     fabric = None
     try:
         spec = FabricSpec.from_dict(request["spec"])
@@ -152,7 +158,7 @@ def part(request: dict) -> int:
         say({"ready": {"hosts": {name: fabric.host_pid(name) for name in request["here"]
                                  if not spec.is_switch(name)},
                        "times": fabric.times.__dict__}})
-        for line in sys.stdin:
+        for line in requests:
             message = json.loads(line)
             op = message.get("op")
             if op == "queue_stats":
@@ -172,7 +178,8 @@ def part(request: dict) -> int:
             if fabric is not None:
                 say({"stopped": round(fabric.stop(), 2)})
         finally:
-            shutil.rmtree(run_dir(run_id), ignore_errors=True)
+            if own:
+                shutil.rmtree(run_dir(run_id), ignore_errors=True)
     return 0
 
 
@@ -188,10 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         print(json.dumps(check(args.run_id, args.peer, args.mtu)))
         return 0
-    line = sys.stdin.readline()
+    # the session's input and output are the part's requests and answers alone: what the
+    # bring-up and its children print goes to the log (stderr), and none reads the input
+    requests = os.fdopen(os.dup(0), "r")
+    answers = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    line = requests.readline()
     if not line:
         return 1
-    return part(json.loads(line))
+    return part(json.loads(line), requests, answers)
 
 
 if __name__ == "__main__":

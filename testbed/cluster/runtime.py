@@ -327,7 +327,8 @@ class ClusterFabric(Fabric):
                 "here": self.place.on(part.machine),
                 "tunnels": [asdict(t) for t in self._ends[part.machine]],
                 "controller_port": controller_port, "red": self.red,
-                "qos": self.qos_section, "switches": self.switch_settings.model_dump()}
+                "qos": self.qos_section, "switches": self.switch_settings.model_dump(),
+                "own_folder": not part.conn.local}
 
     #: the variant's qos section as the parts rebuild it (set by bring_up)
     qos_section: dict | None = None

@@ -124,6 +124,9 @@ def source_address(address: str) -> str:
 class Connection:
     """The lab's ssh master connection to one server, and the commands through it."""
 
+    #: a part of the fabric on the lab's own machine (a test's), sharing its run folder
+    local = False
+
     def __init__(self, server: Server, control: Path):
         self.server = server
         self.control = control  # the master's socket (a file: nothing listens on a port)

@@ -217,6 +217,8 @@ def describe(record: dict) -> str:
     width = _name_width(record, 12)
     for short, host in record["hosts"].items():
         where = f"netns {host['netns']}" if not host.get("pid") else f"pid {host['pid']}"
+        if host.get("server"):
+            where += f" on {host['server']}"
         extra = f" [{host['role']}]" if host.get("role") else ""
         lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}  ({where}){extra}")
     if record.get("switches"):
@@ -284,6 +286,7 @@ def inspect_lines(record: dict) -> list[str]:
     width = _name_width(record, 8)
     for short, host in record["hosts"].items():
         extra = f" [{host['role']}]" if host.get("role") else ""
+        extra += f" (on {host['server']})" if host.get("server") else ""
         lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}{extra}")
     return lines + lab.inspect_lines(record)
 

@@ -1,0 +1,78 @@
+"""A fabric in two parts on one machine: the runtime of a lab over several machines
+(:mod:`testbed.cluster.runtime`) without the second machine. The second part runs as its
+own process (the ``part`` a server runs over ssh, here started directly), its links to
+the first are gretap tunnels over the loopback (127.0.0.1 to 127.0.0.2), its helpers'
+files go through the mirror; the default scenario's chains and training run across the
+cut. What this cannot show (ssh, a second kernel and Open vSwitch, a real wire) is what
+``make cluster-test`` runs on two lab VMs (tests/cluster)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.cluster import placement, runtime
+from testbed.cluster.servers import Connection, Server, check
+from testbed.core import runner, scenario
+
+from .conftest import leftovers
+
+pytestmark = pytest.mark.ovs
+
+REPO = Path(__file__).resolve().parents[2]
+SECOND = Server(None, "127.0.0.2", None)
+
+
+class SameMachine(Connection):
+    """The second machine's connection, played by this one: its commands run here."""
+
+    local = True
+
+    def open(self, timeout_s: float = 20.0) -> None:
+        return None
+
+    def argv(self, remote, *, root: bool = True) -> list[str]:
+        return list(remote)
+
+    def forward(self, port: int) -> int:
+        return port
+
+    def python(self) -> list[str]:
+        return [sys.executable]
+
+    def close(self) -> None:
+        return None
+
+
+def connect_here(servers, spec, place, *, run_id, folder):
+    conns = [SameMachine(s, folder / f"ssh-{m}") for m, s in enumerate(servers, start=1)]
+    for conn in conns:  # the server's own checks, as over ssh
+        check(conn, run_id=run_id, peers=["127.0.0.1"], mtu=placement.underlay_mtu(spec))
+    return conns
+
+
+def test_the_default_scenario_runs_in_two_parts(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "connect", connect_here)
+    source = yaml.safe_load((REPO / "scenarios" / "agents-vs-training.yaml").read_text())
+    source["variants"] = [v for v in source["variants"] if v["name"] == "training-1to1"]
+    source.update(duration_s=5)
+    sc = scenario.parse(source)
+    summary = runner.run(sc, tmp_path / "out", servers=(SECOND,), progress=lambda _: None)
+    run = summary["runs"][0]
+    place = run["placement"]
+    assert place["way"] == "group" and len(place["cut_links"]) == 4
+    assert place["servers"] == ["here", "127.0.0.2"]
+    # the chains' services on the second part answered the driver on the first
+    assert run["agents"]["chains_started"] > 0 and run["agents"]["chains_failed"] == 0
+    # the ring's ranks on both parts finished iterations (their files came back)
+    assert run["training"]["iterations"] > 0
+    # the second part's CPUs were read over the measured window
+    assert [s["server"] for s in run["servers_cpu"]] == ["127.0.0.2"]
+    assert leftovers("tb" + run["run_id"]) == []
+    parts = subprocess.run(["pgrep", "-f", "testbed.cluster.remote part"],
+                           capture_output=True, text=True).stdout.split()
+    assert parts == []
