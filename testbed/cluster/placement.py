@@ -45,6 +45,10 @@ BALANCE = 1.25
 #: what a GRE tunnel adds to each frame of a cut link: the outer IPv4 header (20 bytes)
 #: and GRE with a key (8); the inner frame keeps its Ethernet header (14)
 GRE_OVERHEAD = 20 + 8 + 14
+#: the tunnels a lab over several machines can use, in the order it prefers them, with
+#: what each adds to a frame: GRE with a key as above; VXLAN (outer IPv4, UDP and the
+#: VXLAN header, 20 + 8 + 8, and the inner Ethernet header) where a kernel lacks GRE
+TUNNELS = {"gretap": GRE_OVERHEAD, "vxlan": 20 + 8 + 8 + 14}
 WAYS = ("plane", "group", "spread")
 
 
@@ -129,15 +133,16 @@ def candidates(spec: FabricSpec, machines: int) -> list[Placement]:
     return out
 
 
-def underlay_mtu(spec: FabricSpec) -> int:
-    """The MTU the machines' own network needs so that a tunnel carries the fabric's
+def underlay_mtu(spec: FabricSpec, tunnel: str = "gretap") -> int:
+    """The MTU the machines' own network needs so that a ``tunnel`` carries the fabric's
     largest frame whole.
 
     >>> from topologies.leafspine import build_fabric
-    >>> underlay_mtu(build_fabric(prefix="tbdoc0", mtu=9000))
-    9042
+    >>> spec = build_fabric(prefix="tbdoc0", mtu=9000)
+    >>> underlay_mtu(spec), underlay_mtu(spec, "vxlan")
+    (9042, 9050)
     """
-    return spec.mtu + GRE_OVERHEAD
+    return spec.mtu + TUNNELS[tunnel]
 
 
 def _ports(spec: FabricSpec) -> dict[str, int]:

@@ -1,9 +1,10 @@
 """What the lab runs on another machine of a lab over several, through its ssh
 connection (:mod:`testbed.cluster.servers`), as root:
 
-* ``check``: can this machine hold its part? One JSON line: the code's digest and the
-  problems found (not root, no Open vSwitch, no GRE, an underlay whose MTU cannot carry
-  the fabric's frames in GRE to a peer). Creates nothing that outlives it.
+* ``check``: can this machine hold its part? One JSON line: the code's digest, the
+  tunnels its kernel can make (gretap, vxlan), the interface and MTU of its route to
+  each peer, and the problems found (not root, no Mininet, no Open vSwitch, no tunnel,
+  no route). Creates nothing that outlives it.
 * ``part``: build this machine's part of the fabric and hold it. Reads one JSON request
   on stdin (the spec, what runs here, the tunnels' ends, the controller's forwarded
   port), builds it with the lab's own bring-up (:class:`testbed.fabric.net.Fabric`),
@@ -29,7 +30,7 @@ from pathlib import Path
 from testbed.errors import Interrupted, TestbedError
 
 
-def check(run_id: str, peers: list[str], mtu: int) -> dict:
+def check(run_id: str, peers: list[str]) -> dict:
     from testbed.cluster.servers import code_digest
     from testbed.host.hosts import RootHost
     from testbed.host.naming import run_prefix
@@ -44,26 +45,27 @@ def check(run_id: str, peers: list[str], mtu: int) -> dict:
     if done.returncode:
         problems.append(f"Open vSwitch does not answer (make setup starts it): "
                         f"{done.stderr.strip()[-120:]}")
+    tunnels = []
     probe = f"{run_prefix(run_id)}chk"
-    done = host.run(["ip", "link", "add", "name", probe, "type", "gretap", "local",
-                     "127.0.0.1", "remote", "127.0.0.2", "key", "1"])
-    if done.returncode:
-        problems.append(f"no GRE (the ip_gre module): {done.stderr.strip()[-120:]}")
-    else:
-        host.run(["ip", "link", "del", probe])
+    for kind, words in (("gretap", ["local", "127.0.0.1", "remote", "127.0.0.2", "key", "1"]),
+                        ("vxlan", ["id", "1", "local", "127.0.0.1", "dstport", "4789"])):
+        done = host.run(["ip", "link", "add", "name", probe, "type", kind, *words])
+        if done.returncode == 0:
+            host.run(["ip", "link", "del", probe])
+            tunnels.append(kind)
+    if not tunnels:
+        problems.append("the kernel makes neither gretap nor vxlan tunnels (the ip_gre or "
+                        "vxlan module)")
+    routes = {}
     for peer in peers:
         route = host.run(["ip", "-j", "route", "get", peer])
         try:
             dev = json.loads(route.stdout)[0]["dev"]
-            have = int(Path(f"/sys/class/net/{dev}/mtu").read_text())
+            routes[peer] = [dev, int(Path(f"/sys/class/net/{dev}/mtu").read_text())]
         except (ValueError, IndexError, KeyError, OSError):
             problems.append(f"no route to {peer}: {route.stderr.strip()[-120:]}")
-            continue
-        if have < mtu:
-            problems.append(f"the route to {peer} leaves over {dev} with MTU {have}; the "
-                            f"fabric's frames in GRE need {mtu} (raise {dev}'s MTU on "
-                            "every machine, or give the fabric a smaller mtu)")
-    return {"digest": code_digest(), "problems": problems}
+    return {"digest": code_digest(), "problems": problems, "tunnels": tunnels,
+            "routes": routes}
 
 
 def _prepare(message: dict) -> bool:
@@ -188,12 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check")
     p.add_argument("--run-id", required=True)
-    p.add_argument("--mtu", type=int, required=True)
     p.add_argument("--peer", action="append", default=[])
     sub.add_parser("part")
     args = parser.parse_args(argv)
     if args.command == "check":
-        print(json.dumps(check(args.run_id, args.peer, args.mtu)))
+        print(json.dumps(check(args.run_id, args.peer)))
         return 0
     # the session's input and output are the part's requests and answers alone: what the
     # bring-up and its children print goes to the log (stderr), and none reads the input

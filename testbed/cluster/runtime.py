@@ -53,20 +53,22 @@ PART_STOP_S = 120.0
 
 
 def tunnel_key(run_id: str, index: int) -> int:
-    """A cut link's GRE key: the run id's 16 bits, then the link's number.
+    """A cut link's tunnel key (GRE's key, VXLAN's 24-bit network id): 12 bits of the run
+    id, then 12 of the link's number (two labs between the same machines collide once in
+    4,096 pairs of run ids, which the tunnel's creation then refuses).
 
     >>> hex(tunnel_key("1a2b", 3))
-    '0x1a2b0004'
+    '0xa2b004'
     """
     try:
-        run = int(run_id, 16) & 0xFFFF
+        run = int(run_id, 16) & 0xFFF
     except ValueError:
-        run = zlib.crc32(run_id.encode()) & 0xFFFF
-    return (run << 16) | ((index + 1) & 0xFFFF)
+        run = zlib.crc32(run_id.encode()) & 0xFFF
+    return (run << 12) | ((index + 1) & 0xFFF)
 
 
 def tunnels(spec: FabricSpec, place: placing.Placement, addresses: Callable[[int, int], str],
-            run_id: str) -> list[list[Tunnel]]:
+            run_id: str, kind: str = "gretap") -> list[list[Tunnel]]:
     """Each machine's tunnel ends; ``addresses(m, n)`` is machine m's address towards n.
 
     >>> from topologies.leafspine import build_fabric
@@ -82,9 +84,9 @@ def tunnels(spec: FabricSpec, place: placing.Placement, addresses: Callable[[int
         key = tunnel_key(run_id, index)
         mac = spec.host(lk.a).interface_by_name(lk.a_intf).mac if lk.kind == "host" else None
         out[ma].append(Tunnel(lk.a_intf, lk.a, lk.a_port, addresses(ma, mb), addresses(mb, ma),
-                              key, mac))
+                              key, mac, kind))
         out[mb].append(Tunnel(lk.b_intf, lk.b, lk.b_port, addresses(mb, ma), addresses(ma, mb),
-                              key))
+                              key, None, kind))
     return out
 
 
@@ -308,12 +310,12 @@ class ClusterFabric(Fabric):
     0, with the controller) and ``conns``' servers."""
 
     def __init__(self, spec: FabricSpec, caps, *, conns: Sequence[Connection],
-                 place: placing.Placement, log_dir: Path, **kwargs):
+                 place: placing.Placement, log_dir: Path, tunnel: str = "gretap", **kwargs):
         run_id = kwargs["run_id"]
         servers = [c.server for c in conns]
         self.conns, self.place = list(conns), place
         addresses = machine_addresses(servers)
-        ends = tunnels(spec, place, addresses, run_id)
+        ends = tunnels(spec, place, addresses, run_id, tunnel)
         super().__init__(spec, caps, here=place.on(0), tunnels=ends[0], log_dir=log_dir,
                          **kwargs)
         self._ends = ends
@@ -431,37 +433,59 @@ def machine_addresses(servers: Sequence[Server]) -> Callable[[int, int], str]:
 
 
 def connect(servers: Sequence[Server], spec: FabricSpec, place: placing.Placement, *,
-            run_id: str, folder: Path) -> list[Connection]:
-    """A checked connection to every server (HostError naming the first that fails; then
-    every connection made is closed again)."""
+            run_id: str, folder: Path) -> tuple[list[Connection], str]:
+    """A checked connection to every server and the tunnel kind every machine can make
+    (HostError naming the first machine that fails; then every connection made is
+    closed again)."""
+    from testbed.cluster import remote
+
     conns: list[Connection] = []
     addresses = machine_addresses(servers)
-    mtu = placing.underlay_mtu(spec)
+    found = {}
     try:
         for m, server in enumerate(servers, start=1):
             conn = Connection(server, folder / f"ssh-{m}")
             conns.append(conn)
             conn.open()
             peers = sorted({addresses(n, m) for n in range(place.machines) if n != m})
-            check(conn, run_id=run_id, peers=peers, mtu=mtu)
-        for m in range(1, place.machines):  # this machine's own routes to the servers
-            _check_route_here(servers[m - 1], addresses(m, 0), mtu)
+            found[str(server)] = check(conn, run_id=run_id, peers=peers)
+        here = remote.check(run_id, [addresses(m, 0) for m in range(1, place.machines)])
+        if here["problems"]:
+            raise HostError(f"this machine: {here['problems'][0]}")
+        return conns, choose_tunnel(spec, here, found)
     except BaseException:
         for conn in conns:
             conn.close()
         raise
-    return conns
 
 
-def _check_route_here(server: Server, address: str, mtu: int) -> None:
-    done = subprocess.run(["ip", "-j", "route", "get", address], capture_output=True,
-                          text=True)
-    try:
-        dev = json.loads(done.stdout)[0]["dev"]
-        have = int(Path(f"/sys/class/net/{dev}/mtu").read_text())
-    except (ValueError, IndexError, KeyError, OSError):
-        raise HostError(f"server {server}: no route from here to {address}") from None
-    if have < mtu:
-        raise HostError(f"server {server}: the route to it leaves here over {dev} with MTU "
-                        f"{have}; the fabric's frames in GRE need {mtu} (raise {dev}'s MTU "
-                        "on every machine, or give the fabric a smaller mtu)")
+def choose_tunnel(spec: FabricSpec, here: dict, servers: dict[str, dict]) -> str:
+    """The first tunnel kind of :data:`placement.TUNNELS` that every machine makes, once
+    every route between them carries the fabric's frames in it; HostError otherwise.
+
+    >>> from topologies.leafspine import build_fabric
+    >>> spec = build_fabric(prefix="tbdoc0", mtu=9000)
+    >>> found = lambda kinds, mtu: {"tunnels": kinds, "routes": {"10.0.0.1": ["eth1", mtu]}}
+    >>> choose_tunnel(spec, found(["gretap", "vxlan"], 9100), {"b": found(["vxlan"], 9100)})
+    'vxlan'
+    >>> choose_tunnel(spec, found(["gretap"], 9100), {"b": found(["gretap"], 1500)})
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    testbed.errors.HostError: server b: the route to 10.0.0.1 leaves over eth1 with MTU 1500; ...
+    """
+    machines = {"this machine": here, **{f"server {s}": f for s, f in servers.items()}}
+    kind = next((k for k in placing.TUNNELS
+                 if all(k in f["tunnels"] for f in machines.values())), None)
+    if kind is None:
+        raise HostError("no tunnel kind that every machine makes: " + "; ".join(
+            f"{name}: {', '.join(f['tunnels']) or 'none'}" for name, f in machines.items()))
+    mtu = placing.underlay_mtu(spec, kind)
+    for name, f in machines.items():
+        for peer, (dev, have) in f["routes"].items():
+            if have < mtu:
+                raise HostError(f"{name}: the route to {peer} leaves over {dev} with MTU "
+                                f"{have}; the fabric's frames in {kind} need {mtu} (raise "
+                                f"{dev}'s MTU on every machine, or give the fabric a smaller "
+                                "mtu)")
+    return kind

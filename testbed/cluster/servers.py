@@ -259,12 +259,12 @@ def clean_servers(folder: Path, run_id: str, dry_run: bool) -> list[str]:
     return lines
 
 
-def check(conn: Connection, *, run_id: str, peers: Sequence[str], mtu: int) -> None:
-    """The server runs the same lab, as root, with Open vSwitch, GRE and an underlay that
-    carries the fabric's frames in GRE to every ``peers`` address; HostError naming the
-    server and the first problem otherwise."""
+def check(conn: Connection, *, run_id: str, peers: Sequence[str]) -> dict:
+    """The server runs the same lab, as root, with Mininet, Open vSwitch, a tunnel kind
+    and a route to every ``peers`` address; HostError naming the server and the first
+    problem otherwise. Returns what it found (:func:`testbed.cluster.remote.check`)."""
     remote = [*conn.python(), "-m", "testbed.cluster.remote", "check", "--run-id", run_id,
-              "--mtu", str(mtu), *[w for p in peers for w in ("--peer", p)]]
+              *[w for p in peers for w in ("--peer", p)]]
     done = conn.run(remote, timeout=90)
     where = f"server {conn.server}"
     if done.returncode == 127 or "No such file" in done.stderr:
@@ -280,3 +280,4 @@ def check(conn: Connection, *, run_id: str, peers: Sequence[str], mtu: int) -> N
                         f"{found['digest']}, here {code_digest()}): the same commit on both")
     if found["problems"]:
         raise HostError(f"{where}: {found['problems'][0]}")
+    return found

@@ -146,12 +146,13 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
             raise BringUpError("servers: a fabric over several machines runs the lab's own "
                                "controller, not a remote one")
         place = placement.place(spec, 1 + len(servers))
-        conns = connect(servers, spec, place, run_id=run_id, folder=pids)
+        conns, tunnel = connect(servers, spec, place, run_id=run_id, folder=pids)
         for conn in conns:
             stack.callback(conn.close)
         record_servers(pids, conns)
         write_json(out / layout.PLACEMENT, {
-            "servers": ["here", *[str(s) for s in servers]], **place.to_dict()})
+            "servers": ["here", *[str(s) for s in servers]], "tunnel": tunnel,
+            **place.to_dict()})
     if model.remote:
         return _bring_up_remote(spec, caps, run_id=run_id, remote=model.remote,
                                 status=Path(model.status), pids=pids, stack=stack,
@@ -177,7 +178,7 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
     if conns:
         from testbed.cluster.runtime import ClusterFabric
 
-        fabric = ClusterFabric(spec, caps, conns=conns, place=place, log_dir=out,
+        fabric = ClusterFabric(spec, caps, conns=conns, place=place, log_dir=out, tunnel=tunnel,
                                run_id=run_id, controller_port=port, red=red, classes=classes,
                                switches=settings)
         fabric.qos_section = qos_section.model_dump(mode="json")

@@ -164,10 +164,9 @@ def make_tunnel(ipr: IPRoute, tunnel: Tunnel, node, *, mtu: int, group: int,
     with the fabric's MTU: a switch's port (Mininet adds it to the bridge with the
     link's port number), or moved into a host's namespace (the tunnel's own packets
     stay in the root namespace, where the machine's address is)."""
-    where = f"link end {tunnel.ifname} (GRE to {tunnel.remote})"
-    done = RootHost().run(["ip", "link", "add", "name", tunnel.ifname, "type", "gretap",
-                           "local", tunnel.local, "remote", tunnel.remote,
-                           "key", str(tunnel.key), "ttl", "64"])
+    where = f"link end {tunnel.ifname} ({tunnel.kind} to {tunnel.remote})"
+    done = RootHost().run(["ip", "link", "add", "name", tunnel.ifname, "type",
+                           *tunnel.ip_args()])
     if done.returncode:
         raise BringUpError(f"{where}: {done.stderr.strip()}")
     try:
@@ -316,8 +315,9 @@ class Growth:
 @dataclass(frozen=True)
 class Tunnel:
     """The end on this machine of a link whose other end runs on another machine: a
-    gretap device (Linux's Ethernet in GRE) named as the link's interface, between the
-    two machines' addresses, with a key of its own (:mod:`testbed.cluster.runtime`)."""
+    gretap device (Linux's Ethernet in GRE; or a VXLAN device where the kernels lack
+    GRE) named as the link's interface, between the two machines' addresses, with a key
+    of its own (:mod:`testbed.cluster.runtime`)."""
 
     ifname: str
     node: str
@@ -327,6 +327,20 @@ class Tunnel:
     key: int
     #: the interface's MAC when the end is a host's (a switch port takes the kernel's)
     mac: str | None = None
+    #: ``gretap`` or ``vxlan`` (:data:`testbed.cluster.placement.TUNNELS`)
+    kind: str = "gretap"
+
+    def ip_args(self) -> list[str]:
+        """``ip link add NAME type ...``'s words for this end."""
+        if self.kind == "vxlan":
+            return ["vxlan", "id", str(self.key), "local", self.local, "remote", self.remote,
+                    "dstport", str(VXLAN_PORT), "ttl", "64"]
+        return ["gretap", "local", self.local, "remote", self.remote, "key", str(self.key),
+                "ttl", "64"]
+
+
+#: the UDP port of the lab's VXLAN tunnels (IANA's)
+VXLAN_PORT = 4789
 
 
 @dataclass

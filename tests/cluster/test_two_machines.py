@@ -150,6 +150,39 @@ def test_a_killed_lab_leaves_nothing_on_the_server(tmp_path):
     assert leftovers_here(prefix) == []
 
 
+def test_a_server_without_gre_gets_vxlan_tunnels(tmp_path):
+    """The kernel there refuses GRE (its module blocked): the machines agree on VXLAN, and
+    full-size frames cross it both ways."""
+    block = "/etc/modprobe.d/testbed-test-no-gre.conf"
+    assert on_server(f"echo 'install ip_gre /bin/false' > {block}; "
+                     "rmmod ip_gre 2>/dev/null; true").returncode == 0
+    try:
+        up("vx", tmp_path)
+        record = record_of("vx")
+        prefix = record["prefix"]
+        try:
+            placement = json.loads((Path(record["spec"]).parent / "placement.json").read_text())
+            assert placement["tunnel"] == "vxlan", placement
+            assert on_server("ip -d -o link show type vxlan").stdout.count(prefix) == 4
+            spec = json.loads(Path(record["spec"]).read_text())
+            hosts = record["hosts"]
+            there = next(n for n, h in hosts.items() if h.get("server"))
+            here = next(n for n, h in hosts.items() if not h.get("server"))
+            ip = {n: next(h for h in spec["hosts"] if h["name"] == prefix + n)[
+                "interfaces"][-1]["ip"] for n in (here, there)}
+            for src, dst in ((here, there), (there, here)):
+                ping = run_testbed("exec", "vx", src, "--", "ping", "-c1", "-W3", "-M", "do",
+                                   "-s", str(spec["mtu"] - 28), ip[dst], timeout=60)
+                assert ping.returncode == 0, (src, dst, ping.stdout, ping.stderr)
+        finally:
+            down = run_testbed("down", "vx")
+        assert down.returncode == 0, down.stderr
+        assert leftovers_here(prefix) == []
+        assert wait_for(lambda: not leftovers_there(prefix), 30), leftovers_there(prefix)
+    finally:
+        on_server(f"rm -f {block}")
+
+
 def test_a_server_that_cannot_hold_its_part_is_refused_before_anything_is_made(tmp_path):
     before = set(os.listdir("/run/testbed")) if os.path.isdir("/run/testbed") else set()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
