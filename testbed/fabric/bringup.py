@@ -32,6 +32,10 @@ from testbed.host.procs import Helper, wait_for
 from topologies import plugins
 from topologies.spec import FabricSpec
 
+#: how long the controller may take to install the paths on every switch (a lab VM with
+#: one emulated processor once needed more than 30 s for the default fabric)
+PATHS_WAIT_S = 60.0
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -190,9 +194,9 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
 
     def await_paths() -> None:
         installed = lambda: {e["dpid"] for e in _events(status, "installed")}  # noqa: E731
-        if not wait_for(lambda: len(installed()) >= n, 30):
-            raise BringUpError(
-                f"controller installed paths on {len(installed())} of {n} switches in 30 s")
+        if not wait_for(lambda: len(installed()) >= n, PATHS_WAIT_S):
+            raise BringUpError(f"controller installed paths on {len(installed())} of {n} "
+                               f"switches in {PATHS_WAIT_S:g} s")
 
     times = fabric.start(await_paths)
     metrics_url = _metrics_url(status, model.prometheus_port)

@@ -209,10 +209,10 @@ def test_a_server_that_cannot_hold_its_part_is_refused_before_anything_is_made(t
 
 #: the two-machine run beside the one-machine run, fixed before the first comparison:
 #: under qemu's software emulation every instruction costs tens of times what it costs
-#: on hardware, each VM has two virtual processors and the two VMs share the host's two
-#: cores with qemu's own threads (the one-VM run has both cores to itself), so timing
-#: figures move by tens of percent from run to run; what must hold regardless is that
-#: every chain completes on both
+#: on hardware, each VM has one virtual processor (a machine is one of the host's two
+#: cores, in both runs) and shares it with qemu's own threads, so timing figures move by
+#: tens of percent from run to run; what must hold regardless is that every chain
+#: completes on both
 LATENCY_FACTOR = 2.0  # median chain latency, either way
 GOODPUT_SHARE = 0.5  # training goodput, either way
 COMPARED = ("agents-only", "training-1to1")
