@@ -68,7 +68,7 @@ def test_the_default_scenario_runs_in_two_parts(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "connect", connect_here)
     source = yaml.safe_load((REPO / "scenarios" / "agents-vs-training.yaml").read_text())
     source["variants"] = [v for v in source["variants"] if v["name"] == "training-1to1"]
-    source.update(duration_s=5)
+    source.update(duration_s=15)  # the ring's first iterations take seconds under emulation
     sc = scenario.parse(source)
     summary = runner.run(sc, tmp_path / "out", servers=(SECOND,), progress=lambda _: None)
     run = summary["runs"][0]
