@@ -122,6 +122,9 @@ class CongestionControl(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev) -> None:
         dp = ev.msg.datapath
+        # os-ken's own handler sets the id in its own event thread, which may run after
+        # this app's: taken from the message, a switch is never unknown for that race
+        dp.id = ev.msg.datapath_id
         plan = self.plans.get(dp.id)
         if plan is None:
             return

@@ -62,6 +62,9 @@ class FabricRouting(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev) -> None:
         dp = ev.msg.datapath
+        # os-ken's own handler sets the id in its own event thread, which may run after
+        # this app's: taken from the message, a switch is never unknown for that race
+        dp.id = ev.msg.datapath_id
         try:
             plan = plan_switch(self.spec, dp.id)
         except KeyError:

@@ -99,6 +99,9 @@ class ResilientRouting(FabricRouting):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev) -> None:
         dp = ev.msg.datapath
+        # os-ken's own handler sets the id in its own event thread, which may run after
+        # this app's: taken from the message, a switch is never unknown for that race
+        dp.id = ev.msg.datapath_id
         if dp.id not in self.names:
             self.status.emit("unknown_switch", dpid=dp.id)
             return
