@@ -215,10 +215,7 @@ def test_a_server_that_cannot_hold_its_part_is_refused_before_anything_is_made(t
 #: completes on both
 LATENCY_FACTOR = 2.0  # median chain latency, either way
 GOODPUT_SHARE = 0.5  # training goodput, either way
-#: the variant with both chains and training (one bring-up a run: under one emulated
-#: processor the one-VM run's second bring-up in a row failed twice, its controller
-#: seeing 7 of 8 switches connect without a datapath id)
-COMPARED = ("training-1to1",)
+COMPARED = ("agents-only", "training-1to1")
 
 
 def test_the_default_scenario_over_two_machines_compares_with_one(tmp_path):
