@@ -341,7 +341,9 @@ class ClusterFabric(Fabric):
 
         self.run_folder = str(run_dir(self.run_id))
         roots = [self.run_folder] + ([str(self.log_dir)] if self.log_dir else [])
-        self.mirrors = [Mirror(part, roots) for part in self.parts]
+        # a part on this machine (a test's) shares its files: nothing to mirror (copying
+        # a file onto itself while its helper appends would cut it short)
+        self.mirrors = [Mirror(part, [] if part.conn.local else roots) for part in self.parts]
         for part in self.parts:  # they build while this machine builds its own part
             part.start(self._request(part, part.conn.forward(self.controller_port)))
 

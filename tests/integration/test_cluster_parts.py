@@ -1,10 +1,11 @@
 """A fabric in two parts on one machine: the runtime of a lab over several machines
 (:mod:`testbed.cluster.runtime`) without the second machine. The second part runs as its
 own process (the ``part`` a server runs over ssh, here started directly), its links to
-the first are gretap tunnels over the loopback (127.0.0.1 to 127.0.0.2), its helpers'
-files go through the mirror; the default scenario's chains and training run across the
-cut. What this cannot show (ssh, a second kernel and Open vSwitch, a real wire, VXLAN)
-is what ``make cluster-test`` runs on two lab VMs (tests/cluster).
+the first are gretap tunnels over the loopback (127.0.0.1 to 127.0.0.2); the default
+scenario's chains and training run across the cut. What this cannot show (ssh, a second
+kernel and Open vSwitch, a real wire, VXLAN, the mirror of helpers' files: the parts
+share one file system) is what ``make cluster-test`` runs on two lab VMs
+(tests/cluster).
 
 Both tunnel ends live in one machine's namespace here, which GRE allows (its tunnels
 differ by their addresses) and VXLAN does not (one device per network id): a kernel
