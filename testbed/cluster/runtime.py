@@ -310,7 +310,8 @@ class ClusterFabric(Fabric):
     0, with the controller) and ``conns``' servers."""
 
     def __init__(self, spec: FabricSpec, caps, *, conns: Sequence[Connection],
-                 place: placing.Placement, log_dir: Path, tunnel: str = "gretap", **kwargs):
+                 place: placing.Placement, log_dir: Path, tunnel: str = "gretap",
+                 qos: dict | None = None, **kwargs):
         run_id = kwargs["run_id"]
         servers = [c.server for c in conns]
         self.conns, self.place = list(conns), place
@@ -319,6 +320,8 @@ class ClusterFabric(Fabric):
         super().__init__(spec, caps, here=place.on(0), tunnels=ends[0], log_dir=log_dir,
                          **kwargs)
         self._ends = ends
+        #: the variant's qos section, as the parts rebuild their traffic classes from it
+        self.qos_section = qos
         self.parts = [Part(conn, m + 1, log_dir / f"part-{conn.server.host}.log")
                       for m, conn in enumerate(self.conns)]
         self.run_folder = ""
@@ -331,9 +334,6 @@ class ClusterFabric(Fabric):
                 "controller_port": controller_port, "red": self.red,
                 "qos": self.qos_section, "switches": self.switch_settings.model_dump(),
                 "own_folder": not part.conn.local}
-
-    #: the variant's qos section as the parts rebuild it (set by bring_up)
-    qos_section: dict | None = None
 
     def start(self, await_paths: Callable[[], None] | None = None, *,
               check: bool = True) -> FabricTimes:

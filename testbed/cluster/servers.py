@@ -19,6 +19,7 @@ Server(user='lab', host='gpu2', port=2222)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -99,9 +100,11 @@ def parse_all(values: Sequence[str] | str | None, field: str = "servers") -> lis
     return servers
 
 
+@functools.cache
 def code_digest(root: Path = ROOT) -> str:
     """A digest of the lab's Python code: two machines with the same digest run the same
-    lab (a version number does not change with an edit in a checkout)."""
+    lab (a version number does not change with an edit in a checkout). Read once a
+    process."""
     digest = hashlib.sha256()
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
@@ -238,17 +241,16 @@ def clean_servers(folder: Path, run_id: str, dry_run: bool) -> list[str]:
     except (OSError, ValueError):
         return []
     lines = []
-    for entry in entries:
-        server = parse(entry["server"], "server")
-        port = ["-p", str(server.port)] if server.port else []
-        words = [*(["sudo", "-n"] if entry.get("sudo") else []),
-                 str(ROOT / ".venv" / "bin" / "python"), "-m", "testbed.core.cli", "clean",
-                 "--run", run_id, "--force", *(["--dry-run"] if dry_run else [])]
+    for m, entry in enumerate(entries, start=1):
+        # the run's master socket is gone with it: ssh then makes a connection of its own
+        conn = Connection(parse(entry["server"], "server"), folder / f"ssh-{m}")
+        conn.sudo = ["sudo", "-n"] if entry.get("sudo") else []
+        server = conn.server
         try:
-            done = subprocess.run(["ssh", *SSH_OPTIONS, *port, server.dest, "--",
-                                   shlex.join(words)], capture_output=True, text=True,
-                                  timeout=120)
-        except subprocess.TimeoutExpired:
+            done = conn.run([*conn.python(), "-m", "testbed.core.cli", "clean", "--run",
+                             run_id, "--force", *(["--dry-run"] if dry_run else [])],
+                            timeout=120)
+        except HostError:
             lines.append(f"server {server}: no answer in 120 s: what the run left there stays")
             continue
         if done.returncode:

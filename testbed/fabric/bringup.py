@@ -32,9 +32,8 @@ from testbed.host.procs import Helper, wait_for
 from topologies import plugins
 from topologies.spec import FabricSpec
 
-#: how long the controller may take to install the paths on every switch (a lab VM with
-#: one emulated processor once needed more than 30 s for the default fabric)
-PATHS_WAIT_S = 60.0
+#: how long the controller may take to install the paths on every switch
+PATHS_WAIT_S = 30.0
 
 
 def free_port() -> int:
@@ -183,9 +182,9 @@ def bring_up(spec: FabricSpec, caps: Capabilities, *, run_id: str, out: Path,
         from testbed.cluster.runtime import ClusterFabric
 
         fabric = ClusterFabric(spec, caps, conns=conns, place=place, log_dir=out, tunnel=tunnel,
-                               run_id=run_id, controller_port=port, red=red, classes=classes,
+                               qos=qos_section.model_dump(mode="json"), run_id=run_id,
+                               controller_port=port, red=red, classes=classes,
                                switches=settings)
-        fabric.qos_section = qos_section.model_dump(mode="json")
     else:
         fabric = Fabric(spec, caps, run_id=run_id, controller_port=port, red=red,
                         classes=classes, switches=settings, log_dir=out)
