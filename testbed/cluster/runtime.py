@@ -43,6 +43,7 @@ from testbed.cluster.servers import ROOT, Connection, Server, check, source_addr
 from testbed.errors import BringUpError, HostError
 from testbed.fabric.net import Fabric, FabricTimes, Tunnel
 from testbed.host.hosts import Host
+from testbed.host.naming import run_dir
 from testbed.host.procs import Helper, dies_with_parent
 from topologies.spec import FabricSpec
 
@@ -105,16 +106,19 @@ class RemoteHost(Host):
     #: from a lab's record, for commands only)
     mirror: Mirror | None = None
 
+    def _inside(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` in the host's namespace there, the lab's packages on its path."""
+        return ["env", f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid), *argv]
+
     def argv(self, argv: Sequence[str]) -> list[str]:
-        return self.conn.argv(["env", f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid),
-                               *argv])
+        return self.conn.argv(self._inside(argv))
 
     def spawn(self, name: str, argv: Sequence[str], *, pid_dir: Path, log: Path | None = None,
               env: dict[str, str] | None = None, stdout_pipe: bool = False,
               stdout_file: Path | None = None) -> Helper:
         pid_file = f"{self.run_folder}/remote-{self.name}-{name}.pid"
-        remote = self.conn.argv(["sh", "-c", f'echo $$ > {pid_file}; exec "$@"', "sh", "env",
-                                 f"PYTHONPATH={ROOT}", "mnexec", "-a", str(self.pid), *argv])
+        remote = self.conn.argv(["sh", "-c", f'echo $$ > {pid_file}; exec "$@"', "sh",
+                                 *self._inside(argv)])
         files = self.mirror.watch(argv) if self.mirror is not None else []
         return RemoteHelper(name, remote, pid_dir=pid_dir, log=log, env=env,
                             stdout_pipe=stdout_pipe, stdout_file=stdout_file,
@@ -324,7 +328,7 @@ class ClusterFabric(Fabric):
         self.qos_section = qos
         self.parts = [Part(conn, m + 1, log_dir / f"part-{conn.server.host}.log")
                       for m, conn in enumerate(self.conns)]
-        self.run_folder = ""
+        self.run_folder = str(run_dir(self.run_id))
         self.mirrors: list[Mirror] = []
 
     def _request(self, part: Part, controller_port: int) -> dict:
@@ -337,9 +341,6 @@ class ClusterFabric(Fabric):
 
     def start(self, await_paths: Callable[[], None] | None = None, *,
               check: bool = True) -> FabricTimes:
-        from testbed.host.naming import run_dir
-
-        self.run_folder = str(run_dir(self.run_id))
         roots = [self.run_folder] + ([str(self.log_dir)] if self.log_dir else [])
         # a part on this machine (a test's) shares its files: nothing to mirror (copying
         # a file onto itself while its helper appends would cut it short)
