@@ -9,7 +9,11 @@ connection (:mod:`testbed.cluster.servers`), as root:
   on stdin (the spec, what runs here, the tunnels' ends, the controller's forwarded
   port), builds it with the lab's own bring-up (:class:`testbed.fabric.net.Fabric`),
   answers ``{"ready": ...}`` with its hosts' pids, then serves requests (``queue_stats``,
-  ``stop``) one JSON line each. End of input (the lab's machine went away, or its ssh
+  the mirror's files, ``watch`` and ``unwatch``, ``stop``) one JSON line each. From
+  ready to stop the lab's fidelity monitor (:class:`testbed.core.fidelity.Monitor`)
+  samples this machine once a second as it samples the lab's own: ``watch`` opens the
+  run's measured window, ``unwatch`` closes it and answers its samples (the lab's
+  machine judges them). End of input (the lab's machine went away, or its ssh
   did) tears the part down as ``stop`` does; so do SIGTERM, SIGINT and SIGHUP. Every
   name it creates is registered in the run's folder here, so ``testbed clean`` on this
   machine removes what a killed part left.
@@ -106,21 +110,15 @@ def _write(message: dict) -> bool:
     return True
 
 
-def _cpu(_message: dict) -> dict:
-    """The machine's CPU counters (``/proc/stat``, jiffies): all, idle (iowait counted
-    idle), and its cores."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return {"total": sum(fields), "idle": fields[3] + fields[4], "cores": os.cpu_count()}
-
-
-#: what a part answers besides its queues: the mirror of a helper's files
-#: (:class:`testbed.cluster.runtime.Mirror`) and the CPU counters of the fidelity check
-REQUESTS = {"prepare": _prepare, "read": _read, "write": _write, "cpu": _cpu}
+#: what a part answers besides its queues and its monitor: the mirror of a helper's files
+#: (:class:`testbed.cluster.runtime.Mirror`)
+REQUESTS = {"prepare": _prepare, "read": _read, "write": _write}
 
 
 def part(request: dict, requests, answers) -> int:
     """Build and hold one machine's part (see the module's text); ``requests`` and
     ``answers`` are the session's input and output (nothing else may use them)."""
+    from testbed.core.fidelity import Monitor
     from testbed.fabric.net import Fabric, Tunnel
     from testbed.fabric.qos import Qos, classes_of
     from testbed.fabric.switchd import SwitchSettings
@@ -146,7 +144,7 @@ def part(request: dict, requests, answers) -> int:
     own = request.get("own_folder", True)
     if own:
         claim(run_id)
-    fabric = None
+    fabric = monitor = None
     try:
         spec = FabricSpec.from_dict(request["spec"])
         fabric = Fabric(
@@ -157,6 +155,9 @@ def part(request: dict, requests, answers) -> int:
             log_dir=run_dir(run_id), here=request["here"],
             tunnels=[Tunnel(**t) for t in request["tunnels"]])
         fabric.start(None, check=False)
+        # this machine's samples, beside the lab's machine's (a part that shares the
+        # lab's machine samples it a second time: the test of a fabric in two parts)
+        monitor = Monitor(run_dir(run_id) / f"fidelity-{os.getpid()}.jsonl").start()
         say({"ready": {"hosts": {name: fabric.host_pid(name) for name in request["here"]
                                  if not spec.is_switch(name)},
                        "times": fabric.times.__dict__}})
@@ -165,6 +166,12 @@ def part(request: dict, requests, answers) -> int:
             op = message.get("op")
             if op == "queue_stats":
                 say({"queue_stats": fabric.queue_stats()})
+            elif op == "watch":
+                monitor.watch()
+                say({"watch": True})
+            elif op == "unwatch":
+                monitor.unwatch()
+                say({"unwatch": [s for s in monitor.samples if s["measuring"]]})
             elif op in REQUESTS:
                 say({op: REQUESTS[op](message)})
             elif op == "stop":
@@ -177,6 +184,8 @@ def part(request: dict, requests, answers) -> int:
         return 1
     finally:
         try:
+            if monitor is not None:
+                monitor.stop()
             if fabric is not None:
                 say({"stopped": round(fabric.stop(), 2)})
         finally:

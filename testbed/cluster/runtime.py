@@ -40,6 +40,7 @@ from pathlib import Path
 
 from testbed.cluster import placement as placing
 from testbed.cluster.servers import ROOT, Connection, Server, check, source_address
+from testbed.core import fidelity
 from testbed.errors import BringUpError, HostError
 from testbed.fabric.net import Fabric, FabricTimes, Tunnel
 from testbed.host.hosts import Host
@@ -389,20 +390,13 @@ class ClusterFabric(Fabric):
             stats.update(part.ask("queue_stats"))
         return stats
 
-    def servers_cpu(self, since: list | None = None) -> list:
-        """Each server's CPU counters now, or (``since``: earlier counters) its busy cores
-        and idle share between then and now."""
-        now = [part.ask("cpu") for part in self.parts]
-        if since is None:
-            return now
-        out = []
-        for part, before, after in zip(self.parts, since, now, strict=True):
-            total = after["total"] - before["total"]
-            idle = (after["idle"] - before["idle"]) / total if total else 1.0
-            out.append({"server": str(part.conn.server), "cores": after["cores"],
-                        "busy_cores": round((1 - idle) * after["cores"], 3),
-                        "idle_share": round(idle, 3)})
-        return out
+    def servers_watch(self) -> None:
+        for part in self.parts:
+            part.ask("watch")
+
+    def servers_fidelity(self) -> list[dict]:
+        return [fidelity.server_record(str(part.conn.server), part.ask("unwatch"))
+                for part in self.parts]
 
     def grow(self, spec: FabricSpec):
         raise BringUpError("a lab over several machines does not grow (expand) yet")

@@ -300,25 +300,41 @@ def judged(samples: list[dict]) -> list[dict]:
     return inside or samples
 
 
-def with_servers(result: dict, servers: list[dict],
-                 thresholds: Thresholds = THRESHOLDS) -> dict:
-    """``result`` (a verdict) with the other machines of a fabric spread over several:
-    one whose CPUs were idle less than ``host_idle_min`` of the measured window, on
-    average, flags the run too (a coarser test than this machine's, whose samples are
-    judged one by one).
+def server_record(server: str, samples: list[dict],
+                  thresholds: Thresholds = THRESHOLDS) -> dict:
+    """What a server of a fabric spread over several machines measured over the run's
+    window (its own monitor's ``samples``, :mod:`testbed.cluster.remote`), judged like
+    this machine's samples: its cores, their mean busy share and its verdict.
+
+    >>> busy = [{"host_idle": 0.05, "cpus": 2, "measuring": True}] * 5
+    >>> rec = server_record("gpu2", busy)
+    >>> rec["busy_cores"], rec["idle_share"], rec["fidelity"]["ok"]
+    (1.9, 0.05, False)
+    """
+    judged_samples = judged(samples)
+    idle = _mean([s["host_idle"] for s in judged_samples if s.get("host_idle") is not None])
+    cores = next((s["cpus"] for s in reversed(samples) if s.get("cpus")), None)
+    return {"server": server, "cores": cores,
+            "busy_cores": None if idle is None or cores is None else round((1 - idle) * cores, 3),
+            "idle_share": _r(idle), "fidelity": verdict(samples, thresholds)}
+
+
+def with_servers(result: dict, servers: list[dict]) -> dict:
+    """``result`` (a verdict) with the other machines of a fabric spread over several
+    (:func:`server_record`): a server its own samples flag flags the run too, its reasons
+    named after it.
 
     >>> ok = {"ok": True, "reasons": []}
-    >>> with_servers(ok, [{"server": "gpu2", "idle_share": 0.4}])["ok"]
+    >>> with_servers(ok, [server_record("gpu2", [{"host_idle": 0.4, "cpus": 2}] * 5)])["ok"]
     True
-    >>> with_servers(ok, [{"server": "gpu2", "idle_share": 0.05}])["reasons"]
-    ['server gpu2 had 5 % idle CPU over the measured window (under 10 %)']
+    >>> starved = server_record("gpu2", [{"host_idle": 0.05, "cpus": 2}] * 5)
+    >>> with_servers(ok, [starved])["reasons"][0][:58]
+    'server gpu2: the host had less than 10 % idle CPU in 100 %'
     """
-    starved = [s for s in servers if s["idle_share"] < thresholds.host_idle_min]
-    if not starved:
+    reasons = [f"server {s['server']}: {why}" for s in servers
+               for why in s["fidelity"]["reasons"]]
+    if not reasons:
         return result
-    reasons = [f"server {s['server']} had {s['idle_share'] * 100:.0f} % idle CPU over the "
-               f"measured window (under {thresholds.host_idle_min * 100:g} %)"
-               for s in starved]
     return {**result, "ok": False, "reasons": [*result.get("reasons", []), *reasons]}
 
 

@@ -107,12 +107,12 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
                     finally:
                         ctx.monitor = None
                 entry["fidelity"] = fidelity.with_servers(monitor.result,
-                                                          entry.get("servers_cpu", []))
+                                                          entry.get("servers", []))
                 entry["dir"] = lay.relative(variant.name, seed)
                 progress(_done_line(tag, entry))
-                if not monitor.result["ok"]:
+                if not entry["fidelity"]["ok"]:
                     progress(f"{tag}: warning: do not trust these numbers: "
-                             + "; ".join(monitor.result["reasons"]))
+                             + "; ".join(entry["fidelity"]["reasons"]))
                 per_seed.setdefault(variant.name, []).append(entry)
                 summary["runs"] = [combine(name, e) for name, e in per_seed.items()]
                 write_json(out / layout.SUMMARY, summary)

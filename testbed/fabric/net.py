@@ -812,8 +812,13 @@ class Fabric:
     def host_pid(self, name: str) -> int:
         return self.net.get(name).pid
 
-    def servers_cpu(self, since: list | None = None) -> list:
-        """The other machines' CPU readings (a fabric over several machines; none here)."""
+    def servers_watch(self) -> None:
+        """Open the measured window on the other machines' fidelity monitors (a fabric
+        over several machines, :mod:`testbed.cluster.runtime`; none here)."""
+
+    def servers_fidelity(self) -> list[dict]:
+        """Close it: each other machine's record over the window
+        (:func:`testbed.core.fidelity.server_record`)."""
         return []
 
     def host_record(self, name: str) -> dict:

@@ -257,6 +257,9 @@ def test_the_default_scenario_over_two_machines_compares_with_one(tmp_path):
     for name in COMPARED:
         one, two = runs["one"][name], runs["two"][name]
         assert two["placement"]["way"] == "group" and "placement" not in one
+        # the server's own monitor sampled it through the window, judged sample by sample
+        server, = two["servers"]
+        assert server["fidelity"]["samples"] >= 5 and "servers" not in one
         for run in (one, two):
             agents = run["agents"]
             assert agents["chains_started"] > 0 and agents["chains_failed"] == 0, (name, agents)

@@ -354,6 +354,24 @@ def test_samples_without_ovs_figures():
     assert "ovs-vswitchd ? at p90" in reason
 
 
+def test_a_server_is_judged_sample_by_sample_and_named_in_the_runs_reasons():
+    # half the window the server's switch thread was pegged, half it was idle: an average
+    # (0.5 cores, 45 % idle) would pass it; its samples, judged one by one, do not
+    pegged = [{**sample(ovs=0.98, idle=0.1), "cpus": 2} for _ in range(5)]
+    calm = [{**sample(ovs=0.02, idle=0.8), "cpus": 2} for _ in range(5)]
+    before = [{**sample(idle=0.0, measuring=False), "cpus": 2}]  # bring-up: not judged
+    rec = fidelity.server_record("gpu2", before + pegged + calm)
+    assert (rec["server"], rec["cores"], rec["idle_share"]) == ("gpu2", 2, 0.45)
+    assert rec["busy_cores"] == 1.1 and rec["fidelity"]["samples"] == 10
+    ok = verdict([sample() for _ in range(10)])
+    run = fidelity.with_servers(ok, [rec, fidelity.server_record("gpu3", calm)])
+    assert not run["ok"]
+    assert run["reasons"] == ["server gpu2: ovs-vswitchd's forwarding thread used more than "
+                              "0.9 of a core in 50 % of the samples: every switch's frames "
+                              "waited for that one thread, so rates and latencies measure it"]
+    assert fidelity.with_servers(ok, [fidelity.server_record("gpu3", calm)]) is ok
+
+
 # -- the monitor (no root: /proc only, no links) ----------------------------------------
 def test_monitor_writes_a_line_a_sample_and_judges_at_stop(tmp_path):
     path = tmp_path / "v" / "fidelity.jsonl"

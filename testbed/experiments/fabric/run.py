@@ -531,7 +531,7 @@ class FabricExperiment(base.Experiment):
                     agents=variant.agents, training=variant.training, progress=progress)
                 variant = dataclasses.replace(variant, agents=agents, training=training)
             stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
-            server_marks = fabric.servers_cpu()  # the other machines' CPUs, over it too
+            fabric.servers_watch()  # the other machines' monitors judge the window too
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")
             if live.metrics_url:
@@ -601,8 +601,9 @@ class FabricExperiment(base.Experiment):
                 entry["replacement"] = {k: v for k, v in record.items() if k != "windows"}
             if watched is not None:  # what watching cost, over the variant's traffic
                 entry["monitor"] = {**watched.record(), "cpu": watched.cpu()}
-            if server_marks:
-                entry["servers_cpu"] = fabric.servers_cpu(server_marks)
+            servers = fabric.servers_fidelity()
+            if servers:
+                entry["servers"] = servers
             roles = fabric.port_roles()
             stats = fabric.queue_stats()
             unseen = drops.delta(drops_before, fabric.unseen_drops())
