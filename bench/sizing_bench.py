@@ -10,25 +10,24 @@ of 8 s:
 * idle: nothing sent; the switch processes' cores against their ports give the cost per
   port and per process, the lab's helpers' cores (the controller asking for
   statistics) the controller's cost per switch;
-* chains at concurrency 2 and 4 with every service on the driver's leaf (``near``: one
-  switch a frame) and on the other leaf (``far``: three): two rates on one fabric tell a
-  wake-up's cost from its sharing, two fabrics its growth with the ports;
+* chains at concurrency 4 with every service on the driver's leaf (``near``: one switch
+  a frame) and on the other leaf (``far``: three);
 * a ring of two ranks at 8 Mb/s a plane, on one leaf and across the spines.
 
 A load's frames into the fabric are the frames the switch ports received over the
-switches a frame crosses. Fitted over the windows of a kind (two fabrics, two path
-lengths, and for chains two concurrencies): the switch cores above idle as batched
-wake-ups (a wake-up's cost growing with the process's ports; frames that arrive during
-one share it) plus a forwarding per switch crossed; for chains, the time a frame takes
-(the chains in flight over the frames a second) as a line in the switches and ports, by
-least squares; and what is busy beyond the switch processes, above idle, per frame (the
-hosts).
+switches a frame crosses. Fitted over the four windows of a kind (two fabrics, two path
+lengths): the switch cores above idle as batched wake-ups (a wake-up's cost growing with
+the process's ports; frames that arrive during one share it) plus a forwarding per
+switch crossed; for chains, the time a frame takes (a chain in flight over the frames a
+second) as a line in the switches and ports, by least squares; and what is busy beyond
+the switch processes, above idle, per frame (the hosts).
 
 Check (fixed before any result): the default scenario's ``agents-only`` and
 ``training-1to1`` variants (two planes, 8 switches) and ``rack-expansion``'s ``steady``
 variant (one plane, 4 switches; chains and training), 15 s, by ``testbed run``, with a
-seed no earlier version of the model was checked on (seed 7; seeds 1-6 checked the six
-before it, docs/machines.md); from each run's fidelity samples (its measured window) the
+seed no earlier version of the model was checked on (seed 5; seeds 1-4 checked the four
+before it, seeds 6 and 7 two later versions since withdrawn, docs/machines.md: a new
+version takes seed 8); from each run's fidelity samples (its measured window) the
 median of the switch processes' cores and of the host's busy cores, and the monitor's
 verdict. Targets (a miss exits 1): on every checked run, the estimate's verdict for one
 machine with the cores of the machine the bench runs on is the monitor's, and its busy
@@ -85,11 +84,11 @@ FABRICS = {
 TRAINING = {"enabled": True, "bytes": 500_000, "compute_ms": 40, "rate_mbps": 8.0,
             "payload": 4096}
 WINDOW_S = 8.0
-CHAINS = (2, 4)  # concurrencies
+CHAINS = 4
 CHECKS = (("agents-vs-training", "agents-only"), ("agents-vs-training", "training-1to1"),
           ("rack-expansion", "steady"))
 CHECK_S = 15
-CHECK_SEED = 7
+CHECK_SEED = 5
 CORES_TOLERANCE = 0.25
 
 
@@ -143,12 +142,11 @@ def fit(verbose: bool = True) -> tuple[sizing.Costs, dict]:
                                        "planes": live.spec.planes}
                     row["idle"] = _window(monitor, WINDOW_S)
                     for where, services in placed["chains"].items():
-                        for chains in CHAINS:
-                            agents = {"enabled": True, "driver": 0, "concurrency": chains,
-                                      "services": dict(zip(SERVICES, services, strict=True))}
-                            row[f"chains_{where}_{chains}"] = _window(
-                                monitor, WINDOW_S,
-                                lambda lv=live, a=agents: _generators(lv, tmp, agents=a))
+                        agents = {"enabled": True, "driver": 0, "concurrency": CHAINS,
+                                  "services": dict(zip(SERVICES, services, strict=True))}
+                        row[f"chains_{where}"] = _window(
+                            monitor, WINDOW_S,
+                            lambda lv=live, a=agents: _generators(lv, tmp, agents=a))
                     for where, ranks in placed["ranks"].items():
                         training = {**TRAINING, "ranks": ranks}
                         row[f"ranks_{where}"] = _window(
@@ -175,10 +173,8 @@ def costs_from(raw: dict) -> sizing.Costs:
     ...     near, far = 8000, 6000  # frames into the fabric a second (1 and 3 switches)
     ...     return {"ports": ports, "switches": 3, "planes": 1,
     ...             "idle": w(0.01, 0.1, 0, 0.01),
-    ...             "chains_near_2": w(ovs(near / 2, 1, ports), 0.3, near * 4),
-    ...             "chains_near_4": w(ovs(near, 1, ports), 0.5, near * 8),
-    ...             "chains_far_2": w(ovs(far / 2, 3, ports), 0.3, far * 12),
-    ...             "chains_far_4": w(ovs(far, 3, ports), 0.5, far * 24),
+    ...             "chains_near": w(ovs(near, 1, ports), 0.5, near * 8),
+    ...             "chains_far": w(ovs(far, 3, ports), 0.5, far * 24),
     ...             "ranks_near": w(ovs(800, 1, ports), 0.3, 800 * 8),
     ...             "ranks_far": w(ovs(800, 3, ports), 0.3, 800 * 24)}
     >>> c = costs_from({"small": fabric(8, 1), "large": fabric(48, 1)})
@@ -195,12 +191,11 @@ def costs_from(raw: dict) -> sizing.Costs:
     cpu: dict[str, list] = {"chains": [], "ranks": []}  # (frames in, switches, ports, cores)
     host: dict[str, list] = {"chains": [], "ranks": []}
     frame_time = []
-    windows = [("chains", f"_{c}", c) for c in CHAINS] + [("ranks", "", None)]
     for row in raw.values():
         idle = row["idle"]
-        for kind, suffix, chains in windows:
+        for kind in ("chains", "ranks"):
             for where, crossed in switches.items():
-                load = row[f"{kind}_{where}{suffix}"]
+                load = row[f"{kind}_{where}"]
                 into = max(1e-9, load["frames"] / WINDOW_S / crossed)  # frames a second
                 ovs = max(0.0, load["ovs_cores"] - idle["ovs_cores"])
                 rest = max(0.0, (load["busy_cores"] - load["ovs_cores"])
@@ -208,7 +203,7 @@ def costs_from(raw: dict) -> sizing.Costs:
                 cpu[kind].append((into, crossed, row["ports"], ovs))
                 host[kind].append(rest / into * 1e6)
                 if kind == "chains":
-                    frame_time.append((crossed, row["ports"], chains / into * 1000))
+                    frame_time.append((crossed, row["ports"], CHAINS / into * 1000))
     chain_wake, chain_port, chain_fwd = _fit_switch(cpu["chains"])
     rank_wake, rank_port, rank_fwd = _fit_switch(cpu["ranks"])
     frame_ms, per_switch, per_port = _fit3(frame_time)
@@ -229,7 +224,7 @@ def _fit_switch(points: list[tuple[float, float, float, float]]) -> tuple[float,
     """(wake-up us, its growth per port, forwarding us per switch) that best explain the
     switch cores of windows ``(frames in a second, switches crossed, ports, cores)`` with
     the model's batched wake-ups (:func:`testbed.cluster.sizing.batched`): a search over
-    the wake-up's two (0-1000 us, 0-6 us a port), the forwarding's in closed form (not
+    the wake-up's two (0-400 us, 0-6 us a port), the forwarding's in closed form (not
     below 0).
 
     >>> from testbed.cluster.sizing import batched
@@ -242,7 +237,7 @@ def _fit_switch(points: list[tuple[float, float, float, float]]) -> tuple[float,
     from testbed.cluster.sizing import batched
 
     best = None
-    for a2 in range(0, 1001):  # a fit at the search's edge would be the edge's, not the data's
+    for a2 in range(0, 401):
         a = a2 * 1.0
         for b20 in range(0, 121):
             b = b20 / 20

@@ -17,11 +17,8 @@ machine by ``make bench BENCH=sizing`` (:mod:`bench.sizing_bench`) into a
   round);
 * agent chains are a closed loop: a chain sends its next frame when the last came
   back, so the frames a chain in flight sends a second follow from the time a frame
-  takes, which grows with the switches on its path and the ports of their process, and
-  with the wait behind other traffic's frames in the egress queue of every link it
-  crosses (training's 4 KB frames: an M/D/1 queue of that traffic at the link's rate,
-  :func:`queue_waits`, a textbook formula with nothing fitted); each frame costs its two
-  hosts (the generators and the kernel's work on the frame);
+  takes, which grows with the switches on its path and the ports of their process; and
+  each frame costs its two hosts (the generators and the kernel's work on the frame);
 * training ranks send at their paced rate (:func:`rank_mbps`), each frame with its own
   wake-up, forwarding and host costs (4 KB frames, not a chain's small ones).
 
@@ -39,7 +36,6 @@ network), the report and the monitor.
 
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 from collections import defaultdict
@@ -98,15 +94,13 @@ class Costs:
 
 @dataclass(frozen=True)
 class Flow:
-    """Frames a second between two hosts on one plane, of a kind (``chain``, ``rank``),
-    and their size on the wire (bytes; 0: small, not queued behind)."""
+    """Frames a second between two hosts on one plane, of a kind (``chain``, ``rank``)."""
 
     src: str
     dst: str
     plane: int
     fps: float
     kind: str
-    frame_bytes: float = 0.0
 
 
 @dataclass
@@ -209,99 +203,28 @@ def offered(spec: FabricSpec, variant, costs: Costs, ports: float) -> Load:
     load = Load()
     hosts = spec.hosts
     agents, training = variant.agents, variant.training
+    if agents.get("enabled"):
+        driver = hosts[agents["driver"]].name
+        services = [hosts[n].name for n in agents["services"].values()]
+        # a chain visits the services in turn, as many frames each way on every hop: its
+        # frame rate is one over the mean frame time of its hops
+        times = [costs.frame_s(path_switches(spec, driver, svc, 0), ports) for svc in services]
+        fps = agents["concurrency"] / statistics.mean(times)
+        for svc in services:
+            for a, b in ((driver, svc), (svc, driver)):
+                load.flows.append(Flow(a, b, 0, fps / (2 * len(services)), "chain"))
     if training.get("enabled"):
         ranks = [hosts[n].name for n in training["ranks"]]
         fps = rank_fps(training, spec.planes)
         for i, rank in enumerate(ranks):
             peer = ranks[(i + 1) % len(ranks)]  # ring; other patterns: the same volume
             for plane in range(spec.planes):
-                load.flows.append(Flow(rank, peer, plane, fps, "rank",
-                                       training["payload"] + ROCE_OVERHEAD))
+                load.flows.append(Flow(rank, peer, plane, fps, "rank"))
         if training.get("pattern", "ring") != "ring":
             load.not_modelled.append(f"training pattern {training['pattern']} (as a ring)")
-    if agents.get("enabled"):
-        driver = hosts[agents["driver"]].name
-        services = [hosts[n].name for n in agents["services"].values()]
-        waits = queue_waits(spec, load.flows)
-        # a chain visits the services in turn, as many frames each way on every hop: its
-        # frame rate is one over the mean frame time of its hops, each the switches' time
-        # and the mean of the two ways' waits behind the other traffic
-        times = [costs.frame_s(path_switches(spec, driver, svc, 0), ports)
-                 + (path_wait(spec, driver, svc, 0, waits)
-                    + path_wait(spec, svc, driver, 0, waits)) / 2 for svc in services]
-        fps = agents["concurrency"] / statistics.mean(times)
-        for svc in services:
-            for a, b in ((driver, svc), (svc, driver)):
-                load.flows.append(Flow(a, b, 0, fps / (2 * len(services)), "chain"))
     for entry in getattr(variant, "workloads", ()):
         load.not_modelled.append(f"workload {entry.get('kind')}")
     return load
-
-
-#: the busiest a link's queue is taken to be (a link the load overruns waits this long)
-RHO_MAX = 0.95
-
-
-def hops(spec: FabricSpec, a: str, b: str, plane: int) -> list[list[tuple[str, str]]]:
-    """The links (from, to) of every shortest path from host ``a`` to host ``b``.
-
-    >>> from topologies.leafspine import build_fabric
-    >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=1)
-    >>> [[f"{x[6:]}>{y[6:]}" for x, y in p] for p in hops(spec, "tbdoc0n0", "tbdoc0n3", 0)]
-    [['n0>p0l0', 'p0l0>p0s0', 'p0s0>p0l1', 'p0l1>n3']]
-    """
-    out = []
-    for path in paths(spec, a, b, plane):
-        nodes = [a, *path, b]
-        out.append(list(itertools.pairwise(nodes)))
-    return out
-
-
-def queue_waits(spec: FabricSpec, flows: list[Flow]) -> dict[tuple[str, str], float]:
-    """The mean wait (s) of a frame in each link's egress queue, by (from, to), behind
-    the frames of ``flows`` that have a size: an M/D/1 queue, ``rho / (2 (1 - rho))``
-    times the time one of their frames takes on the wire, ``rho`` their share of the
-    link's rate (at most :data:`RHO_MAX`). Equal-cost paths share a flow evenly.
-
-    >>> from topologies.leafspine import build_fabric
-    >>> spec = build_fabric(prefix="tbdoc0", nodes=4, leaves_per_plane=2, spines_per_plane=1,
-    ...                     link_mbps=20)
-    >>> half = Flow("tbdoc0n0", "tbdoc0n3", 0, 10e6 / 8 / 5000, "rank", 5000)  # 10 Mb/s
-    >>> w = queue_waits(spec, [half])
-    >>> round(w[("tbdoc0p0l1", "tbdoc0n3")] * 1000, 3)  # ms: 0.5 / (2 * 0.5) of 2 ms
-    1.0
-    >>> round(w[("tbdoc0p0s0", "tbdoc0p0l1")] * 1000, 3)  # 40 Mb/s (1:1): 0.25 / 1.5 of 1 ms
-    0.167
-    >>> ("tbdoc0p0l1", "tbdoc0p0s0") in w  # the other way carries nothing
-    False
-    """
-    rate: dict[tuple[str, str], float] = {}
-    for lk in spec.links:
-        rate.setdefault((lk.a, lk.b), lk.mbps * 1e6)
-        rate.setdefault((lk.b, lk.a), lk.mbps * 1e6)
-    bits: dict[tuple[str, str], float] = defaultdict(float)  # a second
-    frames: dict[tuple[str, str], float] = defaultdict(float)
-    for flow in flows:
-        if not flow.frame_bytes:
-            continue
-        found = hops(spec, flow.src, flow.dst, flow.plane)
-        for path in found:
-            for link in path:
-                frames[link] += flow.fps / len(found)
-                bits[link] += flow.fps / len(found) * flow.frame_bytes * 8
-    waits = {}
-    for link, b in bits.items():
-        rho = min(RHO_MAX, b / rate[link])
-        waits[link] = rho / (2 * (1 - rho)) * (b / frames[link]) / rate[link]
-    return waits
-
-
-def path_wait(spec: FabricSpec, a: str, b: str, plane: int,
-              waits: dict[tuple[str, str], float]) -> float:
-    """A frame's mean wait (s) from host ``a`` to host ``b`` in the queues of
-    :func:`queue_waits` (equal-cost paths alike)."""
-    found = hops(spec, a, b, plane)
-    return sum(waits.get(link, 0.0) for path in found for link in path) / len(found)
 
 
 def rank_fps(training: dict, planes: int) -> float:

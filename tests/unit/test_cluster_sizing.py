@@ -73,16 +73,7 @@ def test_the_estimate_adds_up_the_parts():
     driver = spec.hosts[agents["driver"]].name
     hops = [sizing.path_switches(spec, driver, spec.hosts[n].name, 0)
             for n in agents["services"].values()]
-    # each hop's frames also wait behind the ring's 4 KB frames in the queues
-    rank_flows = [f for f in sizing.offered(spec, variant, COSTS, ports).flows
-                  if f.kind == "rank"]
-    waits = sizing.queue_waits(spec, rank_flows)
-    assert waits and all(w > 0 for w in waits.values())
-    waited = [(sizing.path_wait(spec, driver, spec.hosts[n].name, 0, waits)
-               + sizing.path_wait(spec, spec.hosts[n].name, driver, 0, waits)) / 2
-              for n in agents["services"].values()]
-    chain_fps = agents["concurrency"] / (sum(COSTS.frame_s(s, ports) + w for s, w in
-                                             zip(hops, waited, strict=True)) / 4)
+    chain_fps = agents["concurrency"] / (sum(COSTS.frame_s(s, ports) for s in hops) / 4)
     crossed = sum(hops) / 4
     ranks = variant.training["ranks"]
     rank_fps = sizing.rank_fps(variant.training, spec.planes) * spec.planes * len(ranks)
