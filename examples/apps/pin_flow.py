@@ -36,7 +36,9 @@ class PinFlow(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev) -> None:
         dp = ev.msg.datapath
-        if dp.id != self.leaf.dpid:
+        # the id from the message: os-ken sets dp.id in its own handler of this event,
+        # which may run after this one
+        if ev.msg.datapath_id != self.leaf.dpid:
             return
         ofp, parser = dp.ofproto, dp.ofproto_parser
         match = parser.OFPMatch(eth_type=0x0800, ipv4_src=self.src_ip, ipv4_dst=self.dst_ip)

@@ -64,13 +64,13 @@ class StridePlacement(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev) -> None:
-        dp = ev.msg.datapath
+        dp, dpid = ev.msg.datapath, ev.msg.datapath_id  # os-ken sets dp.id later, maybe
         ofp, parser = dp.ofproto, dp.ofproto_parser
-        for src_ip, dst_ip, port in self.rules.get(dp.id, ()):
+        for src_ip, dst_ip, port in self.rules.get(dpid, ()):
             match = parser.OFPMatch(eth_type=0x0800, ipv4_src=src_ip, ipv4_dst=dst_ip)
             actions = [parser.OFPActionOutput(port)]
             dp.send_msg(parser.OFPFlowMod(
                 dp, cookie=COOKIE, priority=PRIORITY, match=match,
                 instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]))
             self.logger.info("placed %s -> %s on port %d of dpid %d", src_ip, dst_ip, port,
-                             dp.id)
+                             dpid)
