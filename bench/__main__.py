@@ -16,6 +16,7 @@ from bench import (
     dctcp,
     expand_bench,
     fabric_bench,
+    fresh_switch_bench,
     macsec_bench,
     monitor_bench,
     replay_bench,
@@ -45,6 +46,9 @@ BENCHES = {
     "expand": ("a rack added to a running leaf-spine under chains and training: 0 "
                "probes lost on the old fabric, traffic within 5 s of the rack's verdict, "
                "a planted fault found and nothing else", expand_bench.main),
+    "fresh": ("the first userspace fabric of a freshly started ovs-vswitchd, with and "
+              "without the warm-up bridge (target: within 25 % of a second fabric's switch "
+              "cores)", fresh_switch_bench.main),
     "sizing": ("what the lab's parts cost this machine (the sizing model's costs), and "
                "the model's estimate against whole runs it was not fitted on (verdict "
                "and busy cores within 25 %)", sizing_bench.main),

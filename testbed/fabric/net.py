@@ -46,6 +46,41 @@ from topologies.spec import FabricSpec, HostInterface
 
 log = logging.getLogger(__name__)
 
+#: after the run's prefix: the bridge added to and deleted from the host's ovs-vswitchd
+#: before a userspace fabric's own (:func:`warm_host_switch`)
+WARM_BRIDGE = "warm"
+
+
+def warm_host_switch(prefix: str, run_id: str) -> None:
+    """Add one userspace bridge to the host's ovs-vswitchd and delete it again, before a
+    userspace fabric's bridges.
+
+    A freshly started ovs-vswitchd forwarded its first userspace datapath at 2.5 times
+    the CPU of every later one: the sizing bench's small fabric (3 switches, 8 ports)
+    with four agent chains on one leaf took 0.38-0.40 cores of its forwarding thread
+    over 8 s windows, 1.3 million minor page faults a window and its heap's top moved
+    (``brk``) 3,000 times a second, where the next fabric on the same daemon, same load,
+    took 0.15 cores and no page fault (``bench/fresh_switch_bench.py``). Every poll frees
+    a batch of frame buffers, and glibc gives the heap's top back to the kernel while
+    the process keeps its default trim threshold; glibc raises that threshold for the
+    rest of the process's life once a large block is freed, which a datapath's deletion
+    does. So the first fabric of a daemon paid, and the host's Open vSwitch gave no way
+    to tune it short of changing how it is started (the lab's own switch processes are
+    started with glibc's allocator tuned instead, :data:`switchd.MALLOC`). The bridge
+    is the run's (its name registered and the run's id on it), so ``testbed clean``
+    removes it if the run dies in between; nothing else of the host's Open vSwitch
+    changes. On a daemon whose datapath other bridges hold, nothing is freed and nothing
+    is gained or lost.
+    """
+    name = prefix + WARM_BRIDGE
+    register(run_id, "bridge", name)
+    for argv in (["--may-exist", "add-br", name, "--", "set", "Bridge", name,
+                  "datapath_type=netdev", f"external_ids:{OVS_EXTERNAL_ID}={run_id}"],
+                 ["--if-exists", "del-br", name]):
+        done = RootHost().run(["ovs-vsctl", *argv])
+        if done.returncode:
+            raise BringUpError(f"ovs-vsctl {argv[1]} {name}: {done.stderr.strip()}")
+
 # pyroute2 0.9 has no bfifo plugin; bfifo's options are pfifo's (struct tc_fifo_qopt)
 tc_plugins.setdefault("bfifo", sched_pfifo)
 
@@ -435,6 +470,8 @@ class Fabric:
                 malloc=self.switch_settings.malloc)
             self.daemons.start()
             switch_cls = lab_switch_class(ovs_switch, self.daemons)
+        elif self.caps.ovs_datapath == "user":
+            warm_host_switch(self.spec.prefix, self.run_id)
         for sw in self.spec.switches:
             if not self.is_here(sw.name):
                 continue

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from testbed.core.cli import main
+from testbed.errors import BringUpError
 from testbed.fabric.switchd import AUTO_SHARDS, SwitchSettings, plan, tunables
 from topologies.build import build_topology
 from topologies.leafspine import build_fabric
@@ -85,3 +87,31 @@ def test_a_variant_may_choose_its_switch_processes(tmp_path, capsys):
     good.write_text(yaml.safe_dump(data))
     assert main(["validate", str(good)]) == 2
     assert "variants[1].switches.shards" in capsys.readouterr().err
+
+
+def test_a_userspace_fabric_warms_the_hosts_switch_with_a_bridge_of_its_own(monkeypatch):
+    # bench/fresh_switch_bench.py measures why (the first datapath of a fresh daemon);
+    # here: what it does to the host's Open vSwitch, and its error
+    from testbed.fabric import net
+
+    calls, registered = [], []
+    monkeypatch.setattr(net, "register", lambda run_id, kind, name: registered.append(
+        (run_id, kind, name)))
+
+    class Root:
+        code = 0
+
+        def run(self, argv):
+            calls.append(argv)
+            return subprocess.CompletedProcess(argv, Root.code, "", "refused")
+
+    monkeypatch.setattr(net, "RootHost", Root)
+    net.warm_host_switch("tb1a2b", "1a2b")
+    assert registered == [("1a2b", "bridge", "tb1a2bwarm")]  # before it exists
+    add, delete = calls
+    assert add[:4] == ["ovs-vsctl", "--may-exist", "add-br", "tb1a2bwarm"]
+    assert "datapath_type=netdev" in add and "external_ids:testbed_run=1a2b" in add
+    assert delete == ["ovs-vsctl", "--if-exists", "del-br", "tb1a2bwarm"]  # separately
+    Root.code = 1
+    with pytest.raises(BringUpError, match="ovs-vsctl add-br tb1a2bwarm: refused"):
+        net.warm_host_switch("tb1a2b", "1a2b")
