@@ -57,20 +57,18 @@ def warm_host_switch(prefix: str, run_id: str) -> None:
 
     A freshly started ovs-vswitchd forwarded its first userspace datapath at 2.5 times
     the CPU of every later one: the sizing bench's small fabric (3 switches, 8 ports)
-    with four agent chains on one leaf took 0.38-0.40 cores of its forwarding thread
+    with four agent chains on one leaf took 0.375-0.405 cores of its forwarding thread
     over 8 s windows, 1.3 million minor page faults a window and its heap's top moved
     (``brk``) 3,000 times a second, where the next fabric on the same daemon, same load,
     took 0.15 cores and no page fault (``bench/fresh_switch_bench.py``). Every poll frees
-    a batch of frame buffers, and glibc gives the heap's top back to the kernel while
-    the process keeps its default trim threshold; glibc raises that threshold for the
-    rest of the process's life once a large block is freed, which a datapath's deletion
-    does. So the first fabric of a daemon paid, and the host's Open vSwitch gave no way
-    to tune it short of changing how it is started (the lab's own switch processes are
-    started with glibc's allocator tuned instead, :data:`switchd.MALLOC`). The bridge
-    is the run's (its name registered and the run's id on it), so ``testbed clean``
-    removes it if the run dies in between; nothing else of the host's Open vSwitch
-    changes. On a daemon whose datapath other bridges hold, nothing is freed and nothing
-    is gained or lost.
+    a batch of frame buffers; whatever a deleted datapath frees ends the churn for the
+    life of the process (most likely glibc's allocator raising its trim threshold once a
+    large block is freed), and the host's Open vSwitch gives no way to tune its allocator
+    short of changing how it is started (the lab's own switch processes are started with
+    it tuned instead, :data:`switchd.MALLOC`). The bridge is the run's (its name
+    registered and the run's id on it), so ``testbed clean`` removes it if the run dies
+    in between; nothing else of the host's Open vSwitch changes. On a daemon whose
+    datapath other bridges hold, nothing is freed and nothing changes.
     """
     name = prefix + WARM_BRIDGE
     register(run_id, "bridge", name)
@@ -80,6 +78,7 @@ def warm_host_switch(prefix: str, run_id: str) -> None:
         done = RootHost().run(["ovs-vsctl", *argv])
         if done.returncode:
             raise BringUpError(f"ovs-vsctl {argv[1]} {name}: {done.stderr.strip()}")
+
 
 # pyroute2 0.9 has no bfifo plugin; bfifo's options are pfifo's (struct tc_fifo_qopt)
 tc_plugins.setdefault("bfifo", sched_pfifo)
