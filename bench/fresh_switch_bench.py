@@ -33,6 +33,7 @@ from pathlib import Path
 from bench import sizing_bench
 from testbed.fabric import drops, net
 from testbed.fabric.switchd import SCHEMA
+from testbed.host.capabilities import probe
 from testbed.host.procs import dies_with_parent, wait_for
 
 TOLERANCE = 0.25
@@ -48,8 +49,8 @@ def _daemon(folder: Path, stack: ExitStack) -> int:
     env = {**os.environ, "OVS_RUNDIR": str(folder)}
     db = folder / "conf.db"
     subprocess.run(["ovsdb-tool", "create", str(db), str(SCHEMA)], check=True)
-    procs = []
-    stack.callback(lambda: [(p.terminate(), p.wait(10)) for p in reversed(procs)])
+    procs: list[subprocess.Popen] = []
+    stack.callback(_stop, procs)
     procs.append(subprocess.Popen(
         ["ovsdb-server", str(db), f"--remote=punix:{folder / 'db.sock'}", "--no-chdir",
          "-vconsole:off", f"--log-file={folder / 'ovsdb-server.log'}"],
@@ -66,6 +67,17 @@ def _daemon(folder: Path, stack: ExitStack) -> int:
     if not wait_for(lambda: any(folder.glob("ovs-vswitchd.*.ctl")), 10, interval=0.01):
         raise RuntimeError("the bench's ovs-vswitchd did not start")
     return procs[-1].pid
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """The daemons, last started first: each SIGTERM, then SIGKILL after 10 s."""
+    for proc in reversed(procs):
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _usage(pid: int) -> tuple[int, int]:
@@ -100,6 +112,11 @@ def _case(name: str, pid: int, tmp: Path, *, warm: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("fresh_switch_bench: needs root (it builds fabrics)", file=sys.stderr)
+        return 2
+    if probe().ovs_datapath != "user":
+        print("fresh_switch_bench: the kernel has Open vSwitch's datapath, so fabrics here "
+              "are not userspace ones (and a second ovs-vswitchd must not share the "
+              "kernel's): nothing to measure", file=sys.stderr)
         return 2
     if Path("/sys/class/net/ovs-netdev").exists():
         print("fresh_switch_bench: the host's Open vSwitch holds a userspace datapath now "

@@ -9,14 +9,14 @@ connection (:mod:`testbed.cluster.servers`), as root:
   on stdin (the spec, what runs here, the tunnels' ends, the controller's forwarded
   port), builds it with the lab's own bring-up (:class:`testbed.fabric.net.Fabric`),
   answers ``{"ready": ...}`` with its hosts' pids, then serves requests (``queue_stats``,
-  the mirror's files, ``watch`` and ``unwatch``, ``stop``) one JSON line each. From
-  ready to stop the lab's fidelity monitor (:class:`testbed.core.fidelity.Monitor`)
-  samples this machine once a second as it samples the lab's own: ``watch`` opens the
-  run's measured window, ``unwatch`` closes it and answers its samples (the lab's
-  machine judges them). End of input (the lab's machine went away, or its ssh
-  did) tears the part down as ``stop`` does; so do SIGTERM, SIGINT and SIGHUP. Every
-  name it creates is registered in the run's folder here, so ``testbed clean`` on this
-  machine removes what a killed part left.
+  the mirror's files, ``watch`` and ``unwatch``, ``stop``) one JSON line each. Over a
+  run's measured window the lab's fidelity monitor (:class:`testbed.core.fidelity.Monitor`)
+  samples this machine once a second as it samples the lab's own: ``watch`` starts it,
+  ``unwatch`` stops it and answers its samples (the lab's machine judges them); a lab
+  that only stands (``testbed up``) is not sampled. End of input (the lab's machine went
+  away, or its ssh did) tears the part down as ``stop`` does; so do SIGTERM, SIGINT and
+  SIGHUP. Every name it creates is registered in the run's folder here, so ``testbed
+  clean`` on this machine removes what a killed part left.
 """
 
 from __future__ import annotations
@@ -155,9 +155,6 @@ def part(request: dict, requests, answers) -> int:
             log_dir=run_dir(run_id), here=request["here"],
             tunnels=[Tunnel(**t) for t in request["tunnels"]])
         fabric.start(None, check=False)
-        # this machine's samples, beside the lab's machine's (a part that shares the
-        # lab's machine samples it a second time: the test of a fabric in two parts)
-        monitor = Monitor(run_dir(run_id) / f"fidelity-{os.getpid()}.jsonl").start()
         say({"ready": {"hosts": {name: fabric.host_pid(name) for name in request["here"]
                                  if not spec.is_switch(name)},
                        "times": fabric.times.__dict__}})
@@ -167,11 +164,18 @@ def part(request: dict, requests, answers) -> int:
             if op == "queue_stats":
                 say({"queue_stats": fabric.queue_stats()})
             elif op == "watch":
-                monitor.watch()
+                # this machine's samples, beside the lab's machine's (a part that shares
+                # the lab's machine samples it a second time: the two-part test)
+                if monitor is None:
+                    monitor = Monitor(run_dir(run_id) / f"fidelity-{os.getpid()}.jsonl")
+                    monitor.start().watch()
                 say({"watch": True})
             elif op == "unwatch":
-                monitor.unwatch()
-                say({"unwatch": [s for s in monitor.samples if s["measuring"]]})
+                samples = []
+                if monitor is not None:
+                    monitor.stop()
+                    samples, monitor = monitor.samples, None
+                say({"unwatch": samples})
             elif op in REQUESTS:
                 say({op: REQUESTS[op](message)})
             elif op == "stop":
@@ -185,7 +189,10 @@ def part(request: dict, requests, answers) -> int:
     finally:
         try:
             if monitor is not None:
-                monitor.stop()
+                try:
+                    monitor.stop()
+                except Exception:  # its sampler's failure must not keep the part standing
+                    traceback.print_exc()
             if fabric is not None:
                 say({"stopped": round(fabric.stop(), 2)})
         finally:

@@ -180,3 +180,63 @@ def test_a_scenarios_servers_are_checked_as_the_flag_is(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text(text + "\nservers: [lab@gpu2]\n")
     assert run_testbed("validate", str(good)).returncode == 0
+
+
+def test_a_part_samples_its_machine_over_the_window_only(tmp_path, monkeypatch):
+    """The part's protocol (testbed.cluster.remote.part) on a stand-in fabric: its monitor
+    runs from ``watch`` to ``unwatch`` (none while the lab only stands), answers the
+    window's samples, and ``stop`` tears the fabric down."""
+    import io
+    import json
+    import time
+    from types import SimpleNamespace
+
+    from testbed.core import fidelity
+    from testbed.fabric import net
+    from testbed.host import capabilities, naming
+
+    built = []
+
+    class StandIn:
+        def __init__(self, spec, caps, **kwargs):
+            self.times = SimpleNamespace(start_s=0.1)
+            built.append(self)
+
+        def start(self, await_paths, check=True):
+            return self.times
+
+        def host_pid(self, name):
+            return 4242
+
+        def stop(self):
+            self.stopped = True
+            return 0.0
+
+    class Fast(fidelity.Monitor):  # a sample every 0.1 s, not every second
+        def __init__(self, path, **kwargs):
+            super().__init__(path, thresholds=fidelity.Thresholds(interval_s=0.1))
+
+    monkeypatch.setattr(net, "Fabric", StandIn)
+    monkeypatch.setattr(fidelity, "Monitor", Fast)
+    monkeypatch.setattr(capabilities, "probe", lambda run_id: None)
+    monkeypatch.setattr(naming, "run_dir", lambda run_id: tmp_path)
+    spec = build_fabric(prefix="tb1a2b", nodes=4, leaves_per_plane=2, spines_per_plane=1)
+
+    def requests():
+        time.sleep(0.3)  # standing: nothing sampled
+        assert not list(tmp_path.glob("fidelity-*.jsonl"))
+        yield json.dumps({"op": "watch"})
+        time.sleep(0.6)
+        yield json.dumps({"op": "unwatch"})
+        yield json.dumps({"op": "stop"})
+
+    answers = io.StringIO()
+    request = {"run_id": "1a2b", "own_folder": False, "spec": spec.to_dict(),
+               "here": [h.name for h in spec.hosts], "tunnels": [], "controller_port": 6653}
+    assert remote.part(request, requests(), answers) == 0
+    said = [json.loads(line) for line in answers.getvalue().splitlines()]
+    assert list(said[0]) == ["ready"] and said[1] == {"watch": True}
+    samples = said[2]["unwatch"]
+    assert len(samples) >= 3 and all(s["measuring"] and "host_idle" in s for s in samples)
+    assert said[3] == {"stopped": 0.0} and built[0].stopped
+    assert fidelity.server_record("gpu2", samples)["fidelity"]["samples"] == len(samples)

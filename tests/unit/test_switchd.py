@@ -94,9 +94,9 @@ def test_a_userspace_fabric_warms_the_hosts_switch_with_a_bridge_of_its_own(monk
     # here: what it does to the host's Open vSwitch, and its error
     from testbed.fabric import net
 
-    calls, registered = [], []
-    monkeypatch.setattr(net, "register", lambda run_id, kind, name: registered.append(
-        (run_id, kind, name)))
+    calls = []
+    monkeypatch.setattr(net, "register", lambda run_id, kind, name: calls.append(
+        ("register", run_id, kind, name)))
 
     class Root:
         code = 0
@@ -107,11 +107,11 @@ def test_a_userspace_fabric_warms_the_hosts_switch_with_a_bridge_of_its_own(monk
 
     monkeypatch.setattr(net, "RootHost", Root)
     net.warm_host_switch("tb1a2b", "1a2b")
-    assert registered == [("1a2b", "bridge", "tb1a2bwarm")]  # before it exists
-    add, delete = calls
+    registered, add, delete = calls  # registered before it exists, deleted separately
+    assert registered == ("register", "1a2b", "bridge", "tb1a2bwarm")
     assert add[:4] == ["ovs-vsctl", "--may-exist", "add-br", "tb1a2bwarm"]
     assert "datapath_type=netdev" in add and "external_ids:testbed_run=1a2b" in add
-    assert delete == ["ovs-vsctl", "--if-exists", "del-br", "tb1a2bwarm"]  # separately
+    assert delete == ["ovs-vsctl", "--if-exists", "del-br", "tb1a2bwarm"]
     Root.code = 1
     with pytest.raises(BringUpError, match="ovs-vsctl add-br tb1a2bwarm: refused"):
         net.warm_host_switch("tb1a2b", "1a2b")

@@ -531,7 +531,11 @@ class FabricExperiment(base.Experiment):
                     agents=variant.agents, training=variant.training, progress=progress)
                 variant = dataclasses.replace(variant, agents=agents, training=training)
             stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
-            fabric.servers_watch()  # the other machines' monitors judge the window too
+            # the other machines' monitors sample the window too (unless the run is not
+            # monitored: testbed run --no-fidelity)
+            on_servers = ctx.monitor is not None and ctx.monitor.enabled
+            if on_servers:
+                fabric.servers_watch()
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")
             if live.metrics_url:
@@ -601,7 +605,7 @@ class FabricExperiment(base.Experiment):
                 entry["replacement"] = {k: v for k, v in record.items() if k != "windows"}
             if watched is not None:  # what watching cost, over the variant's traffic
                 entry["monitor"] = {**watched.record(), "cpu": watched.cpu()}
-            servers = fabric.servers_fidelity()
+            servers = fabric.servers_fidelity() if on_servers else []
             if servers:
                 entry["servers"] = servers
             roles = fabric.port_roles()
