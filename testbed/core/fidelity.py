@@ -94,7 +94,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.fabric.ovs_socket import HOST_PID_FILES, host_pid
+from testbed.fabric.ovs_socket import host_pid
 from testbed.host import netlink
 from testbed.host.naming import OWNER, RUN_ROOT
 from testbed.host.netlink import QueueReader
@@ -102,7 +102,9 @@ from traffic.stats import percentiles
 
 log = logging.getLogger(__name__)
 
-OVS_PID_FILES = HOST_PID_FILES
+#: where the host's ovs-vswitchd's pid file is (None: where ovs_socket.host_pid looks,
+#: $OVS_RUNDIR included, as Open vSwitch's own tools do)
+OVS_PID_FILES: tuple[Path, ...] | None = None
 NETNS_DIR = Path("/run/netns")
 PROC = Path("/proc")
 #: backlog reads per interval (the sample's own and the polls between): what a link's
