@@ -5,7 +5,12 @@
 #   $VM_CACHE/disk-ARCH-HASH/packages.lock   every package in it and its version
 #   $VM_CACHE/disk-ARCH-HASH/built           when, how long, from which inputs
 #
-#   scripts/image/build-disk.sh amd64|arm64
+#   scripts/image/build-disk.sh amd64|arm64 [lab|plain]
+#
+# `plain` makes what a public Vagrant base box is (debian/bookworm64, bento/debian-12):
+# Debian 12 with the kernel, sshd, sudo and the `vagrant` user with Vagrant's well-known
+# key, nothing of the lab: make vagrant-test provisions it as a student's `vagrant up`
+# provisions a public box, from the registries.
 #
 # The disk holds what the lab VM image (scripts/vm/build-image.sh) holds: Debian 12 by
 # mmdebstrap with the stock kernel, the packages of scripts/packages.txt and
@@ -24,10 +29,15 @@
 #   arm64: GPT, an EFI system partition (64 MiB, FAT) with GRUB as EFI/BOOT/BOOTAA64.EFI,
 #          then the ext4 root: UEFI firmware boots it with no entry of its own.
 set -euo pipefail
+# the whole script is read before it runs: an edit of this file while a build runs (they
+# take long) cannot change what the running build does
+{
 source "$(dirname "$0")/../vm/lib.sh"
 source "$REPO/scripts/image/binfmt.sh"
 
 arch=${1:-amd64}
+flavor=${2:-lab}
+case $flavor in lab|plain) ;; *) vm_die "the flavor is lab or plain, not '$flavor'" ;; esac
 case $arch in
     amd64) grub_package=grub-pc-bin ;;
     arm64) grub_package=grub-efi-arm64-bin ;;
@@ -52,11 +62,16 @@ fi
 DISK_INPUTS=(scripts/image/build-disk.sh scripts/image/customize-disk.sh
              scripts/image/packages.txt)
 disk_hash() {
-    (cd "$REPO" && { echo "$arch"; image_hash; sha256sum "${DISK_INPUTS[@]}"; } \
+    (cd "$REPO" && { echo "$arch $flavor"; image_hash; sha256sum "${DISK_INPUTS[@]}"; } \
         | sha256sum | cut -c1-16)
 }
 disk_packages() {
-    image_packages "$arch"
+    if [ "$flavor" = lab ]; then
+        image_packages "$arch"
+    else
+        grep -h -v -e '^#' -e '^$' "$REPO/scripts/vm/packages.txt"
+        echo "linux-image-$arch"
+    fi
     grep -h -v -e '^#' -e '^$' "$REPO/scripts/image/packages.txt"
     echo "$grub_package"
 }
@@ -64,34 +79,37 @@ disk_packages() {
 mkdir -p "$VM_CACHE"
 exec 9> "$VM_CACHE/.disk-$arch.lock"
 flock 9
-dir="$VM_CACHE/disk-$arch-$(disk_hash)"
+dir="$VM_CACHE/disk-$arch-$flavor-$(disk_hash)"
 if [ -f "$dir/disk.raw" ]; then
     vm_say "disk cached: $dir"
     echo "$dir"
     exit 0
 fi
 
-vm_workdir "disk-$arch"
+vm_workdir "disk-$arch-$flavor"
 trap 'binfmt_restore; vm_workdir_remove' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 [ "$arch" = "$host_arch" ] || binfmt_enable "$arch"
 
 mkdir "$work/root" "$work/boot"
 uuid=$(cat /proc/sys/kernel/random/uuid)
 start=$(date +%s)
 if [ "$arch" = "$host_arch" ]; then
-    vm_say "building the $arch lab disk for inputs $(disk_hash) (about 3-5 minutes)"
+    vm_say "building the $arch $flavor disk for inputs $(disk_hash) (about 3-5 minutes)"
 else
-    vm_say "building the $arch lab disk for inputs $(disk_hash) under qemu-user emulation" \
+    vm_say "building the $arch $flavor disk for inputs $(disk_hash) under qemu-user emulation" \
         "(about 30-60 minutes)"
 fi
+hooks=()
+[ "$flavor" = lab ] && hooks+=(--customize-hook="'$REPO/scripts/vm/customize.sh' \"\$1\"")
+hooks+=(--customize-hook="'$REPO/scripts/image/customize-disk.sh' \"\$1\" $arch $uuid '$work/boot' $flavor")
 nice -n 10 mmdebstrap --variant=important --architectures="$arch" \
     --include="$(disk_packages | paste -sd, -)" \
     --dpkgopt=force-unsafe-io --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
-    --customize-hook="'$REPO/scripts/vm/customize.sh' \"\$1\"" \
-    --customize-hook="'$REPO/scripts/image/customize-disk.sh' \"\$1\" $arch $uuid '$work/boot'" \
-    "$SUITE" "$work/root/" >&2
+    "${hooks[@]}" "$SUITE" "$work/root/" >&2
 cp "$work/root/etc/testbed-vm/packages.lock" "$work/packages.lock"
 
 used_mb=$(du -sm "$work/root" | cut -f1)
@@ -134,13 +152,15 @@ case $arch in
 esac
 rm "$work/part.img"
 
-echo "built $(date -u +%FT%TZ) in $(($(date +%s) - start)) s from $(disk_hash) for $arch" \
+echo "built $(date -u +%FT%TZ) in $(($(date +%s) - start)) s from $(disk_hash) for $arch ($flavor)" \
     > "$work/built"
 mv "$work" "$dir"
 trap 'binfmt_restore' EXIT
 binfmt_restore
-vm_say "$arch disk built in $(($(date +%s) - start)) s: $dir ($(du -sh "$dir" | cut -f1) on disk)"
+vm_say "$arch $flavor disk built in $(($(date +%s) - start)) s: $dir ($(du -sh "$dir" | cut -f1) on disk)"
 
-# keep the newest two disks of each architecture
-ls -1dt "$VM_CACHE"/disk-"$arch"-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf --one-file-system
+# keep the newest two disks of each architecture and flavor
+ls -1dt "$VM_CACHE"/disk-"$arch-$flavor"-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf --one-file-system
 echo "$dir"
+exit
+}

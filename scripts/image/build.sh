@@ -15,6 +15,9 @@
 # it boots with no network. The VM's size in the OVA and the boxes: IMAGE_CPUS and
 # IMAGE_MEMORY_MB (defaults: the sizes docs/install/sizes.md measured).
 set -euo pipefail
+# the whole script is read before it runs: an edit of this file while a build runs (they
+# take long) cannot change what the running build does
+{
 source "$(dirname "$0")/../vm/lib.sh"
 
 arch=${1:-amd64}
@@ -29,6 +32,8 @@ disk=$disk_dir/disk.raw
 mkdir -p "$dist"
 tmp=$(mktemp -d "$dist/.build-$arch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 start=$(date +%s)
 capacity=$(stat -c %s "$disk")
 
@@ -89,3 +94,5 @@ rm -f "$dist/$name-disk1.vmdk"
     | xargs -r sha256sum > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
 vm_say "images for $arch in $dist ($(($(date +%s) - start)) s):"
 (cd "$dist" && ls -l "${outputs[@]}" SHA256SUMS) >&2
+exit
+}

@@ -16,22 +16,42 @@
 #     made here and left in OUT for the disk to be assembled around it), UEFI on arm64 (a
 #     standalone EFI program left in OUT, for the EFI system partition's removable path)
 #
-#   customize-disk.sh ROOT ARCH UUID OUT
+# The `plain` flavor (a stand-in for a public Vagrant base box) gets the `vagrant` user with
+# Vagrant's well-known key instead of the lab user, and no greeting of the lab's.
+#
+#   customize-disk.sh ROOT ARCH UUID OUT [lab|plain]
 set -euo pipefail
-root=${1:?usage: customize-disk.sh ROOT ARCH UUID OUT}
+root=${1:?usage: customize-disk.sh ROOT ARCH UUID OUT [lab|plain]}
 arch=${2:?the architecture: amd64 or arm64}
 uuid=${3:?the root file system UUID}
 out=${4:?the folder for the boot loader files}
+flavor=${5:-lab}
 
-chroot "$root" useradd --create-home --uid 1000 --user-group --shell /bin/bash lab
-echo lab:lab | chroot "$root" chpasswd
-# `testbed` and the venv's tools on the PATH, with and without sudo
-cat > "$root/etc/sudoers.d/lab" <<'SUDO'
+mkdir -p "$root/etc/testbed-vm"
+if [ "$flavor" = plain ]; then
+    # Vagrant's insecure public key, from the host's vagrant package (the key it logs in
+    # with first, before it puts a key of this machine's own in its place)
+    key=$(ls /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub 2>/dev/null \
+          | head -1)
+    [ -n "$key" ] || { echo "customize-disk.sh: no vagrant.pub (is vagrant installed?)" >&2; exit 1; }
+    chroot "$root" useradd --create-home --uid 1000 --user-group --shell /bin/bash vagrant
+    echo vagrant:vagrant | chroot "$root" chpasswd
+    install -d -m 700 -o 1000 -g 1000 "$root/home/vagrant/.ssh"
+    install -m 600 -o 1000 -g 1000 "$key" "$root/home/vagrant/.ssh/authorized_keys"
+    echo 'vagrant ALL=(ALL) NOPASSWD:ALL' > "$root/etc/sudoers.d/vagrant"
+    chmod 440 "$root/etc/sudoers.d/vagrant"
+    chroot "$root" dpkg-query -W > "$root/etc/testbed-vm/packages.lock"
+else
+    chroot "$root" useradd --create-home --uid 1000 --user-group --shell /bin/bash lab
+    echo lab:lab | chroot "$root" chpasswd
+    # `testbed` and the venv's tools on the PATH, with and without sudo
+    cat > "$root/etc/sudoers.d/lab" <<'SUDO'
 Defaults secure_path="/testbed/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 lab ALL=(ALL) NOPASSWD:ALL
 SUDO
-chmod 440 "$root/etc/sudoers.d/lab"
-echo 'export PATH="/testbed/.venv/bin:$PATH"' > "$root/etc/profile.d/testbed.sh"
+    chmod 440 "$root/etc/sudoers.d/lab"
+    echo 'export PATH="/testbed/.venv/bin:$PATH"' > "$root/etc/profile.d/testbed.sh"
+fi
 
 echo 'UseDNS no' > "$root/etc/ssh/sshd_config.d/testbed.conf"
 rm -f "$root"/etc/ssh/ssh_host_*
@@ -48,7 +68,7 @@ printf 'auto lo\niface lo inet loopback\nsource /etc/network/interfaces.d/*\n' \
 chroot "$root" systemctl disable frr.service nginx.service prometheus.service \
     prometheus-node-exporter.service >/dev/null 2>&1 || true
 
-cat > "$root/etc/issue" <<'ISSUE'
+[ "$flavor" = lab ] && cat > "$root/etc/issue" <<'ISSUE'
 AI fabric testbed: the lab VM (Debian 12, \m) - \n
 
 Log in as "lab", password "lab". Then:
@@ -57,7 +77,7 @@ Docs: /testbed/docs/ (install/, first-run.md); results: /testbed/results/latest/
 Reach this VM over ssh on the port your VM program forwards (make image: 2222).
 
 ISSUE
-cat > "$root/etc/motd" <<'MOTD'
+[ "$flavor" = lab ] && cat > "$root/etc/motd" <<'MOTD'
 
 The AI fabric testbed is in /testbed (its venv: /testbed/.venv, on your PATH).
     cd /testbed

@@ -20,6 +20,9 @@
 # on a snapshot of the image (qemu's temporary overlay), and qemu is stopped on exit,
 # Ctrl-C or SIGTERM. Exits non-zero when a step or a check fails.
 set -euo pipefail
+# the whole script is read before it runs: an edit of this file while a build runs (they
+# take long) cannot change what the running build does
+{
 source "$(dirname "$0")/../vm/lib.sh"
 
 arch=${1:-amd64}
@@ -176,3 +179,5 @@ in_vm 'cd /testbed && sudo .venv/bin/testbed doctor' > "$out/doctor-ova.txt" 2>&
     || vm_die "testbed doctor failed in the VM booted from the OVA's disk"
 stop_vm
 echo "image-test ($arch): passed; records in $out"
+exit
+}
