@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# Build the bootable lab disk for an architecture from Debian 12's packages, unless the
-# cache already holds it for these inputs. Prints the disk's folder:
-#   $VM_CACHE/disk-ARCH-HASH/disk.raw        the disk (raw, sparse), boots by its firmware
-#   $VM_CACHE/disk-ARCH-HASH/packages.lock   every package in it and its version
-#   $VM_CACHE/disk-ARCH-HASH/built           when, how long, from which inputs
+# The bootable lab disk for an architecture, from Debian 12's packages, written to FILE
+# (raw, sparse). Its root file system is built once and cached for these inputs; each call
+# puts the current working tree at /testbed in it (uncommitted edits included; the venv
+# built with the image stays) and assembles the disk around it:
+#   $VM_CACHE/disk-ARCH-FLAVOR-HASH/root/          the root file system, as a folder
+#   $VM_CACHE/disk-ARCH-FLAVOR-HASH/boot/          GRUB's files for the disk's first sectors
+#                                                  or its EFI system partition
+#   $VM_CACHE/disk-ARCH-FLAVOR-HASH/packages.lock  every package in it and its version
 #
-#   scripts/image/build-disk.sh amd64|arm64 [lab|plain]
+#   scripts/image/build-disk.sh amd64|arm64 [lab|plain] FILE
 #
-# `plain` makes what a public Vagrant base box is (debian/bookworm64, bento/debian-12):
-# Debian 12 with the kernel, sshd, sudo and the `vagrant` user with Vagrant's well-known
-# key, nothing of the lab: make vagrant-test provisions it as a student's `vagrant up`
-# provisions a public box, from the registries.
-#
-# The disk holds what the lab VM image (scripts/vm/build-image.sh) holds: Debian 12 by
-# mmdebstrap with the stock kernel, the packages of scripts/packages.txt and
+# The root file system holds what the lab VM image (scripts/vm/build-image.sh) holds:
+# Debian 12 by mmdebstrap with the stock kernel, the packages of scripts/packages.txt and
 # scripts/vm/packages.txt, the project at /testbed and its venv (scripts/vm/customize.sh
 # runs scripts/setup.sh --image inside it); and what a machine booted by its own firmware
 # needs (scripts/image/packages.txt, scripts/image/customize-disk.sh: the `lab` user,
 # sshd, DHCP, the console's greeting, GRUB). For arm64 on an amd64 machine, every program
 # of the new system runs under qemu-user-static through binfmt_misc (scripts/image/
 # binfmt.sh), which is put back as it was found.
+#
+# `plain` makes what a public Vagrant base box is (debian/bookworm64, bento/debian-12):
+# Debian 12 with the kernel, sshd, sudo and the `vagrant` user with Vagrant's well-known
+# key, nothing of the lab: make vagrant-test provisions it as a student's `vagrant up`
+# provisions a public box, from the registries.
 #
 # The disk is made without loop devices: a partition table written into a plain file, the
 # file systems made from folders (mkfs.ext4 -d; mkfs.vfat and mtools for the EFI system
@@ -35,8 +38,8 @@ set -euo pipefail
 source "$(dirname "$0")/../vm/lib.sh"
 source "$REPO/scripts/image/binfmt.sh"
 
-arch=${1:-amd64}
-flavor=${2:-lab}
+arch=${1:?usage: build-disk.sh amd64|arm64 [lab|plain] FILE}
+if [ $# -ge 3 ]; then flavor=$2; disk=$3; else flavor=lab; disk=${2:?the disk file to write}; fi
 case $flavor in lab|plain) ;; *) vm_die "the flavor is lab or plain, not '$flavor'" ;; esac
 case $arch in
     amd64) grub_package=grub-pc-bin ;;
@@ -80,12 +83,9 @@ mkdir -p "$VM_CACHE"
 exec 9> "$VM_CACHE/.disk-$arch.lock"
 flock 9
 dir="$VM_CACHE/disk-$arch-$flavor-$(disk_hash)"
-if [ -f "$dir/disk.raw" ]; then
-    vm_say "disk cached: $dir"
-    echo "$dir"
-    exit 0
-fi
-
+if [ -d "$dir/root" ]; then
+    vm_say "root file system cached: $dir"
+else
 vm_workdir "disk-$arch-$flavor"
 trap 'binfmt_restore; vm_workdir_remove' EXIT
 trap 'exit 130' INT
@@ -111,56 +111,68 @@ nice -n 10 mmdebstrap --variant=important --architectures="$arch" \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     "${hooks[@]}" "$SUITE" "$work/root/" >&2
 cp "$work/root/etc/testbed-vm/packages.lock" "$work/packages.lock"
+echo "$uuid" > "$work/uuid"
+echo "built $(date -u +%FT%TZ) in $(($(date +%s) - start)) s from $(disk_hash) for $arch ($flavor)" \
+    > "$work/built"
+mv "$work" "$dir"
+trap - EXIT INT TERM
+binfmt_restore
+vm_say "$arch $flavor root file system built in $(($(date +%s) - start)) s: $dir"
+# keep the newest two of each architecture and flavor
+ls -1dt "$VM_CACHE"/disk-"$arch-$flavor"-*/ 2>/dev/null | tail -n +3 \
+    | xargs -r rm -rf --one-file-system
+fi
 
-used_mb=$(du -sm "$work/root" | cut -f1)
+# -- the disk, around the cached root file system ------------------------------------------------
+uuid=$(cat "$dir/uuid")
+if [ "$flavor" = lab ]; then
+    # the working tree as it is now at /testbed (files deleted here go there too); the
+    # venv built with the image and its editable install stay
+    find "$dir/root/testbed" -mindepth 1 -maxdepth 1 ! -name .venv ! -name '*.egg-info' \
+        -exec rm -rf {} +
+    project_tar | tar -C "$dir/root/testbed" -x
+    git -C "$REPO" describe --always --dirty 2>/dev/null > "$dir/root/etc/testbed-vm/commit" || true
+fi
+part=$(mktemp "$(dirname "$disk")/.part-XXXXXX")
+trap 'rm -f "$part" "$disk.tmp" "$part.esp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+used_mb=$(du -sm "$dir/root" | cut -f1)
 root_mb=$((used_mb + 4096))  # room for results, logs and a second venv
 # features GRUB 2.06 reads (e2fsprogs 1.47 turns on two it does not)
-truncate -s "${root_mb}M" "$work/part.img"
+rm -f "$part"
+truncate -s "${root_mb}M" "$part"
 mkfs.ext4 -q -F -L testbed-lab -U "$uuid" -O ^metadata_csum_seed,^orphan_file \
-    -d "$work/root" "$work/part.img"
-rm -rf --one-file-system "$work/root"
-
+    -d "$dir/root" "$part"
 case $arch in
     amd64)
-        truncate -s "$((root_mb + 1))M" "$work/disk.raw"
+        truncate -s "$((root_mb + 1))M" "$disk.tmp"
         printf 'label: dos\nstart=2048, type=83, bootable\n' \
-            | sfdisk -q --no-reread --no-tell-kernel "$work/disk.raw"
-        dd if="$work/part.img" of="$work/disk.raw" bs=1M seek=1 conv=notrunc,sparse status=none
-        core_bytes=$(stat -c %s "$work/boot/core.img")
+            | sfdisk -q --no-reread --no-tell-kernel "$disk.tmp"
+        dd if="$part" of="$disk.tmp" bs=1M seek=1 conv=notrunc,sparse status=none
+        core_bytes=$(stat -c %s "$dir/boot/core.img")
         [ "$core_bytes" -lt $((2047 * 512)) ] \
             || vm_die "GRUB's core image ($core_bytes bytes) does not fit before the partition"
         # boot.img's code (not the partition table after byte 440), then the core image at
         # sector 1, where boot.img looks for it
-        dd if="$work/boot/boot.img" of="$work/disk.raw" bs=440 count=1 conv=notrunc status=none
-        dd if="$work/boot/core.img" of="$work/disk.raw" bs=512 seek=1 conv=notrunc status=none
+        dd if="$dir/boot/boot.img" of="$disk.tmp" bs=440 count=1 conv=notrunc status=none
+        dd if="$dir/boot/core.img" of="$disk.tmp" bs=512 seek=1 conv=notrunc status=none
         ;;
     arm64)
         esp_mb=64
-        mkfs.vfat -n TESTBED-EFI -C "$work/esp.img" $((esp_mb * 1024)) >/dev/null
-        mmd -i "$work/esp.img" ::/EFI ::/EFI/BOOT
-        mcopy -i "$work/esp.img" "$work/boot/BOOTAA64.EFI" ::/EFI/BOOT/BOOTAA64.EFI
+        mkfs.vfat -n TESTBED-EFI -C "$part.esp" $((esp_mb * 1024)) >/dev/null
+        mmd -i "$part.esp" ::/EFI ::/EFI/BOOT
+        mcopy -i "$part.esp" "$dir/boot/BOOTAA64.EFI" ::/EFI/BOOT/BOOTAA64.EFI
         # 1 MiB before the partitions and 1 MiB after them for GPT's backup copy
-        truncate -s "$((1 + esp_mb + root_mb + 1))M" "$work/disk.raw"
+        truncate -s "$((1 + esp_mb + root_mb + 1))M" "$disk.tmp"
         printf 'label: gpt\nstart=1MiB, size=%dMiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name="EFI system"\nstart=%dMiB, size=%dMiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name="testbed root"\n' \
             "$esp_mb" "$((1 + esp_mb))" "$root_mb" \
-            | sfdisk -q --no-reread --no-tell-kernel "$work/disk.raw"
-        dd if="$work/esp.img" of="$work/disk.raw" bs=1M seek=1 conv=notrunc status=none
-        dd if="$work/part.img" of="$work/disk.raw" bs=1M seek=$((1 + esp_mb)) \
-            conv=notrunc,sparse status=none
-        rm "$work/esp.img"
+            | sfdisk -q --no-reread --no-tell-kernel "$disk.tmp"
+        dd if="$part.esp" of="$disk.tmp" bs=1M seek=1 conv=notrunc status=none
+        dd if="$part" of="$disk.tmp" bs=1M seek=$((1 + esp_mb)) conv=notrunc,sparse status=none
         ;;
 esac
-rm "$work/part.img"
-
-echo "built $(date -u +%FT%TZ) in $(($(date +%s) - start)) s from $(disk_hash) for $arch ($flavor)" \
-    > "$work/built"
-mv "$work" "$dir"
-trap 'binfmt_restore' EXIT
-binfmt_restore
-vm_say "$arch $flavor disk built in $(($(date +%s) - start)) s: $dir ($(du -sh "$dir" | cut -f1) on disk)"
-
-# keep the newest two disks of each architecture and flavor
-ls -1dt "$VM_CACHE"/disk-"$arch-$flavor"-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf --one-file-system
-echo "$dir"
+mv "$disk.tmp" "$disk"
+vm_say "$arch $flavor disk: $disk ($(du -h "$disk" | cut -f1) on disk, $((root_mb + 1)) MB)"
 exit
 }

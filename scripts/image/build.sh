@@ -27,14 +27,15 @@ memory_mb=${IMAGE_MEMORY_MB:-3072}
 dist=${DIST:-$REPO/dist}
 name=testbed-lab-$arch
 
-disk_dir=$("$REPO/scripts/image/build-disk.sh" "$arch")
-disk=$disk_dir/disk.raw
 mkdir -p "$dist"
 tmp=$(mktemp -d "$dist/.build-$arch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 start=$(date +%s)
+disk=$tmp/disk.raw
+"$REPO/scripts/image/build-disk.sh" "$arch" lab "$disk"
+disk_dir=$(ls -1dt "$VM_CACHE"/disk-"$arch"-lab-*/ | head -1)
 capacity=$(stat -c %s "$disk")
 
 vm_say "qcow2 (compressed)"
@@ -79,8 +80,8 @@ outputs=("$name.qcow2" "$name.ova" "$name-libvirt.box" "$name-virtualbox.box")
 {
     echo "the AI fabric testbed's lab VM for $arch"
     echo "commit: $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)"
-    echo "built: $(date -u +%FT%TZ) in $(($(date +%s) - start)) s from the disk $(basename "$disk_dir")"
-    echo "disk: $(cat "$disk_dir/built")"
+    echo "built: $(date -u +%FT%TZ) in $(($(date +%s) - start)) s"
+    echo "root file system: $(cat "$disk_dir/built")"
     echo "login: lab / lab (sudo without a password); the lab: cd /testbed && sudo make run-scenario"
     echo "VM size in the OVA and the boxes: $cpus CPUs, $memory_mb MB"
     echo "packages: $(wc -l < "$disk_dir/packages.lock") (the list: /etc/testbed-vm/packages.lock inside)"

@@ -82,8 +82,8 @@ ISSUE
 The AI fabric testbed is in /testbed (its venv: /testbed/.venv, on your PATH).
     cd /testbed
     sudo make run-scenario              # the default scenario, then read results/latest/report.md
-    sudo testbed results serve          # the results as a web page on 127.0.0.1:8090 here
-Your computer's browser reaches that page through ssh: ssh -L 8090:127.0.0.1:8090 ...
+    sudo testbed results serve          # the results as a web page on 127.0.0.1:8470 here
+Your computer's browser reaches that page through ssh: ssh -L 8470:127.0.0.1:8470 ...
 (docs/install/ says the exact command for each VM program). Labs: /testbed/labs/README.md
 
 MOTD
@@ -128,8 +128,7 @@ case $arch in
             "$uuid" > "$root/tmp/early.cfg"
         chroot "$root" grub-mkimage -O arm64-efi -d /usr/lib/grub/arm64-efi \
             -o /tmp/BOOTAA64.EFI -c /tmp/early.cfg -p /boot/grub \
-            part_gpt ext2 fat search search_fs_uuid configfile normal linux efi_gop \
-            all_video echo test
+            part_gpt ext2 fat search search_fs_uuid configfile normal linux echo test
         mv "$root/tmp/BOOTAA64.EFI" "$out/BOOTAA64.EFI"
         rm -f "$root/tmp/early.cfg"
         ;;
