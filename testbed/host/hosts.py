@@ -44,7 +44,7 @@ class Host:
         except subprocess.TimeoutExpired:
             raise HostError(f"{shown(full)}: no answer in {timeout:g} s") from None
         except OSError as exc:  # the program is missing
-            raise HostError(f"{shown(full)}: {exc}") from None
+            raise HostError(f"{shown(full)}: {text(str(exc))}") from None
 
     def check(self, argv: Sequence[str], timeout: float = 30.0,
               stdin: str | None = None) -> str:
