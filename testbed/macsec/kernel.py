@@ -165,7 +165,8 @@ class KernelMacsecLink:
                 close_uncontrolled_port(side.netns)
             self.wire(cfg)
             for s in "ab":
-                run_batch(secy_commands(cfg, s), netns=cfg.side(s).netns)
+                for argv in secy_commands(cfg, s):  # one ip each, as before: errors name it
+                    run_batch([argv], netns=cfg.side(s).netns)
         except BaseException:
             self.stop()
             raise
@@ -196,9 +197,10 @@ class KernelMacsecLink:
         for s in "ab":
             me = self.config.side(s)
             run_batch([["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an),
-                        *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
-                       ["ip", "link", "set", me.tap, "type", "macsec", "encodingsa",
-                        str(new_an)]], netns=me.netns)
+                        *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]]],
+                      netns=me.netns)
+            run(["ip", "link", "set", me.tap, "type", "macsec", "encodingsa", str(new_an)],
+                netns=me.netns)
         self.tx_an = new_an
         return new_an
 
@@ -222,8 +224,8 @@ class MixedLink(UserspaceLink):
 
     def _build_namespaces(self) -> None:
         super()._build_namespaces()  # both namespaces, the wire, the userspace end's TAP
-        run_batch(secy_commands(self.config, self.kernel_side),
-                  netns=self.config.side(self.kernel_side).netns)
+        for argv in secy_commands(self.config, self.kernel_side):
+            run_batch([argv], netns=self.config.side(self.kernel_side).netns)
 
     def counters(self, side: str) -> dict[str, int]:
         """SecY counters of either end, under the same names."""

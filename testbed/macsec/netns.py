@@ -68,7 +68,10 @@ def run_batch(cmds: Sequence[Sequence[str]], netns: str | None = None,
     if proc.returncode != 0:
         failed = re.search(r"Command failed -:(\d+)", proc.stderr)
         index = int(failed.group(1)) - 1 if failed else -1
-        line = lines[index] if 0 <= index < len(lines) else f"-batch ({len(lines)} lines)"
+        if len(lines) == 1 or 0 <= index < len(lines):
+            line = lines[index]
+        else:  # ip macsec exits without naming its line
+            line = f"-batch of {len(lines)} commands, from: {lines[0]}"
         where = f"{netns}: " if netns else ""
         raise BackendError(f"{where}ip {text(line)} failed ({proc.returncode}): "
                            f"{text(proc.stderr.strip())}")
