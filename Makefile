@@ -13,7 +13,7 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test
+.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes
 
 setup:
 	@./scripts/setup.sh
@@ -102,3 +102,7 @@ image:
 # scenario inside, the results back (scripts/image/test.sh; results/image-test/)
 image-test:
 	@./scripts/image/test.sh $(ARCH)
+
+# The same, and each lab's starter run measured inside the VM (docs/install/sizes.md)
+image-sizes:
+	@IMAGE_TEST_SIZES=$(or $(LABS),all) ./scripts/image/test.sh $(ARCH)

@@ -15,6 +15,10 @@
 #   4. boots the OVA's VMDK on the controller and card its descriptor names (IDE and e1000
 #      on amd64, SATA on arm64), logs in the same way and runs `testbed doctor`.
 #
+# With IMAGE_TEST_SIZES="all" (make image-sizes) or a list of labs, each lab's starter run
+# as its guide writes it is measured inside the qcow2's VM (scripts/image/sizes.py) and its
+# figures come back in sizes/.
+#
 # Records go to results/image-test/ARCH-TIMESTAMP/: times.txt, each boot's console log,
 # doctor.txt, run.log, the run's results (run/). Nothing is left behind: each boot runs
 # on a snapshot of the image (qemu's temporary overlay), and qemu is stopped on exit,
@@ -140,6 +144,7 @@ boot "$dist/$name.qcow2" qcow2 qcow2
 in_vm grep -q "Log in as \"lab\", password \"lab\"" /etc/issue \
     || vm_die "the console's greeting does not give the login"
 in_vm uname -m > "$out/uname.txt"
+in_vm 'df -m / && free -m && nproc' > "$out/vm-space.txt"
 expected_machine=$([ "$arch" = amd64 ] && echo x86_64 || echo aarch64)
 grep -qx "$expected_machine" "$out/uname.txt" || vm_die "the VM runs $(cat "$out/uname.txt")"
 t=$(date +%s)
@@ -148,9 +153,13 @@ in_vm 'cd /testbed && sudo .venv/bin/testbed doctor' > "$out/doctor.txt" 2>&1 \
 stamp "qcow2: testbed doctor:" "$t"
 grep -q "on $expected_machine" "$out/doctor.txt" || vm_die "doctor does not name $expected_machine"
 t=$(date +%s)
-in_vm "cd /testbed && sudo make run-scenario DURATION=$duration" > "$out/run.log" 2>&1 \
-    || vm_die "make run-scenario failed in the VM (see $out/run.log)"
+# measured as it runs (scripts/sizing.py: memory at the peak, busy cores, the folder's size)
+in_vm "cd /testbed && sudo .venv/bin/python scripts/sizing.py --out results/latest \
+       --json /tmp/run-sizing.json -- make run-scenario DURATION=$duration" \
+    > "$out/run.log" 2>&1 || vm_die "make run-scenario failed in the VM (see $out/run.log)"
+in_vm cat /tmp/run-sizing.json > "$out/run-sizing.json"
 stamp "qcow2: make run-scenario DURATION=$duration inside:" "$t"
+in_vm 'df -m /' >> "$out/vm-space.txt"
 mkdir -p "$out/run"
 in_vm 'cd /testbed/results/latest/ && sudo tar -c .' | tar -C "$out/run" -x
 python3 - "$out/run" "$expected_machine" <<'PY'
@@ -171,6 +180,15 @@ flagged = [r["name"] for r in runs if not r.get("fidelity", {}).get("ok", True)]
 print(f"image-test: {len(runs)} variants, chains completed in {len(done)}; "
       f"flagged by the fidelity monitor (emulation): {', '.join(flagged) or 'none'}")
 PY
+if [ -n "${IMAGE_TEST_SIZES:-}" ]; then
+    # make image-sizes: each lab's starter run as its guide writes it, measured in the VM
+    t=$(date +%s)
+    in_vm "cd /testbed && sudo .venv/bin/python scripts/image/sizes.py /tmp/sizes $IMAGE_TEST_SIZES" \
+        2>&1 | tee "$out/sizes.log" >&2
+    mkdir -p "$out/sizes"
+    in_vm 'cd /tmp/sizes && sudo tar -c .' | tar -C "$out/sizes" -x
+    stamp "qcow2: the labs' starter runs (make image-sizes):" "$t"
+fi
 stop_vm
 
 # -- 4. the OVA's VMDK, on the hardware its descriptor names -----------------------------------
