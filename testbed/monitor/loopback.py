@@ -50,8 +50,8 @@ class LoopbackHandler(BaseHTTPRequestHandler):
     :meth:`answer` (path and query) for ``(status, content type, body, headers)``; the body
     is bytes, or ``(open file, size)``: streamed to the client, then closed."""
 
-    server_version = "testbed"
-    sys_version = ""
+    def version_string(self) -> str:  # no versions of Python or the lab to a client
+        return "testbed"
 
     def answer(self, path: str) -> tuple[int, str, bytes | tuple, dict]:
         raise NotImplementedError
