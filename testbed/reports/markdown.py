@@ -31,15 +31,17 @@ from html import escape
 Resolve = Callable[[str, bool], str | None]
 
 FENCE = re.compile(r"^\s*(```|~~~)")
-HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+HEADING = re.compile(r"^(#{1,6})[ \t]+(.*)$")
 BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 NUMBERED = re.compile(r"^(\s*)\d{1,9}[.)]\s+(.*)$")
 RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$")
 TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+#: (a link's text, its target: bounded and bracket-free, so that a line of a thousand
+#: unclosed brackets costs no more than its length)
 INLINE = re.compile(
     r"(?P<code>`+)(?P<code_text>.+?)(?P=code)"
-    r"|!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)"
-    r"|\[(?P<text>[^\]]+)\]\((?P<href>[^)\s]+)\)"
+    r"|!\[(?P<alt>[^\[\]]{0,300})\]\((?P<src>[^()\[\]\s]{1,2000})\)"
+    r"|\[(?P<text>[^\[\]]{1,300})\]\((?P<href>[^()\[\]\s]{1,2000})\)"
     r"|\*\*(?P<strong>.+?)\*\*"
     r"|(?<![\w*])\*(?P<em>[^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
 
@@ -76,7 +78,11 @@ def _cells(line: str) -> list[str]:
     return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)]
 
 
-def to_html(text: str, resolve: Resolve) -> str:
+#: block quotes inside block quotes at most (deeper ones stay text)
+MAX_QUOTES = 8
+
+
+def to_html(text: str, resolve: Resolve, depth: int = 0) -> str:
     """``text`` (Markdown) as HTML."""
     lines = text.replace("\r\n", "\n").split("\n")
     out: list[str] = []
@@ -109,7 +115,8 @@ def to_html(text: str, resolve: Resolve) -> str:
         if heading:
             flush()
             level = len(heading[1])
-            out.append(f"<h{level}>{inline(heading[2], resolve)}</h{level}>")
+            title = heading[2].rstrip().rstrip("#").rstrip()  # a closing run of #s
+            out.append(f"<h{level}>{inline(title, resolve)}</h{level}>")
             i += 1
             continue
         if RULE.match(line) and not paragraph:
@@ -135,13 +142,14 @@ def to_html(text: str, resolve: Resolve) -> str:
             out.append("</tbody>")
             out.append("</table>")
             continue
-        if line.lstrip().startswith(">"):
+        if line.lstrip().startswith(">") and depth < MAX_QUOTES:
             flush()
             quoted = []
             while i < len(lines) and lines[i].lstrip().startswith(">"):
                 quoted.append(lines[i].lstrip()[1:].removeprefix(" "))
                 i += 1
-            out.append(f"<blockquote>{to_html(chr(10).join(quoted), resolve)}</blockquote>")
+            out.append(f"<blockquote>{to_html(chr(10).join(quoted), resolve, depth + 1)}"
+                       "</blockquote>")
             continue
         item = BULLET.match(line) or NUMBERED.match(line)
         if item and not paragraph:

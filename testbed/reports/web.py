@@ -40,6 +40,8 @@ ROWS = 20
 COLUMNS = 16
 #: characters of one cell; a longer value is cut (the whole file has it)
 CELL = 120
+#: bytes of one record read for its table at most (a longer one is skipped)
+RECORD_BYTES = 1 << 20
 #: how deep under the root results folders are looked for (NAME/TIMESTAMP is 2)
 DEPTH = 3
 MAX_FOLDERS = 2000
@@ -333,9 +335,14 @@ class ResultsSite:
             return [head + "its owner's alone: not served</p>"]
         records: list[dict] = []
         with path.open("rb") as f:
-            for raw in f:
-                if len(records) >= ROWS:
+            while len(records) < ROWS:
+                raw = f.readline(RECORD_BYTES)
+                if not raw:
                     break
+                if not raw.endswith(b"\n") and len(raw) == RECORD_BYTES:
+                    while (rest := f.readline(RECORD_BYTES)) and not rest.endswith(b"\n"):
+                        pass  # too long to show: skipped to its end
+                    continue
                 try:
                     record = json.loads(raw)
                 except ValueError:

@@ -289,6 +289,9 @@ REPORTS = {
     "markup in a table": ("| a |\n|---|\n| <img src=x onerror=alert(1)> |", "<img"),
     "markup in code": ("```\n</code></pre><script>x</script>\n```", "<script"),
     "markup in a heading": ("## <iframe src=//attacker.example>", "<iframe"),
+    # what would hold the server up (answered within the request's 10 s, or the case fails)
+    "a line of unclosed links": ("[a](" * 40_000, "<a "),
+    "quotes a thousand deep": ("> " * 1000 + "x", "<blockquote>" * 9),
 }
 
 
