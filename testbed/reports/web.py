@@ -7,7 +7,8 @@ pages, for a browser on this machine or, through an ssh tunnel, on the host of a
   inline, each variant's records as tables (the first rows of every JSON-lines file, with
   a link to the whole file) and every file, each downloadable (``?download=1``); with
   ``DIR`` one results folder, ``/`` is its page;
-- ``/NAME/TIMESTAMP/FILE``: a file of it, with its content type.
+- ``/NAME/TIMESTAMP/FILE``: a file of it, with its content type;
+- ``/NAME/TIMESTAMP/?zip=1``: the whole folder as one .zip (what every user may read).
 
 Read-only (GET and HEAD), on 127.0.0.1 only, for requests addressed to it there
 (:mod:`testbed.monitor.loopback`); every path is confined to ``DIR`` (no ``..``, no
@@ -21,14 +22,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
+import tempfile
 import time
+import zipfile
 from html import escape
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
+from testbed import REPO
 from testbed.core import layout
 from testbed.errors import ConfigError
 from testbed.monitor.loopback import LoopbackHandler
@@ -166,6 +171,9 @@ class ResultsSite:
         try:
             target = self.locate(url.path)
             if target.is_dir():
+                query = parse_qs(url.query)
+                if "zip" in query and self.is_results(target):
+                    return self.archive(target)
                 if self.is_results(target):  # the root too, when it is one folder
                     body = self.folder_page(target)
                 elif target == self.root:
@@ -196,6 +204,28 @@ class ResultsSite:
             headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(path.name)}"
         return 200, content_type(path), (stream, st.st_size), headers
 
+    def archive(self, folder: Path) -> tuple[int, str, tuple, dict]:
+        """The results folder as one .zip: every file the page lists as served, under a
+        folder named after it (its path under the root, ``/`` as ``-``)."""
+        rel = folder.relative_to(self.root).as_posix()
+        name = (folder.name if rel == "." else rel.replace("/", "-"))
+        spool = tempfile.TemporaryFile()
+        try:
+            with zipfile.ZipFile(spool, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+                for path in self._files(folder):
+                    if not _readable_by_all(path.stat()):
+                        continue
+                    packed = zipfile.ZIP_STORED if path.suffix in IMAGES else None
+                    z.write(path, f"{name}/{path.relative_to(folder).as_posix()}",
+                            compress_type=packed)
+            size = spool.tell()
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        return 200, "application/zip", (spool, size), {
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}.zip"}
+
     # -- pages ---------------------------------------------------------------------------
     def _page(self, title: str, body: list[str]) -> bytes:
         return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -215,7 +245,8 @@ class ResultsSite:
                 f"<td>{escape(str(summary.get('kind', '')))}</td>"
                 f"<td>{escape(names)}</td>"
                 f"<td>{escape(time.strftime('%Y-%m-%d %H:%M', time.localtime(_mtime(folder))))}"
-                "</td></tr>")
+                f'</td><td><a href="{escape(self.url(folder))}?zip=1" download>.zip</a></td>'
+                "</tr>")
         latest = self.root / "latest"
         note = []
         if latest.is_symlink():
@@ -230,7 +261,7 @@ class ResultsSite:
         body = [f"<h1>Results in {escape(str(self.root))}</h1>", *note]
         if rows:
             body += ["<table><thead><tr><th>folder</th><th>scenario</th><th>kind</th>"
-                     "<th>variants</th><th>written</th></tr></thead><tbody>", *rows,
+                     "<th>variants</th><th>written</th><th></th></tr></thead><tbody>", *rows,
                      "</tbody></table>"]
         else:
             body.append("<p>No results folder here yet: <code>testbed run</code> writes one.</p>")
@@ -259,7 +290,8 @@ class ResultsSite:
         title = str(summary.get("scenario") or rel)
         body = [f'<nav><a href="/">all results</a> / {escape(rel)}</nav>'
                 if folder != self.root else "",
-                f"<h1>{escape(title)} <small>{escape(rel)}</small></h1>"]
+                f"<h1>{escape(title)} <small>{escape(rel)}</small></h1>",
+                f'<p><a href="{escape(base)}?zip=1" download>this folder as a .zip</a></p>']
         report = folder / layout.REPORT
         if report.is_file() and _readable_by_all(report.stat()):
             text = report.read_text(errors="replace")
@@ -445,8 +477,14 @@ def _port(value: str) -> int:
     return port
 
 
+def default_root() -> Path:
+    """``results`` here, else the lab's own (where ``make run-scenario`` writes)."""
+    here = Path("results")
+    return here if here.is_dir() else REPO / "results"
+
+
 def cmd_results_serve(args) -> int:
-    root = Path(args.dir)
+    root = Path(args.dir) if args.dir else default_root()
     if not root.is_dir():
         raise ConfigError("DIR", f"{root}: no such folder (testbed run writes results/)")
     port = _port(str(args.port))
@@ -458,6 +496,10 @@ def cmd_results_serve(args) -> int:
     print(f"results of {server.site.root} at {server.url} (Ctrl-C stops it)\n"
           f"from another machine: ssh -L {server.port}:127.0.0.1:{server.port} USER@HOST, "
           f"then open {server.url} there", flush=True)
+    def stop(*_) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # timeout, kill: as Ctrl-C
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -472,8 +514,9 @@ def add_parsers(sub) -> None:
     verbs = group.add_subparsers(dest="results_command", required=True)
     p = verbs.add_parser("serve", help="the results folders under DIR as pages on "
                                        "127.0.0.1: reports, plots, records, every file")
-    p.add_argument("dir", nargs="?", default="results", metavar="DIR",
-                   help="the results root, or one results folder (default: results)")
+    p.add_argument("dir", nargs="?", metavar="DIR",
+                   help="the results root, or one results folder (default: results here, "
+                        "else the lab's own results folder)")
     p.add_argument("--port", default=str(DEFAULT_PORT),
                    help=f"port on 127.0.0.1, or auto (default {DEFAULT_PORT})")
     p.set_defaults(func=cmd_results_serve)

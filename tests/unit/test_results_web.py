@@ -5,12 +5,14 @@ rendered by headless Chromium, paths confined to the results root."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
 import subprocess
 import sys
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,36 @@ def test_the_report_page_a_plot_and_every_file_over_http(served):
     assert get(server, "/latest/goodput.png")[2][:8] == PNG
 
 
+def test_a_folder_downloads_as_one_zip(served):
+    """The page's .zip: every file it serves, under the folder's name; the key file not."""
+    server, folder = served
+    assert f'href="/{FOLDER}/?zip=1" download' in get(server, "/")[2].decode()
+    assert f'href="/{FOLDER}/?zip=1" download' in get(server, f"/{FOLDER}/")[2].decode()
+    status, headers, body = get(server, f"/{FOLDER}/?zip=1")
+    assert status == 200 and headers["content-type"] == "application/zip"
+    top = FOLDER.replace("/", "-")
+    assert headers["content-disposition"] == f"attachment; filename*=UTF-8''{top}.zip"
+    with zipfile.ZipFile(io.BytesIO(body)) as z:
+        names = set(z.namelist())
+        assert json.loads(z.read(f"{top}/summary.json")) == json.loads(
+            (folder / "summary.json").read_text())
+        assert z.read(f"{top}/goodput.png") == (folder / "goodput.png").read_bytes()
+    assert {f"{top}/report.md", f"{top}/variants/ecmp/chains.jsonl",
+            f"{top}/variants/adaptive/chains.jsonl"} <= names
+    assert f"{top}/macsec-keys.json" not in names and all(n.startswith(f"{top}/") for n in names)
+    assert get(server, "/demo/?zip=1")[0] == 404  # no archive of what is not a results folder
+
+
+def test_the_default_root_is_results_here_else_the_labs_own(tmp_path, monkeypatch):
+    from testbed import REPO
+    from testbed.reports.web import default_root
+
+    monkeypatch.chdir(tmp_path)
+    assert default_root() == REPO / "results"
+    (tmp_path / "results").mkdir()
+    assert default_root() == Path("results")
+
+
 def test_paths_stay_under_the_results_root(served, tmp_path):
     server, folder = served
     secret = tmp_path / "secret.txt"
@@ -200,15 +232,18 @@ def test_the_results_page_renders_in_a_browser(served, tmp_path, record_property
         assert shot.read_bytes()[:8] == PNG
 
 
-def test_testbed_results_serve_serves_until_stopped(tmp_path):
-    """As a user runs it: the command says where, answers, and stops on Ctrl-C (SIGINT)."""
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_testbed_results_serve_serves_until_stopped(tmp_path, stop):
+    """As a user runs it: the command says where, answers, and stops on Ctrl-C (SIGINT)
+    or a SIGTERM (``timeout``), exit 0."""
     import signal
     import urllib.request
 
     write_results(tmp_path / "results")
     proc = subprocess.Popen([sys.executable, "-m", "testbed.core.cli", "results", "serve",
                              str(tmp_path / "results"), "--port", "auto"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         assert ready, "the command said nothing"
@@ -220,9 +255,17 @@ def test_testbed_results_serve_serves_until_stopped(tmp_path):
         plot = urllib.request.urlopen(f"{url}{FOLDER}/goodput.png", timeout=10).read()
         assert plot[:8] == PNG
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, stop))
         code = proc.wait(20)
     assert code == 0, proc.stderr.read()
+
+
+def sigint_default() -> None:
+    """Ctrl-C's default in the child, also where the tests run with SIGINT ignored (a
+    shell without job control starts them so)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys):
