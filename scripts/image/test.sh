@@ -11,7 +11,8 @@
 #      `lab` with the documented password, runs `testbed doctor` and
 #      `sudo make run-scenario DURATION=$IMAGE_TEST_DURATION` (default 5) inside, copies the
 #      run's results back, checks that they name the architecture, and fetches the
-#      results page and one plot through an ssh tunnel from 127.0.0.1 here;
+#      results page, the report, one plot and the run as a .zip through an ssh tunnel
+#      from 127.0.0.1 here (scripts/vagrant/fetch_results.py);
 #   4. boots the OVA's VMDK on the controller and card its descriptor names (IDE and e1000
 #      on amd64, SATA on arm64), logs in the same way and runs `testbed doctor`.
 #
@@ -41,13 +42,13 @@ times="$out/times.txt"
 : > "$times"
 stamp() { echo "$1 $(($(date +%s) - $2)) s" | tee -a "$times" >&2; }
 
-for tool in qemu-system-x86_64 qemu-system-aarch64 ssh; do
+for tool in qemu-system-x86_64 qemu-system-aarch64 ssh curl; do
     command -v "$tool" >/dev/null && continue
     vm_say "installing qemu and the ssh client"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends qemu-system-x86 qemu-system-arm \
-        qemu-efi-aarch64 qemu-utils openssh-client >/dev/null
+        qemu-efi-aarch64 qemu-utils openssh-client curl >/dev/null
     break
 done
 
@@ -141,7 +142,7 @@ boot() {
 
 # -- 3. the qcow2: doctor, the default scenario, the results back ------------------------------
 boot "$dist/$name.qcow2" qcow2 qcow2
-in_vm grep -q "Log in as \"lab\", password \"lab\"" /etc/issue \
+in_vm "grep -q 'Log in as \"lab\", password \"lab\"' /etc/issue" \
     || vm_die "the console's greeting does not give the login"
 in_vm uname -m > "$out/uname.txt"
 in_vm 'df -m / && free -m && nproc' > "$out/vm-space.txt"
@@ -180,6 +181,24 @@ flagged = [r["name"] for r in runs if not r.get("fidelity", {}).get("ok", True)]
 print(f"image-test: {len(runs)} variants, chains completed in {len(done)}; "
       f"flagged by the fidelity monitor (emulation): {', '.join(flagged) or 'none'}")
 PY
+# the results page, served in the VM on its 127.0.0.1, fetched here through an ssh tunnel
+# from this machine's 127.0.0.1 (the same port at both ends, as the page's Host check asks)
+page_port=$(free_port)
+run_rel=$(in_vm readlink -f /testbed/results/latest | sed 's|^/testbed/results/||')
+remote=("sudo timeout 300 testbed results serve /testbed/results --port $page_port")
+vm_ssh -L "127.0.0.1:$page_port:127.0.0.1:$page_port" > "$out/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 120); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$page_port/" 2>/dev/null && break
+    sleep 1
+done
+mkdir -p "$out/page"
+python3 "$REPO/scripts/vagrant/fetch_results.py" "http://127.0.0.1:$page_port" "$run_rel" \
+    "$out/run/summary.json" "$out/page" >&2 \
+    || vm_die "the results page did not give the run back (see $out/serve.log)"
+kill "$serve_pid" 2>/dev/null || true
+wait "$serve_pid" 2>/dev/null || true
+
 if [ -n "${IMAGE_TEST_SIZES:-}" ]; then
     # make image-sizes: each lab's starter run as its guide writes it, measured in the VM
     t=$(date +%s)
