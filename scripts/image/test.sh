@@ -14,7 +14,9 @@
 #      results page, the report, one plot and the run as a .zip through an ssh tunnel
 #      from 127.0.0.1 here (scripts/vagrant/fetch_results.py);
 #   4. boots the OVA's VMDK on the controller and card its descriptor names (IDE and e1000
-#      on amd64, SATA on arm64), logs in the same way and runs `testbed doctor`.
+#      on amd64; on arm64 the e1000 card and a virtio disk, since qemu's arm64 UEFI
+#      firmware has no driver for the SATA controller the descriptor names), logs in the
+#      same way and runs `testbed doctor`.
 #
 # With IMAGE_TEST_SIZES="all" (make image-sizes) or a list of labs, each lab's starter run
 # as its guide writes it is measured inside the qcow2's VM (scripts/image/sizes.py) and its
@@ -116,8 +118,10 @@ boot() {
             if [ "$arch" = amd64 ]; then
                 drive=(-drive "file=$disk,format=$format,if=ide,snapshot=on")
             else
-                drive=(-device ahci,id=sata -drive "file=$disk,format=$format,if=none,id=d0,snapshot=on"
-                       -device ide-hd,drive=d0,bus=sata.0)
+                # qemu's arm64 UEFI firmware (edk2's ArmVirtQemu) has no AHCI driver: the
+                # disk goes on virtio here, so this boot checks the VMDK, not the SATA
+                # controller the descriptor names for VMware and VirtualBox
+                drive=(-drive "file=$disk,format=$format,if=virtio,snapshot=on")
             fi
             nic=(-netdev "$net" -device e1000,netdev=nat)
             ;;
