@@ -189,6 +189,8 @@ for route in ${VAGRANT_ROUTES:-teacher public}; do
                 || vm_die "the plain box failed (see $rout/box-build.log)"
             BOX=debian/bookworm64
             unset TESTBED_BOX
+            # pip in the VM trusts what this machine trusts (a proxy here may intercept TLS)
+            export TESTBED_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
             ;;
         *) vm_die "VAGRANT_ROUTES: teacher or public, not $route" ;;
     esac
