@@ -20,7 +20,7 @@ from testbed.experiments import base
 from testbed.experiments.backbone import faults as fault_kinds
 from testbed.storage import replication as xregion
 from topologies.backbone import SHIPPED, TOPOLOGIES, Backbone
-from topologies.backbone_check import DesignError, require
+from topologies.backbone_check import DesignError, DesignLimit, limits, require
 from topologies.params import ParamError, Section
 
 
@@ -133,6 +133,20 @@ def _check_names(section: dict, where: str) -> None:
             seen.add(name)
 
 
+#: the numbers of a backbone's entries, each within its bounds: (entries, key, low, high)
+NUMBERS = (("links", "capacity_mbps", 0.1, 100_000), ("links", "length_km", 0, 40_075),
+           ("regions", "uplink_mbps", 0.1, 100_000))
+
+
+def _check_numbers(section: dict, where: str) -> None:
+    """Every number of an inline backbone's (or one of one's own) links and regions is a
+    finite number within :data:`NUMBERS` (a quoted "inf" is not read as one)."""
+    for key, name, low, high in NUMBERS:
+        for i, entry in enumerate(section.get(key) or []):
+            if isinstance(entry, dict) and name in entry:
+                _number(entry[name], f"{where}.{key}[{i}].{name}", low, high)
+
+
 def _topology(section: dict, where: str) -> Backbone:
     """The backbone a section names: inline, shipped, or of one's own (loaded: refused in
     a validation); an inline one and one of one's own are held to the names and links an
@@ -144,6 +158,7 @@ def _topology(section: dict, where: str) -> Backbone:
                 raise ConfigError(f"{where}.{key}", "a non-empty list is required "
                                   "with topology: inline")
         _check_names(section, where)
+        _check_numbers(section, where)
         try:
             bb = Backbone.from_dict(section)
         except (KeyError, TypeError, ValueError) as exc:
@@ -162,11 +177,17 @@ def _topology(section: dict, where: str) -> Backbone:
         raise ConfigError(f"{where}.topology", f"{topo} built {type(bb).__name__}, not a "
                                                "topologies.backbone.Backbone")
     _check_names(bb.to_dict(), f"{where}.topology")
+    _check_numbers(bb.to_dict(), f"{where}.topology")
     return _check_links(bb, f"{where}.topology")
 
 
 def _check_links(bb: Backbone, where: str) -> Backbone:
-    """Every link ends at a PoP, every risk group's link exists."""
+    """Every link ends at a PoP, every risk group's link exists, and the backbone is no
+    larger than the design check takes (:func:`topologies.backbone_check.limits`)."""
+    try:
+        limits(bb)
+    except DesignLimit as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.reason) from None
     pops = {p.name for p in bb.pops}
     for i, lk in enumerate(bb.links):
         for end in (lk.a, lk.b):
@@ -221,6 +242,8 @@ def validate(section: dict, where: str = "backbone") -> dict:
     bb = _topology(section, where)
     try:
         check = require(bb)
+    except DesignLimit as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.reason) from None
     except DesignError as exc:
         field = (f"{where}.pops.{exc.node}" if exc.node in {p.name for p in bb.pops}
                  else f"{where}.regions.{exc.node}")
