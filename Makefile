@@ -7,12 +7,13 @@ VARIANT ?=
 LAB ?=
 VM_TESTS ?=
 BENCH ?=
+ARCH ?= amd64
 VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 
-.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots
+.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes
 
 setup:
 	@./scripts/setup.sh
@@ -91,3 +92,17 @@ vm-bench:
 # and doctor inside, the results on the host, nothing of it left in libvirt afterwards
 vagrant-test:
 	@./scripts/vagrant/test.sh
+
+# The lab VM as files a teacher hands out (scripts/image/): make image ARCH=amd64|arm64
+# writes dist/testbed-lab-ARCH.{qcow2,ova,vhdx}, its Vagrant boxes and SHA256SUMS
+image:
+	@./scripts/image/build.sh $(ARCH)
+
+# The images booted here under qemu as a student's VM program would: ssh login, the default
+# scenario inside, the results back (scripts/image/test.sh; results/image-test/)
+image-test:
+	@./scripts/image/test.sh $(ARCH)
+
+# The same, and each lab's starter run measured inside the VM (docs/install/sizes.md)
+image-sizes:
+	@IMAGE_TEST_SIZES=$(or $(LABS),all) ./scripts/image/test.sh $(ARCH)

@@ -24,8 +24,13 @@ from topologies import plugins
 
 #: speed of light in fibre, km per millisecond
 FIBRE_KM_PER_MS = 200.0
+#: what a link is laid as (``access``: a region's, derived from its PoPs)
 LINK_KINDS = ("terrestrial", "subsea", "access")
+#: what carries a shared-risk group's links
 GROUP_KINDS = ("subsea-cable", "conduit")
+#: a PoP's metro area: North America, Europe, the Middle East, Asia-Pacific (the order
+#: the dashboard's map lays them out, west to east)
+AREAS = ("na", "eu", "me", "apac")
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Pop:
     """A point of presence: one backbone router in a metro area."""
 
     name: str
-    area: str  # na, eu, apac, me
+    area: str  # one of AREAS
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ def small_backbone() -> Backbone:
         b = pops[(i + 1) % len(pops)]
         for k in (1, 2):
             links.append(Link(f"{a}-{b}-{k}", a, b, 100, 100 * (i + 1) + 10 * k))
-    return Backbone(pops=tuple(Pop(p, "lab") for p in pops),
+    return Backbone(pops=tuple(Pop(p, "na") for p in pops),
                     regions=(Region("ra", ("p1", "p2")), Region("rb", ("p3", "p4"))),
                     links=tuple(links))
 

@@ -1,28 +1,41 @@
 #!/usr/bin/env bash
-# make vagrant-test: the Vagrant route as a user takes it, here, under libvirt.
+# make vagrant-test: the Vagrant route as a student takes it, here, under libvirt, with both
+# kinds of box vagrant/Vagrantfile takes:
 #
+#   teacher  the teacher's box of `make image` (dist/testbed-lab-amd64-libvirt.box), added
+#            under a name of its own and chosen with TESTBED_BOX: the lab is in it, so
+#            provisioning installs nothing;
+#   public   a stand-in for the public box the Vagrantfile names for libvirt
+#            (debian/bookworm64, which cannot be downloaded here): plain Debian 12 with the
+#            `vagrant` user and Vagrant's key (scripts/image/build-disk.sh amd64 plain),
+#            added under that public name; provisioning installs the lab from the
+#            registries, as it does on a student's machine.
+#
+# For each (VAGRANT_ROUTES="teacher public" by default):
 #   1. installs what is missing on the host (vagrant, vagrant-libvirt, libvirt, qemu) and
 #      starts libvirt's daemons where nothing runs them (no systemd: containers, CI);
-#   2. builds the lab's box from Debian 12's packages (scripts/vagrant/build-box.sh: the
-#      lab VM image made bootable, the packages and the venv in it) and adds it, in a
-#      Vagrant home of its own, as debian/bookworm64, the box vagrant/Vagrantfile names;
-#   3. from a clean clone of this repository: `vagrant up --provider=libvirt` (qemu's
-#      software emulation where the host has no KVM), then in the VM
-#      `sudo make run-scenario DURATION=5` and `sudo .venv/bin/testbed doctor`;
-#   4. checks that doctor and the run's report name the kernel datapath and that the
-#      run's results are in the clone's results/ on the host (the two-way shared folder);
-#   5. `vagrant destroy -f`, the box and its volume removed, and libvirt's state (domains,
+#   2. from a clean clone of this repository: `vagrant up --provider=libvirt` (qemu's
+#      software emulation where the host has no KVM): the tree goes in as one archive over
+#      ssh, no shared folder; then in the VM `sudo make run-scenario DURATION=5` and
+#      `sudo testbed doctor`;
+#   3. checks that doctor and the run's report name the kernel datapath, that
+#      results/latest is a link on the VM's own disk, and, through the ssh tunnel every
+#      `vagrant ssh` opens, fetches from 127.0.0.1 here the results page, the run's
+#      report, one plot and the run as a .zip (whose summary.json must be the VM's), and
+#      that the tunnel listens on 127.0.0.1 only;
+#   4. `vagrant destroy -f`, the box and its volume removed, and libvirt's state (domains,
 #      networks, pools, volumes, bridges, IP forwarding) compared with the state before.
 #
-# Records (times, the VM's doctor, the run's summary) go to results/vagrant-test/TIMESTAMP/.
-# Exits non-zero when a step or a check fails, or when anything is left behind.
+# Records (times, the VM's doctor, the run's summary, the pages fetched) go to
+# results/vagrant-test/TIMESTAMP/ROUTE/. Exits non-zero when a step or a check fails, or
+# when anything is left behind.
 set -euo pipefail
 source "$(dirname "$0")/../vm/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || vm_die "run as root (libvirt, the box build)"
 say() { vm_say "$*"; }
 POOL=testbed-vagrant
-BOX=debian/bookworm64
+boxes=()
 out="$REPO/results/vagrant-test/$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
 times="$out/times.txt"
@@ -31,7 +44,8 @@ stamp() { echo "$1 $(($(date +%s) - $2)) s" | tee -a "$times" >&2; }
 
 # -- 1. the host's tools --------------------------------------------------------------------
 HOST_PACKAGES=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients dnsmasq-base
-               iptables qemu-system-x86 qemu-utils mmdebstrap e2fsprogs fdisk git)
+               iptables qemu-system-x86 qemu-utils mmdebstrap e2fsprogs fdisk git curl
+               iproute2)
 missing=()
 for p in "${HOST_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
@@ -97,7 +111,9 @@ cleanup() {
     if [ -d "$clone/vagrant" ]; then
         (cd "$clone/vagrant" && vagrant destroy -f >> "$out/vagrant.log" 2>&1)
     fi
-    vagrant box remove "$BOX" --provider libvirt --all --force >> "$out/vagrant.log" 2>&1
+    for b in "${boxes[@]}"; do
+        vagrant box remove "$b" --provider libvirt --all --force >> "$out/vagrant.log" 2>&1
+    done
     if "${VIRSH[@]}" pool-info "$POOL" >/dev/null 2>&1; then
         for vol in $("${VIRSH[@]}" vol-list "$POOL" | awk '{print $1}'); do
             "${VIRSH[@]}" vol-delete --pool "$POOL" "$vol" >/dev/null
@@ -135,36 +151,98 @@ trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# -- 2. the box --------------------------------------------------------------------------------
-t=$(date +%s)
-box=$("$REPO/scripts/vagrant/build-box.sh")
-stamp "box built (or taken from the cache):" "$t"
+# -- 2-4. each route ---------------------------------------------------------------------------
 "${VIRSH[@]}" pool-define-as "$POOL" dir --target "/var/lib/libvirt/$POOL" >/dev/null
 "${VIRSH[@]}" pool-build "$POOL" >/dev/null
 "${VIRSH[@]}" pool-start "$POOL" >/dev/null
-vagrant box add --name "$BOX" --provider libvirt "$box" >> "$out/vagrant.log" 2>&1
-
-# -- 3. a clean clone, vagrant up, the default scenario and doctor inside ---------------------
 git clone -q "$REPO" "$clone"
-mkdir -p "$clone/results"
-chmod 1777 "$clone/results"  # written by qemu's own user through the 9p share
-cd "$clone/vagrant"
-say "vagrant up --provider=libvirt (driver $TESTBED_LIBVIRT_DRIVER)"
-t=$(date +%s)
-vagrant up --provider=libvirt 2>&1 | tee -a "$out/vagrant.log" | sed 's/^/  /' >&2
-stamp "vagrant up to provisioned:" "$t"
-t=$(date +%s)
-vagrant ssh -c 'cd /testbed && sudo make run-scenario DURATION=5' 2>&1 \
-    | tee "$out/run-scenario.log" | sed 's/^/  /' >&2
-stamp "make run-scenario DURATION=5 inside:" "$t"
-vagrant ssh -c 'cd /testbed && sudo .venv/bin/testbed doctor' > "$out/doctor.txt" 2>&1
+plain_box() {  # the public box's stand-in: the plain disk as a libvirt box
+    local dir=$tmp/plain
+    mkdir -p "$dir"
+    "$REPO/scripts/image/build-disk.sh" amd64 plain "$dir/disk.raw" >&2
+    qemu-img convert -c -f raw -O qcow2 "$dir/disk.raw" "$dir/box.img"
+    printf '{"provider": "libvirt", "format": "qcow2", "virtual_size": %d}\n' \
+        "$(( ($(stat -c %s "$dir/disk.raw") + (1 << 30) - 1) >> 30 ))" > "$dir/metadata.json"
+    printf 'Vagrant.configure("2") do |c|\n  c.vm.provider :libvirt do |l|\n    l.disk_bus = "virtio"\n  end\nend\n' \
+        > "$dir/Vagrantfile"
+    rm "$dir/disk.raw"
+    tar -C "$dir" -cf "$dir/plain.box" metadata.json Vagrantfile box.img
+    echo "$dir/plain.box"
+}
 
-# -- 4. the checks ----------------------------------------------------------------------------
-grep -q "switch datapath *Open vSwitch kernel datapath" "$out/doctor.txt" \
-    || vm_die "doctor in the VM does not name the kernel datapath (see $out/doctor.txt)"
-summary="$clone/results/latest/summary.json"
-[ -f "$summary" ] || vm_die "no results/latest/summary.json on the host after the run"
-grep -q "with the Open vSwitch kernel datapath" "$clone/results/latest/report.md" \
-    || vm_die "the run's report does not name the kernel datapath"
-cp "$summary" "$clone/results/latest/report.md" "$out/"
-say "the run's results are on the host: $(dirname "$(readlink -f "$summary")")"
+PORT=8470  # the results page, as vagrant/Vagrantfile tunnels it
+for route in ${VAGRANT_ROUTES:-teacher public}; do
+    rout="$out/$route"
+    mkdir -p "$rout"
+    say "route: $route"
+    t=$(date +%s)
+    case $route in
+        teacher)
+            "$REPO/scripts/image/build.sh" amd64 >> "$rout/box-build.log" 2>&1 \
+                || vm_die "make image failed (see $rout/box-build.log)"
+            boxfile="$REPO/dist/testbed-lab-amd64-libvirt.box"
+            BOX=testbed/lab-test
+            export TESTBED_BOX=$BOX
+            ;;
+        public)
+            boxfile=$(plain_box 2>> "$rout/box-build.log") \
+                || vm_die "the plain box failed (see $rout/box-build.log)"
+            BOX=debian/bookworm64
+            unset TESTBED_BOX
+            ;;
+        *) vm_die "VAGRANT_ROUTES: teacher or public, not $route" ;;
+    esac
+    stamp "$route: box built (or its root file system taken from the cache):" "$t"
+    vagrant box add --name "$BOX" --provider libvirt "$boxfile" >> "$rout/vagrant.log" 2>&1
+    boxes+=("$BOX")
+
+    cd "$clone/vagrant"
+    say "vagrant up --provider=libvirt (driver $TESTBED_LIBVIRT_DRIVER, box $BOX)"
+    t=$(date +%s)
+    vagrant up --provider=libvirt 2>&1 | tee -a "$rout/vagrant.log" | sed 's/^/  /' >&2
+    [ "${PIPESTATUS[0]}" -eq 0 ] || vm_die "vagrant up failed (see $rout/vagrant.log)"
+    stamp "$route: vagrant up to provisioned:" "$t"
+    t=$(date +%s)
+    vagrant ssh -c 'cd /testbed && sudo make run-scenario DURATION=5' > "$rout/run-scenario.log" 2>&1 \
+        || vm_die "make run-scenario failed in the VM (see $rout/run-scenario.log)"
+    stamp "$route: make run-scenario DURATION=5 inside:" "$t"
+    vagrant ssh -c 'cd /testbed && sudo .venv/bin/testbed doctor' > "$rout/doctor.txt" 2>&1
+
+    grep -q "switch datapath *Open vSwitch kernel datapath" "$rout/doctor.txt" \
+        || vm_die "doctor in the VM does not name the kernel datapath (see $rout/doctor.txt)"
+    vagrant ssh -c 'sudo cat /testbed/results/latest/report.md' > "$rout/report.md" 2>/dev/null
+    grep -q "with the Open vSwitch kernel datapath" "$rout/report.md" \
+        || vm_die "the run's report does not name the kernel datapath"
+    vagrant ssh -c 'test -L /testbed/results/latest && stat -f -c %T /testbed/results/' \
+        > "$rout/results-fs.txt" 2>&1 || vm_die "results/latest is not a link in the VM"
+    grep -q '^ext2/ext3' "$rout/results-fs.txt" \
+        || vm_die "results/ is not on the VM's own disk: $(cat "$rout/results-fs.txt")"
+    vagrant ssh -c 'sudo cat /testbed/results/latest/summary.json' > "$rout/summary.json" 2>/dev/null
+    run_path=$(vagrant ssh -c 'readlink -f /testbed/results/latest' 2>/dev/null | tr -d '\r')
+    run_rel=${run_path#/testbed/results/}
+
+    # the results page through the tunnel of `vagrant ssh`, from 127.0.0.1 here
+    vagrant ssh -c "sudo timeout 300 testbed results serve --port $PORT" \
+        > "$rout/serve.log" 2>&1 &
+    serve_pid=$!
+    for _ in $(seq 120); do
+        curl -fsS -o "$rout/index.html" "http://127.0.0.1:$PORT/" 2>/dev/null && break
+        sleep 1
+    done
+    [ -s "$rout/index.html" ] || vm_die "no results page on 127.0.0.1:$PORT here (see $rout/serve.log)"
+    ss -Hltn "sport = :$PORT" > "$rout/listening.txt"
+    if grep -v -E "127\.0\.0\.1:$PORT|\[::1\]:$PORT" "$rout/listening.txt" | grep -q .; then
+        vm_die "the tunnel listens beyond 127.0.0.1: $(cat "$rout/listening.txt")"
+    fi
+    python3 "$REPO/scripts/vagrant/fetch_results.py" "http://127.0.0.1:$PORT" "$run_rel" \
+        "$rout/summary.json" "$rout" || vm_die "the results page did not give the run back"
+    kill "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" 2>/dev/null || true
+
+    cp "$rout/summary.json" "$rout/report.md" "$out/" 2>/dev/null || true
+    t=$(date +%s)
+    vagrant destroy -f >> "$rout/vagrant.log" 2>&1
+    vagrant box remove "$BOX" --provider libvirt --all --force >> "$rout/vagrant.log" 2>&1
+    stamp "$route: destroyed:" "$t"
+    cd "$REPO"
+done

@@ -17,7 +17,7 @@ vm_die() { vm_say "error: $*"; exit 1; }
 # that builds the venv, the pinned Python dependencies, the build script and the init
 # baked into the image. The project's own code is not in it: each boot brings the
 # current tree (scripts/vm/boot.sh).
-IMAGE_INPUTS=(scripts/packages.txt scripts/vm/packages.txt scripts/setup.sh pyproject.toml
+IMAGE_INPUTS=(scripts/packages.txt scripts/vm/packages.txt scripts/vm/lib.sh scripts/setup.sh pyproject.toml
               scripts/vm/build-image.sh scripts/vm/customize.sh scripts/vm/guest-init.sh)
 
 image_hash() {
@@ -26,9 +26,11 @@ image_hash() {
 
 image_dir() { echo "$VM_CACHE/$(image_hash)"; }
 
-# The packages: the testbed's own list, plus the kernel and what a booted system needs.
+# The packages: the testbed's own list, plus the kernel of the architecture (amd64 unless
+# $1 says otherwise) and what a booted system needs.
 image_packages() {
     grep -h -v -e '^#' -e '^$' "$REPO/scripts/packages.txt" "$REPO/scripts/vm/packages.txt"
+    echo "linux-image-${1:-amd64}"
 }
 
 # The project as a tar stream: the working tree as it is (uncommitted edits included),

@@ -18,7 +18,6 @@ so a capture of a wire can be decrypted afterwards.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from contextlib import ExitStack
@@ -29,11 +28,12 @@ from pydantic import Field, field_validator
 
 from testbed.errors import BringUpError, ConfigError
 from testbed.host.commands import Cmd
+from testbed.host.files import write_json
 from testbed.host.procs import Helper, cpu_seconds, python_env, wait_for
 from testbed.macsec.cipher import CipherSuite
 from testbed.macsec.config import OVERHEAD, LinkConfig, SideConfig
 from testbed.macsec.errors import BackendError
-from testbed.macsec.forwarder import control_path
+from testbed.macsec.forwarder import control_path, key_channel
 from testbed.macsec.kernel import macsec_stats_argv, parse_ip_macsec_stats, secy_commands
 from testbed.macsec.link import ctl_request
 from topologies.backbone import Link
@@ -192,20 +192,27 @@ class SecureLinks:
         if self.backend != "userspace":
             return
         per_node: dict[str, list[str]] = {}
+        node_links: dict[str, list[LinkConfig]] = {}
         for name, cfg in self.configs.items():
             d = self.link_dir(name)
             d.mkdir(parents=True, exist_ok=True)
-            (d / "link.json").write_text(json.dumps(cfg.to_dict()))
+            write_json(d / "link.json", cfg.public_dict())  # no SAK: they go by key_channel
             _, lk = self.net.links[name]
             for s, node in (("a", lk.a), ("b", lk.b)):
                 per_node.setdefault(node, []).extend(["--link", str(d / "link.json"), s, str(d)])
+                node_links.setdefault(node, []).append(cfg)
         env = python_env()
         for node, args in per_node.items():
-            helper = Helper(f"macsec-{node}", ["ip", "netns", "exec", self.net.ns(node),
-                                               sys.executable, "-m",
-                                               "testbed.macsec.forwarder", *args],
-                            pid_dir=self.net.folder / "pids", env=env,
-                            log=self.workdir / f"forwarder-{node}.log")
+            keys = key_channel(node_links[node])  # the SAKs of this router's links alone
+            try:
+                helper = Helper(f"macsec-{node}", ["ip", "netns", "exec", self.net.ns(node),
+                                                   sys.executable, "-m",
+                                                   "testbed.macsec.forwarder", *args,
+                                                   "--keys-fd", str(keys)],
+                                pid_dir=self.net.folder / "pids", env=env,
+                                log=self.workdir / f"forwarder-{node}.log", pass_fds=(keys,))
+            finally:
+                os.close(keys)
             stack.callback(helper.stop, 3.0)
             self.forwarders[node] = helper
         if not wait_for(self._all_answer, timeout, 0.2):

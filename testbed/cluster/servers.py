@@ -34,6 +34,7 @@ from pathlib import Path
 from testbed import REPO
 from testbed.errors import ConfigError, HostError
 from testbed.host.procs import dies_with_parent
+from testbed.host.redact import shown
 
 #: every ssh the lab starts: never a prompt, a dead peer noticed within 20 s
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
@@ -192,7 +193,7 @@ class Connection:
             return subprocess.run(self.argv(remote, root=root), capture_output=True,
                                   text=True, input=stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise HostError(f"server {self.server}: {shlex.join(remote)[:120]}: no answer "
+            raise HostError(f"server {self.server}: {shown(remote)[:120]}: no answer "
                             f"in {timeout:g} s") from None
 
     def forward(self, port: int) -> int:

@@ -1,6 +1,7 @@
 """``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
 (up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt;
-check (grading a results folder against a lab guide, :mod:`testbed.reports.grading`).
+check (grading a results folder against a lab guide, :mod:`testbed.reports.grading`);
+results serve (results folders as web pages, :mod:`testbed.reports.web`).
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
 that cannot run the request ends with exit status 1; Ctrl-C or SIGTERM with 130, after
@@ -268,16 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this run (its 4-hex-digit id; may repeat)")
     p.set_defaults(func=cmd_clean)
 
+    from testbed.core.reference import _subcommands
     from testbed.core.tools import add_parsers as add_tool_parsers
     from testbed.lab.commands import add_parsers as add_lab_parsers
     from testbed.reports.compare import add_parsers as add_compare_parsers
     from testbed.reports.grading import add_parsers as add_grading_parsers
+    from testbed.reports.web import add_parsers as add_results_parsers
 
     add_lab_parsers(sub)
     add_tool_parsers(sub)
     add_grading_parsers(sub)
     add_compare_parsers(sub)
-    for name, sub_parser in sub.choices.items():
+    add_results_parsers(sub)
+    for name, sub_parser in _subcommands(parser).items():
         sub_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         sub_parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
     return parser
@@ -322,6 +326,10 @@ EXAMPLES = {
                 "results/latest/macsec-keys.json -o plain.pcap"],
     "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest"],
     "compare": ["testbed compare results/before results/after   # same scenario, two runs"],
+    "results": ["testbed results serve                 # every run under results/, in a browser"],
+    "results serve": ["testbed results serve                 # http://127.0.0.1:8470/",
+                      "testbed results serve results/latest --port 9000",
+                      "ssh -L 8470:127.0.0.1:8470 user@lab-vm   # then open it on the host"],
 }
 
 

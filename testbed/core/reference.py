@@ -137,18 +137,27 @@ def scenario_reference(schema: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+def _subcommands(parser: argparse.ArgumentParser,
+                 prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command by its words (``run``; ``results`` and ``results serve``)."""
+    out: dict[str, argparse.ArgumentParser] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+            for name, sub in action.choices.items():
+                out[prefix + name] = sub
+                out.update(_subcommands(sub, f"{prefix}{name} "))
+    return out
 
 
-def _helps(parser: argparse.ArgumentParser) -> dict[str, str]:
+def _helps(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return {a.dest: a.help or "" for a in action._choices_actions}
-    return {}
+            for a in action._choices_actions:
+                out[prefix + a.dest] = a.help or ""
+            for name, sub in action.choices.items():
+                out.update(_helps(sub, f"{prefix}{name} "))
+    return out
 
 
 def _arguments(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:

@@ -130,12 +130,38 @@ def _check_keys(data: dict, kind: str, cls: type[Experiment]) -> None:
         raise ConfigError(key, f"unknown field (known: {', '.join(sorted(mine))})")
 
 
+def _no_nul(data: Any, where: str = "") -> None:
+    """ConfigError naming the first string (a value or a key) that holds a NUL byte: no
+    command line (a workload's argv), file name or interface name can carry one, so it
+    would fail only when the run starts it.
+
+    >>> _no_nul({"workloads": [{"argv": ["ping", "-c1\\x00"]}]})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    testbed.errors.ConfigError: workloads[0].argv[1]: holds a NUL byte (\\0), which no ...
+    """
+    if isinstance(data, str):
+        if "\0" in data:
+            raise ConfigError(where or "scenario", "holds a NUL byte (\\0), which no command "
+                                                   "line, file name or interface name can carry")
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            field = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and "\0" in key:
+                raise ConfigError(clip(repr(field), 80), "a key holds a NUL byte (\\0)")
+            _no_nul(value, field)
+    elif isinstance(data, list):
+        for i, item in enumerate(data):
+            _no_nul(item, f"{where}[{i}]")
+
+
 def parse(data: Any, duration_override: float | None = None,
           seeds_override: list[int] | None = None) -> Scenario:
     """Validate a scenario already loaded from YAML; raises :class:`ConfigError`.
     ``seeds_override`` replaces the file's ``seeds`` (judge on seeds it was not tuned on)."""
     if not isinstance(data, dict):
         raise ConfigError("scenario", "must be a YAML mapping")
+    _no_nul(data)
     if seeds_override is not None:
         data = {**data, "seeds": seeds_override}
     head = _head(data, duration_override)

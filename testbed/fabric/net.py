@@ -39,7 +39,7 @@ from testbed.host import netns
 from testbed.host import sysctls as host_settings
 from testbed.host.capabilities import Capabilities
 from testbed.host.hosts import MininetHost, RootHost
-from testbed.host.naming import OVS_EXTERNAL_ID, register, run_dir
+from testbed.host.naming import OVS_EXTERNAL_ID, register, register_netns, run_dir
 from testbed.host.netlink import QueueReader
 from testbed.host.procs import Helper, stop_strays
 from topologies.spec import FabricSpec, HostInterface
@@ -484,7 +484,7 @@ class Fabric:
             if not self.is_here(host.name):
                 continue
             register(self.run_id, "mininet", host.name)
-            net.addHost(host.name, ip=None)
+            self._record_namespace(net.addHost(host.name, ip=None))
         with IPRoute() as ipr:
             # every root-side port is sealed from the host's stack: the userspace datapath
             # reads a port with a packet socket, so the stack sees every frame too; on the
@@ -536,6 +536,13 @@ class Fabric:
             self.send_socket_problem = ovs_socket.enlarge(OVS_SOCKET_BUFFER, self.switch_pids())
         return self.times
 
+    def _record_namespace(self, node) -> None:
+        """Record the namespace of a host just added (its shell's), so that ``testbed
+        clean`` finds what runs there after the shell has died with this process."""
+        if register_netns(self.run_id, f"/proc/{node.pid}/ns/net") is None:
+            raise BringUpError(f"host {node.name}: its shell (pid {node.pid}) has no network "
+                               "namespace of its own")
+
     def grow(self, spec: FabricSpec) -> Growth:
         """Cable what ``spec`` has beyond this fabric's spec into the running fabric (a
         rack: its switches, hosts and links, and the ports its links add to switches that
@@ -575,7 +582,7 @@ class Fabric:
                 batch=True))
         for host in hosts:
             register(self.run_id, "mininet", host.name)
-            net.addHost(host.name, ip=None)
+            self._record_namespace(net.addHost(host.name, ip=None))
         new_names = {sw.name for sw in switches}
         ports: dict[str, list[tuple[str, int]]] = {}  # running switch -> its new ports
         buffers = (socket_buffer_defaults(OVS_SOCKET_BUFFER) if self.caps.ovs_datapath == "user"

@@ -145,7 +145,8 @@ def _target(spec: FabricSpec, kind: str | None, value: Any, where: str) -> str:
 def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults",
                  duration_s: float | None = None) -> tuple[Fault, ...]:
     """Validate a ``faults:`` list against ``spec`` (every kind from
-    :mod:`testbed.faults.kinds`), each at a time within ``duration_s`` when given; raises
+    :mod:`testbed.faults.kinds`), each at a time within ``duration_s`` when given, every
+    action of a repeating kind too (a link_flap's last link_up); raises
     :class:`ConfigError`."""
     if raw is None:
         return ()
@@ -167,8 +168,14 @@ def parse_faults(raw: Any, spec: FabricSpec, where: str = "faults",
                                             f"got {at_s!r}")
         target = _target(spec, cls.TARGET, entry.get("target"), f"{at}.target")
         params = fault_kinds.parameters(cls, entry, at)
-        cls().check(spec, params, at)
-        out += cls().expand(float(at_s), target, params)
+        kind = cls()
+        kind.check(spec, params, at)
+        actions = kind.expand(float(at_s), target, params)
+        last = max(actions, key=lambda f: f.at_s, default=None)
+        if duration_s is not None and last is not None and last.at_s >= duration_s:
+            # a repeating kind (link_flap) whose later actions the run would never apply
+            raise kind.outlasts(float(at_s), params, last, duration_s, at)
+        out += actions
     return tuple(sorted(out, key=lambda f: f.at_s))
 
 

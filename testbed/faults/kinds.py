@@ -51,6 +51,14 @@ class FaultKind:
         """The scheduled actions of one fault entry (one, unless a kind repeats)."""
         return [Fault(at_s, self.NAME, target, params=params)]
 
+    def outlasts(self, at_s: float, params: dict, last: Fault, duration_s: float,
+                 where: str) -> ConfigError:
+        """The error for an entry whose actions (:meth:`expand`) go on past the run's
+        ``duration_s``: ``last`` is its last action."""
+        return ConfigError(f"{where}.at_s", f"{self.NAME}'s last action ({last.action} at "
+                                            f"{last.at_s:g} s) is not within the run's "
+                                            f"{duration_s:g} s")
+
     def apply(self, faults: Any, target: str, *args: Any, **params: Any) -> object:
         """Do it to the live fabric; ``args`` are the parameters given by position
         (``degrade(target, 0.3)``), in the order of :attr:`PARAMS`' fields."""
@@ -145,12 +153,35 @@ class LinkFlap(FaultKind):
         parameters' own model checked their shape already."""
 
     def expand(self, at_s: float, target: str, params: dict) -> list[Fault]:
+        """Cycle n (from 0): down at ``at_s + n * period_s``, up half a period later; the
+        last link_up at ``at_s + (count - 1/2) * period_s``.
+
+        >>> [(f.at_s, f.action) for f in LinkFlap().expand(8.0, "l", {"period_s": 2,
+        ...                                                           "count": 2})]
+        [(8.0, 'link_down'), (9.0, 'link_up'), (10.0, 'link_down'), (11.0, 'link_up')]
+        """
         out = []
         for n in range(params["count"]):
             t = round(at_s + n * params["period_s"], 6)
             out.append(Fault(t, "link_down", target))
             out.append(Fault(round(t + params["period_s"] / 2, 6), "link_up", target))
         return out
+
+    def outlasts(self, at_s: float, params: dict, last: Fault, duration_s: float,
+                 where: str) -> ConfigError:
+        """Names ``count`` with the cycles that fit, or ``period_s`` when none does (the
+        link would stay down past the run's end, its restore never applied)."""
+        period, count = params["period_s"], params["count"]
+        fit = next((n for n in range(count, 0, -1)
+                    if self.expand(at_s, "", {**params, "count": n})[-1].at_s < duration_s), 0)
+        if fit:
+            return ConfigError(f"{where}.count", f"{count} cycles of {period:g} s from "
+                                                 f"{at_s:g} s end with a link_up at "
+                                                 f"{last.at_s:g} s, past the run's "
+                                                 f"{duration_s:g} s (at most {fit} fit)")
+        return ConfigError(f"{where}.period_s", f"its first link_up, at {at_s:g} + "
+                                                f"{period:g}/2 s, is past the run's "
+                                                f"{duration_s:g} s")
 
 
 @register

@@ -38,6 +38,8 @@ class Capabilities:
     #: net.ipv4.tcp_available_congestion_control, in the kernel's order
     tcp_congestion_controls: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    #: the machine's architecture as the kernel names it (x86_64, aarch64)
+    architecture: str = field(default_factory=platform.machine)
 
     @property
     def ovs_datapath(self) -> str:
@@ -189,7 +191,8 @@ def probe(run_id: str | None = None) -> Capabilities:
 def format_report(caps: Capabilities) -> str:
     """The ``testbed doctor`` text: features found, versions, and backends chosen."""
     yes = {True: "yes", False: "no"}
-    lines = [f"kernel {caps.kernel} (running as uid {os.geteuid()})", "", "kernel features:"]
+    lines = [f"kernel {caps.kernel} on {caps.architecture} (running as uid {os.geteuid()})",
+             "", "kernel features:"]
     for name in ("ovs_kernel_datapath", "ovs_afxdp", "htb", "netem", "red", "fq_codel", "macsec",
                  "nftables", "tcp_dctcp"):
         lines.append(f"  {name:<20} {yes[getattr(caps, name)]}")
@@ -204,12 +207,15 @@ def machine() -> str:
     """The host a figure was measured on, in words: CPU model, cores, memory, kernel,
     Open vSwitch's datapath (what the docs name beside every figure)."""
     info = Path("/proc/cpuinfo").read_text().splitlines()
+    # x86 names its model; arm64 kernels print only implementer and part numbers
     cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")),
-               platform.processor()).replace("(R)", "").replace("(TM)", "")
+               platform.processor() or f"{platform.machine()} CPU")
+    cpu = cpu.replace("(R)", "").replace("(TM)", "")
     cores = sum(1 for ln in info if ln.startswith("processor"))
     virtual = any(ln.startswith("flags") and " hypervisor" in ln for ln in info)
     mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
     datapath = "kernel" if Path("/sys/module/openvswitch").exists() else "userspace"
-    return (f"{'a virtual machine with ' if virtual else ''}{cores} cores of an {cpu}, "
+    return (f"{'a virtual machine with ' if virtual else ''}{cores} cores of an {cpu} "
+            f"({platform.machine()}), "
             f"{mem_kb // 1024**2} GB, kernel {platform.release()}, Open vSwitch's "
             f"{datapath} datapath")

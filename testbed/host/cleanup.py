@@ -5,9 +5,12 @@ checked against a run's own records in /run/testbed/RUNID: a process only when i
 file's start time matches the running process (a reused pid is somebody else's), an
 interface, namespace, nftables table or Mininet shell only when the run registered its
 name (:func:`testbed.host.naming.register`), an OVS bridge when registered or tagged with the
-``testbed_run`` external id. A name that merely looks like the testbed's (``tbface0``) is
-not touched, nor anything of a run whose owner is alive (unlike ``mn -c``). Host
-sysctls that a killed run left raised go back to the saved originals
+``testbed_run`` external id, and any process in a network namespace the run made: a named
+one it registered, a live Mininet shell's, or one whose identity it recorded when it made
+it (:func:`testbed.host.naming.register_netns`: a Mininet host's, whose shell died with
+the run while what was started there lives on). A name that merely looks like the
+testbed's (``tbface0``) is not touched, nor anything of a run whose owner is alive (unlike
+``mn -c``). Host sysctls that a killed run left raised go back to the saved originals
 (:mod:`testbed.host.sysctls`).
 """
 
@@ -25,7 +28,15 @@ from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.host import sysctls as host_settings
-from testbed.host.naming import OVS_EXTERNAL_ID, RUN_ROOT, live_runs, recorded_pid, registered
+from testbed.host.naming import (
+    OVS_EXTERNAL_ID,
+    RUN_ROOT,
+    live_runs,
+    recorded_pid,
+    registered,
+    registered_netns,
+)
+from testbed.host.netns import cookie
 from testbed.host.procs import stop_groups, stop_processes
 
 MININET_SHELL = re.compile(r"mininet:(\S+)")
@@ -97,6 +108,36 @@ def netns_processes(namespaces: set[tuple[int, int]],
     return sorted(pids)
 
 
+def recorded_processes(recorded: dict[tuple[int, int], int | None],
+                       proc: Path = Path("/proc")) -> list[int]:
+    """Pids of every process in a namespace a run recorded when it made it ((device,
+    inode) -> cookie, :func:`testbed.host.naming.registered_netns`). An inode number is
+    given to a new namespace once the recorded one is freed: a namespace counts only when
+    its cookie, which the kernel never gives twice, is the recorded one (so, on a kernel
+    without cookies, none does). The host's own namespace never counts."""
+    by_space: dict[tuple[int, int], list[int]] = {}
+    for pid in netns_processes(set(recorded), proc):
+        space = _netns_id(str(proc / str(pid) / "ns" / "net"))
+        if space is not None:
+            by_space.setdefault(space, []).append(pid)
+    found = []
+    for space, pids in by_space.items():
+        want = recorded.get(space)
+        if want is None:
+            continue
+        # the namespace's cookie, through the first of its processes still in it
+        for pid in pids:
+            path = proc / str(pid) / "ns" / "net"
+            got = cookie(path)
+            if got is not None and _netns_id(str(path)) == space:
+                break
+        else:
+            continue
+        if got == want:
+            found += pids
+    return sorted(found)
+
+
 def bridge_tags(ovs_json: str) -> dict[str, str | None]:
     """Each bridge's ``testbed_run`` external id (None without one), from ovs-vsctl JSON.
 
@@ -163,15 +204,19 @@ def clean(dry_run: bool = False, force: bool = False,
     if not dry_run:
         _stop(helpers)
     shells = _mininet_shells(names.get("mininet", set()))
-    # every process in a namespace of the run: the Mininet hosts' (their shells') and
-    # the named ones it registered, found by the namespace, not by a pid file
+    # every process in a namespace of the run, found by the namespace, not by a pid file:
+    # the Mininet hosts' (through their shells while they live, else as recorded when
+    # they were made) and the named ones it registered
     spaces = {_netns_id(f"/proc/{pid}/ns/net") for pid in shells} | {
         _netns_id(f"/run/netns/{ns}") for ns in names.get("netns", set())}
-    inside = [pid for pid in netns_processes({s for s in spaces if s is not None})
-              if pid not in shells]
+    recorded: dict[tuple[int, int], int | None] = {}
+    for run_id in runs:
+        recorded.update(registered_netns(run_id))
+    inside = sorted((set(netns_processes({s for s in spaces if s is not None}))
+                     | set(recorded_processes(recorded))) - set(shells))
     removed += [f"process {pid} ({_comm(pid)}) in a namespace of the run" for pid in inside]
-    if not dry_run:
-        _stop(inside)
+    if not dry_run:  # each by itself: its process group may reach outside the namespace
+        stop_processes(inside, grace=2.0)
     removed += [f"Mininet host shell {pid}" for pid in shells]
     if not dry_run:
         _stop(shells)

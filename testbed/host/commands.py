@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from testbed.errors import HostError
 from testbed.host.hosts import NetnsHost, RootHost
+from testbed.host.redact import shown, text
 
 
 def run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -23,7 +24,7 @@ def ip(args: list[str], netns: str | None = None, check: bool = True) -> str:
     argv = ["ip"] + (["-n", netns] if netns else []) + args
     done = run(argv)
     if check and done.returncode:
-        raise HostError(f"{' '.join(argv)}: {done.stderr.strip()}")
+        raise HostError(f"{shown(argv)}: {text(done.stderr.strip())}")
     return done.stdout
 
 
@@ -66,11 +67,10 @@ def _one(tool: str, cmd: Cmd) -> str | None:
     if cmd.secret:
         done = run([*head, "-batch", "-"],
                     stdin=" ".join(batch_word(a) for a in cmd.argv) + "\n")
-        shown = " ".join([*head, *cmd.argv[:4], "..."])
     else:
         done = run([*head, *cmd.argv])
-        shown = " ".join([*head, *cmd.argv])
-    return f"{shown}: {done.stderr.strip()}" if done.returncode else None
+    return f"{shown([*head, *cmd.argv])}: {text(done.stderr.strip())}" if done.returncode \
+        else None
 
 
 def run_commands(cmds: Iterable[Cmd], tool: str = "ip") -> None:
@@ -101,5 +101,5 @@ def in_netns(netns: str, argv: list[str], check: bool = True,
            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     done = NetnsHost(netns).run(argv, stdin=stdin)
     if check and done.returncode:
-        raise HostError(f"{netns}: {' '.join(argv)}: {done.stderr.strip()}")
+        raise HostError(f"{netns}: {shown(argv)}: {text(done.stderr.strip())}")
     return done

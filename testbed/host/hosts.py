@@ -20,6 +20,7 @@ from pathlib import Path
 
 from testbed.errors import HostError
 from testbed.host.procs import Helper
+from testbed.host.redact import shown, text
 
 
 class Host:
@@ -41,17 +42,17 @@ class Host:
             return subprocess.run(full, capture_output=True, text=True, input=stdin,
                                   timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise HostError(f"{' '.join(full)}: no answer in {timeout:g} s") from None
+            raise HostError(f"{shown(full)}: no answer in {timeout:g} s") from None
         except OSError as exc:  # the program is missing
-            raise HostError(f"{' '.join(full)}: {exc}") from None
+            raise HostError(f"{shown(full)}: {text(str(exc))}") from None
 
     def check(self, argv: Sequence[str], timeout: float = 30.0,
               stdin: str | None = None) -> str:
         """:meth:`run`, raising :class:`HostError` with the command's stderr on failure."""
         done = self.run(argv, timeout=timeout, stdin=stdin)
         if done.returncode:
-            raise HostError(f"{self.name}: {' '.join(argv)}: "
-                            f"{(done.stderr or done.stdout).strip()[-300:]}")
+            raise HostError(f"{self.name}: {shown(argv)}: "
+                            f"{text((done.stderr or done.stdout).strip()[-300:])}")
         return done.stdout
 
     def spawn(self, name: str, argv: Sequence[str], *, pid_dir: Path, log: Path | None = None,

@@ -27,6 +27,9 @@ OWNER = "owner"  # file in a run folder: the pid (and start time) of the process
 NAMES = "names"  # file in a run folder: one "KIND NAME" line per name the run created
 #: file in a run folder without an owner: the process that registered its first name
 REGISTRAR = "registrar"
+#: file in a run folder: one "DEVICE INODE COOKIE" line per unnamed network namespace the
+#: run made (a Mininet host's), for ``testbed clean`` once its processes are gone
+NETNS_IDS = "netns-ids"
 #: kinds of registered names; an ``nft`` name is "FAMILY TABLE"
 KINDS = ("link", "netns", "bridge", "nft", "mininet")
 #: names the testbed gives to interfaces, namespaces and bridges: tb + 4 hex digits
@@ -196,9 +199,9 @@ def live_runs() -> dict[str, int]:
 
 
 @contextmanager
-def _locked_names(run_id: str, mode: str) -> Iterator:
+def _locked(run_id: str, file: str, mode: str) -> Iterator:
     folder = private_run_dir(run_id)
-    with open(folder / NAMES, mode) as f:
+    with open(folder / file, mode) as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield f
 
@@ -214,7 +217,7 @@ def register(run_id: str, kind: str, name: str) -> None:
     if not name or "\n" in name:
         raise ValueError(f"bad name {name!r}")
     folder = run_dir(run_id)
-    with _locked_names(run_id, "a") as f:
+    with _locked(run_id, NAMES, "a") as f:
         f.write(f"{kind} {name}\n")
         if not (folder / OWNER).exists() and not (folder / REGISTRAR).exists():
             # not claimed (a probe, a test): alive while this process is
@@ -234,7 +237,7 @@ def forget(run_id: str, kind: str, name: str) -> None:
     path = run_dir(run_id) / NAMES
     if not path.exists():
         return
-    with _locked_names(run_id, "r+") as f:
+    with _locked(run_id, NAMES, "r+") as f:
         lines = [line for line in f.read().splitlines() if line != f"{kind} {name}"]
         f.seek(0)
         f.truncate()
@@ -266,6 +269,58 @@ def registered(run_id: str) -> dict[str, set[str]]:
         if kind in KINDS and name:
             names.setdefault(kind, set()).add(name)
     return names
+
+
+def register_netns(run_id: str, path: str) -> tuple[int, int, int | None] | None:
+    """Record the network namespace at ``path`` (a ``/proc/PID/ns/net``) as made by run
+    ``run_id``; call right after making it. A Mininet host's namespace has no name: it is
+    held by its shell, which dies with the process that started it, while what was started
+    in it and detached (``testbed exec LAB n4 -- iperf3 -s -D``) lives on there; ``testbed
+    clean`` finds those by this record (:func:`registered_netns`). The host's own
+    namespace (pid 1's, ours) is never recorded. Returns what was recorded (None: nothing).
+    """
+    from testbed.host.netns import identity
+
+    found = identity(path)
+    if found is None or found[:2] in _host_netns():
+        return None
+    with _locked(run_id, NETNS_IDS, "a") as f:
+        f.write(f"{found[0]} {found[1]} {'-' if found[2] is None else found[2]}\n")
+    return found
+
+
+def registered_netns(run_id: str) -> dict[tuple[int, int], int | None]:
+    """The namespaces run ``run_id`` recorded: (device, inode) -> cookie (None: the kernel
+    had none to give).
+
+    >>> registered_netns("zzzz")
+    {}
+    """
+    try:
+        text = (run_dir(run_id) / NETNS_IDS).read_text()
+    except OSError:
+        return {}
+    out: dict[tuple[int, int], int | None] = {}
+    for line in text.splitlines():
+        try:
+            dev, ino, cookie = line.split()
+            out[(int(dev), int(ino))] = None if cookie == "-" else int(cookie)
+        except ValueError:  # a torn last line
+            continue
+    return out
+
+
+def _host_netns() -> set[tuple[int, int]]:
+    """(device, inode) of the host's own network namespace: pid 1's (when readable) and
+    this process's."""
+    found = set()
+    for path in ("/proc/1/ns/net", "/proc/self/ns/net"):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
 
 
 def run_id_of(name: str) -> str | None:

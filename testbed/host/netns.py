@@ -17,6 +17,8 @@ from typing import TypeVar
 
 CLONE_NEWNET = 0x40000000
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+#: getsockopt: the cookie of the socket's network namespace (Linux 5.14)
+SO_NETNS_COOKIE = 71
 T = TypeVar("T")
 
 
@@ -49,6 +51,31 @@ def made_in(path: str | os.PathLike | None, make: Callable[[], T]) -> T:
             os.close(target)
     finally:
         os.close(own)
+
+
+def cookie(path: str | os.PathLike) -> int | None:
+    """The cookie of the network namespace at ``path`` (a ``/proc/PID/ns/net``): a number
+    the kernel never gives another namespace while it runs, where the namespace's inode
+    number is given again once the namespace is freed. None when the namespace is gone
+    or the kernel has no cookies (before Linux 5.14)."""
+    def read() -> int:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8),
+                                  "little")
+    try:
+        return made_in(path, read)
+    except OSError:  # gone, or ENOPROTOOPT
+        return None
+
+
+def identity(path: str | os.PathLike) -> tuple[int, int, int | None] | None:
+    """(device, inode, :func:`cookie`) of the network namespace at ``path``, or None when
+    it is gone: what a run records of a namespace it made, to find it again later."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, cookie(path)
 
 
 def of_pid(pid: int) -> str:

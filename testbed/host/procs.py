@@ -59,6 +59,7 @@ class Helper:
         env: dict[str, str] | None = None,
         stdout_pipe: bool = False,
         stdout_file: Path | None = None,
+        pass_fds: Sequence[int] = (),
     ):
         self.name = name
         self.argv = list(argv)
@@ -82,6 +83,7 @@ class Helper:
                 stderr=self._log,
                 env=env,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),  # inherited by the program (a forwarder's keys)
             )
         finally:
             os.close(gate_r)

@@ -118,13 +118,34 @@ class LinkConfig:
             data[s]["keys"] = {str(k): v for k, v in data[s]["keys"].items()}
         return data
 
+    def public_dict(self) -> dict[str, object]:
+        """:meth:`to_dict` without the SAKs: what may be written where others read (a
+        results folder); :meth:`keys_dict` holds the rest.
+
+        >>> cfg = LinkConfig.generate("t2")
+        >>> "keys" in cfg.public_dict()["a"], LinkConfig.from_dict(
+        ...     cfg.public_dict(), keys=cfg.keys_dict()) == cfg
+        (False, True)
+        """
+        data = self.to_dict()
+        for s in ("a", "b"):
+            data[s].pop("keys")  # type: ignore[attr-defined]
+        return data
+
+    def keys_dict(self) -> dict[str, dict[str, str]]:
+        """Each side's SAKs (side -> AN -> hex): the part :meth:`public_dict` leaves out."""
+        return {s: {str(an): k for an, k in self.side(s).keys.items()} for s in ("a", "b")}
+
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> LinkConfig:
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, data: dict[str, object],
+                  keys: dict[str, dict[str, str]] | None = None) -> LinkConfig:
+        """Inverse of :meth:`to_dict` (or of :meth:`public_dict` with ``keys``, as
+        :meth:`keys_dict` gives them)."""
         data = dict(data)
         for s in ("a", "b"):
             side = dict(data[s])  # type: ignore[arg-type]
-            side["keys"] = {int(k): v for k, v in side.get("keys", {}).items()}
+            given = keys[s] if keys is not None else side.get("keys", {})
+            side["keys"] = {int(k): v for k, v in given.items()}
             data[s] = SideConfig(**side)
         return cls(**data)  # type: ignore[arg-type]
 

@@ -8,6 +8,10 @@ one (``delay_ms``: where the kernel has no netem); frames from the veth are vali
 and only the delivered ones are written to the TAP. A UNIX datagram control socket in
 the work directory takes JSON commands (stats, SA install/switch/removal, used
 for key rotation); stats go to ``stats-SIDE.json`` every second and on SIGTERM.
+
+The config file holds no SAK (:meth:`LinkConfig.public_dict`, it may stay in a results
+folder); the SAKs come through an inherited file descriptor (``--keys-fd N``: a memfd,
+no path on any file system, that :func:`key_channel` fills), never on a command line.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import struct
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from testbed.host import netlink
+from testbed.numbers import flag
 
 from .config import LinkConfig
 from .errors import MacsecError
@@ -61,6 +66,44 @@ def control_path(workdir: Path, side: str) -> Path:
 def stats_path(workdir: Path, side: str) -> Path:
     """Where a side writes its stats JSON."""
     return workdir / f"stats-{side}.json"
+
+
+def key_channel(configs: Iterable[LinkConfig]) -> int:
+    """A file descriptor holding the SAKs of ``configs`` (link run id -> side -> AN ->
+    hex) for a forwarder started with ``--keys-fd``: an anonymous memory file, so the keys
+    are in no file a run could leave behind and on no command line. The caller passes it
+    to the child (``pass_fds``) and closes its own copy once the child is started; each
+    reader reads it from the start (:func:`read_keys`), so one serves several children."""
+    fd = os.memfd_create("tb-macsec-keys")  # close-on-exec: only where passed
+    data = json.dumps({cfg.run_id: cfg.keys_dict() for cfg in configs}).encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_keys(fd: int) -> dict[str, dict[str, dict[str, str]]]:
+    """The SAKs :func:`key_channel` wrote to ``fd`` (read from offset 0, leaving the
+    shared offset alone); ``fd`` is closed."""
+    try:
+        size = os.fstat(fd).st_size
+        return json.loads(os.pread(fd, size, 0) if size else b"{}")
+    finally:
+        os.close(fd)
+
+
+def load_config(path: Path, keys: dict[str, dict[str, dict[str, str]]] | None) -> LinkConfig:
+    """A link end's config file, with its SAKs from ``keys`` (:func:`read_keys`) when the
+    file holds none."""
+    data = json.loads(path.read_text())
+    run_id = data.get("run_id")
+    if keys is not None and run_id in keys:
+        return LinkConfig.from_dict(data, keys=keys[run_id])
+    return LinkConfig.from_dict(data)
 
 
 def open_tap(name: str) -> int:
@@ -348,7 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link", nargs=3, action="append", default=[],
                         metavar=("CONFIG", "SIDE", "WORKDIR"),
                         help="serve one more link end (repeatable)")
+    parser.add_argument("--keys-fd", type=flag(0, 2**31 - 1, integer=True), metavar="N",
+                        help="read the links' SAKs from this inherited file descriptor "
+                             "(key_channel); the config files hold none")
     args = parser.parse_args(argv)
+    keys = read_keys(args.keys_fd) if args.keys_fd is not None else None
     ends = [(Path(c), s, Path(w)) for c, s, w in args.link]
     if args.config:
         if not (args.side and args.workdir):
@@ -373,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         for cfg_path, side, workdir in ends:
-            cfg = LinkConfig.from_dict(json.loads(cfg_path.read_text()))
+            cfg = load_config(cfg_path, keys)
             forwarders.append(Forwarder(cfg, side, workdir))
             log.info("side %s forwarding %s <-> %s", side, forwarders[-1].me.tap,
                      forwarders[-1].me.veth)

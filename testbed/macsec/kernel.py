@@ -17,7 +17,15 @@ from types import TracebackType
 from .config import LinkConfig
 from .errors import BackendError, ConfigError
 from .link import UserspaceLink, Wire, direct_wire
-from .netns import add_netns, close_uncontrolled_port, del_netns, link_stats, no_ipv6, run
+from .netns import (
+    add_netns,
+    close_uncontrolled_port,
+    del_netns,
+    link_stats,
+    no_ipv6,
+    run,
+    run_batch,
+)
 from .secy import SecYCounters
 
 log = logging.getLogger(__name__)
@@ -87,9 +95,10 @@ def _sa_args(cfg: LinkConfig, ssci: int) -> list[str]:
 def secy_commands(cfg: LinkConfig, side: str) -> list[list[str]]:
     """The ``ip`` commands that put side ``side``'s macsec device on its veth.
 
-    Run inside the side's namespace, after the veth exists: MAC and MTU of the
-    veth (MTU + 32 for SecTAG and ICV), the macsec device named ``tap`` with its
-    transmit SAs and the peer's receive SC and SAs, then its MTU, address and up.
+    Run inside the side's namespace, after the veth exists, through ``ip -batch`` on
+    standard input (:func:`~testbed.macsec.netns.run_batch`: the SAKs are in them): MAC
+    and MTU of the veth (MTU + 32 for SecTAG and ICV), the macsec device named ``tap``
+    with its transmit SAs and the peer's receive SC and SAs, then its MTU, address and up.
 
     >>> cfg = LinkConfig.generate("d1")
     >>> [" ".join(argv[1:4]) for argv in secy_commands(cfg, "a")][:3]
@@ -156,8 +165,8 @@ class KernelMacsecLink:
                 close_uncontrolled_port(side.netns)
             self.wire(cfg)
             for s in "ab":
-                for argv in secy_commands(cfg, s):
-                    run(argv, netns=cfg.side(s).netns)
+                for argv in secy_commands(cfg, s):  # one ip each, as before: errors name it
+                    run_batch([argv], netns=cfg.side(s).netns)
         except BaseException:
             self.stop()
             raise
@@ -182,14 +191,14 @@ class KernelMacsecLink:
         keys = keys or {s: os.urandom(self.config.cipher_suite.key_len).hex() for s in "ab"}
         for s in "ab":
             me, peer = self.config.side(s), self.config.peer(s)
-            run(["ip", "macsec", "add", peer.tap, "rx", "sci", me.sci, "sa", str(new_an),
-                 *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
-                netns=peer.netns)
+            run_batch([["ip", "macsec", "add", peer.tap, "rx", "sci", me.sci, "sa", str(new_an),
+                        *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]]],
+                      netns=peer.netns)
         for s in "ab":
             me = self.config.side(s)
-            run(["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an),
-                 *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]],
-                netns=me.netns)
+            run_batch([["ip", "macsec", "add", me.tap, "tx", "sa", str(new_an),
+                        *_sa_args(self.config, me.ssci), "key", f"{new_an:02x}", keys[s]]],
+                      netns=me.netns)
             run(["ip", "link", "set", me.tap, "type", "macsec", "encodingsa", str(new_an)],
                 netns=me.netns)
         self.tx_an = new_an
@@ -216,7 +225,7 @@ class MixedLink(UserspaceLink):
     def _build_namespaces(self) -> None:
         super()._build_namespaces()  # both namespaces, the wire, the userspace end's TAP
         for argv in secy_commands(self.config, self.kernel_side):
-            run(argv, netns=self.config.side(self.kernel_side).netns)
+            run_batch([argv], netns=self.config.side(self.kernel_side).netns)
 
     def counters(self, side: str) -> dict[str, int]:
         """SecY counters of either end, under the same names."""

@@ -28,11 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from testbed.host.files import write_json
 from testbed.host.procs import python_env
 
 from .config import OVERHEAD, LinkConfig
 from .errors import BackendError
-from .forwarder import control_path, stats_path
+from .forwarder import control_path, key_channel, stats_path
 from .netns import (
     add_netns,
     close_uncontrolled_port,
@@ -132,15 +133,22 @@ class UserspaceLink:
             run(["ip", "addr", "add", side.ip, "dev", side.tap], netns=ns)
 
     def _start_forwarders(self) -> None:
+        """The forwarders, from ``link.json`` (no SAK in it: it stays in the workdir) and
+        the SAKs through an inherited memory file (:func:`key_channel`)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.workdir / "link.json"
-        cfg_path.write_text(json.dumps(self.config.to_dict()))
+        write_json(cfg_path, self.config.public_dict())
         env = python_env()
-        for s in self.userspace_sides:
-            self.procs[s] = spawn(
-                [self.python, "-m", "testbed.macsec.forwarder", "--config", str(cfg_path),
-                 "--side", s, "--workdir", str(self.workdir)],
-                self.config.side(s).netns, self.workdir / f"forwarder-{s}.log", env=env)
+        keys = key_channel([self.config])
+        try:
+            for s in self.userspace_sides:
+                self.procs[s] = spawn(
+                    [self.python, "-m", "testbed.macsec.forwarder", "--config", str(cfg_path),
+                     "--side", s, "--workdir", str(self.workdir), "--keys-fd", str(keys)],
+                    self.config.side(s).netns, self.workdir / f"forwarder-{s}.log", env=env,
+                    pass_fds=(keys,))
+        finally:
+            os.close(keys)
         deadline = time.monotonic() + 15
         for s in self.userspace_sides:
             while True:

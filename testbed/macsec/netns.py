@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,25 +20,61 @@ from pyroute2 import NetlinkError
 
 from testbed.errors import HostError
 from testbed.host import procs
+from testbed.host.commands import batch_word
 from testbed.host.hosts import NetnsHost, RootHost
 from testbed.host.naming import forget, register, run_id_of
 from testbed.host.netns import made_in
+from testbed.host.redact import shown, text
 
 from .errors import BackendError
 
 
 def run(cmd: Sequence[str], netns: str | None = None, check: bool = True,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run a command (inside ``netns`` when given); raise BackendError on failure."""
+    """Run a command (inside ``netns`` when given); raise BackendError on failure. A
+    command that carries a key goes through :func:`run_batch` instead."""
     host = NetnsHost(netns) if netns else RootHost()
     try:
         proc = host.run(cmd, timeout=timeout)
     except HostError as exc:  # it hung, or the program is missing
         raise BackendError(str(exc)) from None
     if check and proc.returncode != 0:
-        raise BackendError(f"{' '.join(host.argv(cmd))} failed ({proc.returncode}): "
-                           f"{proc.stderr.strip()}")
+        raise BackendError(f"{shown(host.argv(cmd))} failed ({proc.returncode}): "
+                           f"{text(proc.stderr.strip())}")
     return proc
+
+
+def run_batch(cmds: Sequence[Sequence[str]], netns: str | None = None,
+              timeout: float = 30) -> None:
+    """``ip`` commands (argvs that start with ``ip``), in order, through one ``ip -batch``
+    (inside ``netns`` when given) whose lines come on standard input: a SAK given to ``ip
+    macsec`` shows in no process's command line (``/proc/PID/cmdline`` is anyone's to
+    read). Stops at the first that fails: a BackendError naming it, its keys hidden."""
+    lines = []
+    for argv in cmds:
+        if not argv or argv[0] != "ip":
+            raise BackendError(f"not an ip command: {shown(argv)}")
+        try:
+            lines.append(" ".join(batch_word(a) for a in argv[1:]))
+        except ValueError:
+            raise BackendError(f"not one ip -batch word in: {shown(argv)}") from None
+    if not lines:
+        return
+    host = NetnsHost(netns) if netns else RootHost()
+    try:
+        proc = host.run(["ip", "-batch", "-"], timeout=timeout, stdin="\n".join(lines) + "\n")
+    except HostError as exc:
+        raise BackendError(str(exc)) from None
+    if proc.returncode != 0:
+        failed = re.search(r"Command failed -:(\d+)", proc.stderr)
+        index = int(failed.group(1)) - 1 if failed else -1
+        if len(lines) == 1 or 0 <= index < len(lines):
+            line = lines[index]
+        else:  # ip macsec exits without naming its line
+            line = f"-batch of {len(lines)} commands, from: {lines[0]}"
+        where = f"{netns}: " if netns else ""
+        raise BackendError(f"{where}ip {text(line)} failed ({proc.returncode}): "
+                           f"{text(proc.stderr.strip())}")
 
 
 def add_netns(name: str) -> None:
@@ -105,13 +142,15 @@ def _ip_json(args: Sequence[str]) -> list[dict]:
 
 
 def spawn(cmd: Sequence[str], netns: str, log_path: Path,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a command in ``netns`` in a new session (its own process group)."""
+          env: dict[str, str] | None = None,
+          pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:
+    """Start a command in ``netns`` in a new session (its own process group); it inherits
+    the file descriptors ``pass_fds`` (a forwarder's keys)."""
     with open(log_path, "ab") as out:
         return subprocess.Popen(
             NetnsHost(netns).argv(cmd),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, env=env,
+            start_new_session=True, env=env, pass_fds=tuple(pass_fds),
         )
 
 

@@ -27,11 +27,12 @@ from testbed.macsec.forwarder import stats_path
 from testbed.macsec.kernel import macsec_stats_argv, parse_ip_macsec_stats
 from testbed.monitor import panels
 from testbed.monitor.tail import Tail
+from topologies.backbone import AREAS as BACKBONE_AREAS
 
 ROUTING_EVERY_S = 5.0
 VTY_TIMEOUT_S = 5.0
-#: the map's columns, west to east
-AREAS = ("na", "eu", "me", "apac")
+#: the map's columns, west to east: the areas a PoP may be in
+AREAS = BACKBONE_AREAS
 
 
 def describe(bb, net, protocol: str, folder: Path) -> dict:

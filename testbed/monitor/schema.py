@@ -23,7 +23,8 @@ class Watching(Section):
         "auto", description="the dashboard's port on 127.0.0.1: auto (a free one) or a "
                             "number")
     keep_samples: bool = Field(True, description="keep Prometheus's samples in the results "
-                               "(prometheus-snapshot/, a TSDB snapshot) when a variant ends")
+                               "(prometheus-snapshot/: its database, copied when it stopped at "
+                               "the variant's end)")
 
     @property
     def wanted(self) -> bool:

@@ -1,4 +1,6 @@
-"""The monitor's HTTP server, on 127.0.0.1 only:
+"""The monitor's HTTP server, on 127.0.0.1 only, for a browser on the lab's machine (GET
+and HEAD addressed to 127.0.0.1 or localhost with its port, from no other origin:
+:mod:`testbed.monitor.loopback`); no route changes anything:
 
 - ``/metrics``: Prometheus's text format (:mod:`testbed.monitor.metrics`);
 - ``/``: the dashboard page, and ``/static/...`` its scripts (``page/``);
@@ -11,10 +13,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from testbed.monitor.loopback import LoopbackHandler
 from testbed.monitor.metrics import exposition
 
 PAGE = Path(__file__).parent / "page"
@@ -24,6 +27,11 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 #: every file the page may load, by its path under /static/
 STATIC = {str(p.relative_to(PAGE)): p for p in PAGE.rglob("*")
           if p.is_file() and p.suffix in TYPES}
+#: the page runs its own scripts only (no inline ones, no handler attributes), loads
+#: nothing from elsewhere and is framed by no other page
+POLICY = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+          "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+          "frame-ancestors 'none'")
 
 
 class MonitorServer:
@@ -33,21 +41,9 @@ class MonitorServer:
                  lock: threading.Lock) -> None:
         monitor = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                try:
-                    status, ctype, body = monitor.answer(self.path)
-                except Exception as exc:  # noqa: BLE001 -- one bad request, server lives
-                    status, ctype, body = 500, TYPES[".md"], f"{exc}\n".encode()
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
+        class Handler(LoopbackHandler):
+            def answer(self, path: str) -> tuple[int, str, bytes, dict]:
+                return (*monitor.answer(path), {"Content-Security-Policy": POLICY})
 
         self.watch, self.timeline, self.collector = watch, timeline, collector
         self.lab, self.lock = lab, lock

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.host.cleanup import clean, netns_processes
+from testbed.host.cleanup import _netns_id, clean, netns_processes
 from testbed.host.naming import new_run_id, register, run_dir, run_prefix
+from testbed.host.procs import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -79,3 +80,63 @@ def test_clean_stops_what_lives_in_a_dead_runs_namespaces():
 def test_the_hosts_namespace_is_never_a_runs():
     root = os.stat("/proc/self/ns/net")  # clean runs in the host's
     assert netns_processes({(root.st_dev, root.st_ino)}) == []
+
+
+def _record(run_id: str, dev: int, ino: int, cookie: int | None) -> None:
+    from testbed.host.naming import NETNS_IDS, private_run_dir
+
+    with open(private_run_dir(run_id) / NETNS_IDS, "a") as f:
+        f.write(f"{dev} {ino} {'-' if cookie is None else cookie}\n")
+
+
+@pytest.mark.parametrize("same_namespace", [True, False], ids=["recorded", "inode-reused"])
+def test_a_recorded_namespace_counts_only_with_its_cookie(same_namespace):
+    """A dead run recorded a namespace (a Mininet host's, whose shell is gone): a process
+    in it is stopped. Once that namespace is freed, the kernel gives its inode number to
+    the next one: a process there, with the inode and not the cookie, is left alone."""
+    from testbed.host.naming import register_netns
+    from testbed.host.netns import identity
+
+    run_id = new_run_id()
+    subprocess.run([sys.executable, "-c", f"from testbed.host.naming import claim; "
+                                          f"claim({run_id!r})"], check=True)  # owner gone
+    other = subprocess.Popen(["unshare", "--net", "sleep", "60"])
+    try:
+        path = f"/proc/{other.pid}/ns/net"
+        assert wait_for(lambda: _netns_id(path) not in (None, _netns_id("/proc/self/ns/net")),
+                        5)
+        if same_namespace:
+            assert register_netns(run_id, path) == identity(path)
+        else:  # the record of a namespace that had this inode before
+            dev, ino, cookie = identity(path)
+            _record(run_id, dev, ino, cookie + 1)
+        removed, _ = clean(only={run_id})
+        assert (f"process {other.pid} (sleep) in a namespace of the run" in removed) \
+            == same_namespace, removed
+        assert (other.wait(5) if same_namespace else other.poll()) == (
+            -signal.SIGTERM if same_namespace else None)
+        assert not run_dir(run_id).exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_hosts_namespace_is_never_recorded_nor_swept():
+    from testbed.host.naming import register_netns, registered_netns
+    from testbed.host.netns import identity
+
+    run_id = new_run_id()
+    assert register_netns(run_id, "/proc/self/ns/net") is None
+    assert registered_netns(run_id) == {}
+    # a record naming it anyway (written by hand) sweeps nothing
+    subprocess.run([sys.executable, "-c", f"from testbed.host.naming import claim; "
+                                          f"claim({run_id!r})"], check=True)
+    _record(run_id, *identity("/proc/self/ns/net"))
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        removed, _ = clean(only={run_id})
+        assert not [r for r in removed if r.startswith("process")], removed
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -211,3 +211,52 @@ def test_clean_removes_a_dead_lab_and_leaves_a_live_one(lab, tmp_path):
     assert leftovers(f"tb{dead_record['run_id']}") == []
     assert record_of(name)["alive"]  # the live lab is untouched
     assert ping(name, "n0", "10.0.0.4")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def test_clean_stops_a_daemon_left_in_a_dead_labs_host(tmp_path):
+    """As lab 1's guide does, a daemon started in a host (``iperf3 -s -D``); the lab's
+    supervisor dies (SIGKILL) and the host shells with it, so no live shell names the
+    daemon's namespace any more: clean finds it by the namespace the lab recorded when it
+    made the host, stops it, and leaves nothing (a second dry run has nothing to clean)."""
+    name = f"k{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", name, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr + up.stdout
+    record = record_of(name)
+    run_id, supervisor = record["run_id"], record["owner"]["pid"]
+    pid_file = tmp_path / "iperf3.pid"
+    daemon = None
+    try:
+        done = run_testbed("exec", name, "n3", "--", "iperf3", "-s", "-D", "-p",
+                           str(20000 + os.getpid() % 20000), "-I", str(pid_file))
+        assert done.returncode == 0, done.stderr
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10)
+        daemon = int(pid_file.read_text().split()[0])
+        assert os.stat(f"/proc/{daemon}/ns/net").st_ino != os.stat("/proc/self/ns/net").st_ino
+        os.kill(supervisor, signal.SIGKILL)
+        assert wait_for(lambda: not _running(supervisor), 10)
+        shells = f"mininet:tb{run_id}"
+        assert wait_for(lambda: shells not in subprocess.run(
+            ["ps", "-eo", "args"], capture_output=True, text=True).stdout, 10)
+        assert _running(daemon)  # the shells are gone; the daemon is not
+        dry = run_testbed("clean", "--dry-run", "--run", run_id)
+        assert f"process {daemon} (iperf3) in a namespace of the run" in dry.stdout, dry.stdout
+        done = run_testbed("clean", "--run", run_id)
+        assert done.returncode == 0, done.stderr
+        assert f"removed process {daemon} (iperf3)" in done.stdout, done.stdout
+        assert not _running(daemon)
+        assert leftovers(f"tb{run_id}") == []
+        again = run_testbed("clean", "--dry-run", "--run", run_id)
+        assert "nothing to clean" in again.stdout, again.stdout
+    finally:
+        if daemon is not None and _running(daemon):
+            os.kill(daemon, signal.SIGKILL)
+        if _running(supervisor):
+            os.kill(supervisor, signal.SIGKILL)
+        run_testbed("clean", "--run", run_id)

@@ -186,7 +186,7 @@ def _ring(pops: int, parallel: int = 1):
     """A ring of ``pops`` PoPs, ``parallel`` links a span, two regions."""
     def change(bb):
         names = [f"p{i}" for i in range(pops)]
-        bb["pops"] = [{"name": n, "area": "x"} for n in names]
+        bb["pops"] = [{"name": n, "area": "na"} for n in names]
         bb["regions"] = [{"name": "ra", "pops": names[:2]}, {"name": "rb", "pops": names[2:4]}]
         bb["links"] = [{"name": f"l{i}-{k}", "a": names[i], "b": names[(i + 1) % pops],
                         "capacity_mbps": 100, "length_km": 100}
@@ -209,7 +209,7 @@ def _complete(pops: int):
     ended on such a graph of 9 PoPs)."""
     def change(bb):
         names = [f"p{i}" for i in range(pops)]
-        bb["pops"] = [{"name": n, "area": "x"} for n in names]
+        bb["pops"] = [{"name": n, "area": "na"} for n in names]
         bb["regions"] = [{"name": "ra", "pops": names[:2]}, {"name": "rb", "pops": names[2:4]}]
         bb["links"] = [{"name": f"p{i}-p{j}-{k}", "a": a, "b": b, "capacity_mbps": 100,
                         "length_km": 100}
@@ -235,7 +235,7 @@ FILES = {
     "a region's uplink of .nan": (backbone(_set("regions", 1, "uplink_mbps", float("nan"))),
                                   "backbone.regions[1].uplink_mbps: must be a finite number"),
     "a link of 1e308 km": (backbone(_set("links", 2, "length_km", 1e308)),
-                           "backbone.links[2].length_km: must be 0..40075"),
+                           "backbone.links[2].length_km: must be 0..50000"),
     "PoPs over the design check's cap": (backbone(_ring(backbone_check.MAX_POPS + 1)),
                                          "backbone.pops: at most 32 PoPs"),
     "links over the design check's cap": (backbone(_ring(8, 17)),
@@ -382,18 +382,27 @@ def _sources() -> dict[Path, str]:
             for path in sorted((REPO / package).rglob("*.py"))}
 
 
+#: patterns that end in ``$`` and guard no name: the report renderer's grammar of one
+#: line of Markdown (lines already split, so no newline is in one)
+NOT_GUARDS = {("testbed/reports/markdown.py", name)
+              for name in ("HEADING", "BULLET", "NUMBERED", "RULE", "TABLE_SEPARATOR")}
+
+
 def test_every_pattern_that_ends_in_a_dollar_is_matched_whole():
     """``$`` also matches before a final newline: a pattern that ends in it guards a whole
     name only through ``fullmatch`` (a server named ``gpu2\\n`` reached ssh's arguments
     through ``match``). Every such compiled pattern of the lab's packages is used with
     ``fullmatch`` alone, and no ``re.match``/``re.search`` takes one."""
     sources = _sources()
-    guards = {name for text in sources.values() for name, _, pattern in _COMPILED.findall(text)
-              if pattern.endswith("$") and not pattern.endswith("\\$")}
-    assert {"NAME", "DOTTED", "MODULE", "_RUN_ID", "_FOLDER"} <= guards  # the scan finds them
+    guards = {(str(path.relative_to(REPO)), name) for path, text in sources.items()
+              for name, _, pattern in _COMPILED.findall(text)
+              if pattern.endswith("$") and not pattern.endswith("\\$")} - NOT_GUARDS
+    names = {name for _, name in guards}
+    assert {"NAME", "DOTTED", "MODULE", "_RUN_ID", "_FOLDER"} <= names  # the scan finds them
     loose = [f"{path.relative_to(REPO)}: {m.group(0)}" for path, text in sources.items()
              for m in re.finditer(r"\b(\w+)\.(match|search)\(", text)
-             if m.group(1) in guards]
+             if m.group(1) in names and (str(path.relative_to(REPO)), m.group(1))
+             not in NOT_GUARDS]
     loose += [f"{path.relative_to(REPO)}: {m.group(0)}" for path, text in sources.items()
               for m in re.finditer(r"\bre\.(match|search)\(\s*r?([\"'])[^\"']*\$\2", text)]
     assert not loose, loose

@@ -19,7 +19,7 @@ from testbed.errors import BringUpError, ConfigError
 from testbed.experiments import base
 from testbed.experiments.backbone import faults as fault_kinds
 from testbed.storage import replication as xregion
-from topologies.backbone import SHIPPED, TOPOLOGIES, Backbone
+from topologies.backbone import AREAS, GROUP_KINDS, LINK_KINDS, SHIPPED, TOPOLOGIES, Backbone
 from topologies.backbone_check import DesignError, DesignLimit, limits, require
 from topologies.params import ParamError, Section
 
@@ -48,12 +48,16 @@ class BackboneSection(Section):
         "default", description="default (8 PoPs, 4 regions), small (a ring), inline (the pops, "
                     "regions and links below) or package.module:Class (a backbone "
                     "topology of your own)")
-    pops: list[dict] | None = Field(None, description="inline: {name, area}")
+    pops: list[dict] | None = Field(None, description="inline: {name, area}; area: one of "
+                                                      + ", ".join(AREAS))
     regions: list[dict] | None = Field(None, description="inline: {name, pops, uplink_mbps}")
     links: list[dict] | None = Field(None, description="inline: {name, a, b, capacity_mbps, "
-                                                       "length_km, kind}")
-    risk_groups: list[dict] | None = Field(None, description="inline: {name, links}: links "
-                                                             "that fail together (a cable)")
+                                                       "length_km, kind}; kind: one of "
+                                                       + ", ".join(LINK_KINDS[:2])
+                                                       + " (default: terrestrial)")
+    risk_groups: list[dict] | None = Field(
+        None, description="inline: {name, kind, links}: links that fail together (a cable); "
+                          f"kind: one of {', '.join(GROUP_KINDS)} (default: conduit)")
     timers: dict[str, Timers] | None = Field(
         None, min_length=1,
         description="one variant per entry: its name and BFD/OSPF timers; keys it leaves "
@@ -103,11 +107,34 @@ def _number(value: Any, field: str, low: float, high: float) -> float:
 #: namespace and device names, so letters, digits and '-' only, starting with a letter
 NODE_NAME = re.compile(r"[a-z][a-z0-9-]{0,15}")
 MAX_NODES = 100  # PoPs and regions each (their loopbacks are 10.255.{0,1}.N)
+#: the fields of an inline backbone's entries whose words have a fixed meaning (the map
+#: places PoPs by area, reports and drawings colour links by kind), with their words
+CHOICES = {"pops": {"area": AREAS}, "links": {"kind": LINK_KINDS},
+           "risk_groups": {"kind": GROUP_KINDS}}
+#: the numbers of an inline backbone's entries, with their ranges
+NUMBERS = {"regions": {"uplink_mbps": (0.001, 100_000)},
+           "links": {"capacity_mbps": (0.001, 100_000), "length_km": (0, 50_000)}}
+
+
+def _check_fields(key: str, entry: dict, field: str) -> None:
+    """An entry's words with a fixed meaning are among theirs, its numbers are numbers
+    in range, a region's PoPs a list of names (a field left out takes its default)."""
+    for name, words in CHOICES.get(key, {}).items():
+        if name in entry and entry[name] not in words:
+            raise ConfigError(f"{field}.{name}", f"must be one of {', '.join(words)}, got "
+                                                 f"{str(entry[name])[:40]!r}")
+    for name, (low, high) in NUMBERS.get(key, {}).items():
+        if name in entry:  # NaN and infinities are in no range
+            _number(entry[name], f"{field}.{name}", low, high)
+    if key == "regions" and not (isinstance(entry.get("pops"), list)
+                                 and all(isinstance(p, str) for p in entry["pops"])):
+        raise ConfigError(f"{field}.pops", "must be a list of PoP names")
 
 
 def _check_names(section: dict, where: str) -> None:
     """Every name of an inline backbone matches :data:`NODE_NAME` (whole), PoPs and regions
-    are unique together (each is a namespace), links and risk groups each among theirs."""
+    are unique together (each is a namespace), links and risk groups each among theirs;
+    every entry's fields pass :func:`_check_fields`."""
     nodes: dict[str, str] = {}
     for key in ("pops", "regions", "links", "risk_groups"):
         entries = section.get(key) or []
@@ -124,6 +151,7 @@ def _check_names(section: dict, where: str) -> None:
             if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
                 raise ConfigError(f"{field}.name", "must be 1-16 of a-z, 0-9 or '-', starting "
                                                    f"with a letter, got {str(name)[:40]!r}")
+            _check_fields(key, entry, field)
             if key in ("pops", "regions"):
                 if name in nodes:
                     raise ConfigError(f"{field}.name", f"{name!r} is also {nodes[name]}")
@@ -131,20 +159,6 @@ def _check_names(section: dict, where: str) -> None:
             elif name in seen:
                 raise ConfigError(f"{field}.name", f"repeats {name!r}")
             seen.add(name)
-
-
-#: the numbers of a backbone's entries, each within its bounds: (entries, key, low, high)
-NUMBERS = (("links", "capacity_mbps", 0.1, 100_000), ("links", "length_km", 0, 40_075),
-           ("regions", "uplink_mbps", 0.1, 100_000))
-
-
-def _check_numbers(section: dict, where: str) -> None:
-    """Every number of an inline backbone's (or one of one's own) links and regions is a
-    finite number within :data:`NUMBERS` (a quoted "inf" is not read as one)."""
-    for key, name, low, high in NUMBERS:
-        for i, entry in enumerate(section.get(key) or []):
-            if isinstance(entry, dict) and name in entry:
-                _number(entry[name], f"{where}.{key}[{i}].{name}", low, high)
 
 
 def _topology(section: dict, where: str) -> Backbone:
@@ -158,7 +172,6 @@ def _topology(section: dict, where: str) -> Backbone:
                 raise ConfigError(f"{where}.{key}", "a non-empty list is required "
                                   "with topology: inline")
         _check_names(section, where)
-        _check_numbers(section, where)
         try:
             bb = Backbone.from_dict(section)
         except (KeyError, TypeError, ValueError) as exc:
@@ -177,7 +190,6 @@ def _topology(section: dict, where: str) -> Backbone:
         raise ConfigError(f"{where}.topology", f"{topo} built {type(bb).__name__}, not a "
                                                "topologies.backbone.Backbone")
     _check_names(bb.to_dict(), f"{where}.topology")
-    _check_numbers(bb.to_dict(), f"{where}.topology")
     return _check_links(bb, f"{where}.topology")
 
 

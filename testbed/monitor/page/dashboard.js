@@ -96,6 +96,30 @@ function drawTopology(topo) {
   state.cy.fit(undefined, 20);
 }
 
+// Every name and label comes from the scenario: it goes into the page as text only
+// (textContent, never markup), and rows are found by a map, not a selector built from it.
+function cells(row, texts, classes) {
+  for (const t of texts) {
+    const td = document.createElement("td");
+    td.textContent = t === undefined || t === null ? "" : String(t);
+    row.appendChild(td);
+  }
+  for (const c of classes) {
+    const td = document.createElement("td");
+    td.className = c;
+    row.appendChild(td);
+  }
+}
+
+function bar(row, kind) {  // <td class="bar KIND"><span></span><b></b></td>
+  const td = document.createElement("td");
+  td.className = `bar ${kind}`;
+  td.append(document.createElement("span"), document.createElement("b"));
+  row.appendChild(td);
+}
+
+const rows = { links: new Map(), ports: new Map() };
+
 function updateLinks(links) {
   const body = document.querySelector("#links tbody");
   for (const l of state.topo.links) {
@@ -103,14 +127,14 @@ function updateLinks(links) {
     if (!s) continue;
     const edge = state.cy.getElementById(l.id);
     edge.data({ util: s.util, up: s.up ? 1 : 0, colour: utilColour(s.util) });
-    let row = body.querySelector(`tr[data-link="${l.id}"]`);
+    let row = rows.links.get(l.id);
     if (!row) {
       row = document.createElement("tr");
       row.dataset.link = l.id;
       const where = l.plane !== undefined ? l.plane : `${l.km} km`;
-      row.innerHTML = `<td>${l.id}</td><td>${where}</td><td>${l.kind}</td>` +
-                      "<td class=ab></td><td class=ba></td><td class=st></td>";
+      cells(row, [l.id, where, l.kind], ["ab", "ba", "st"]);
       body.appendChild(row);
+      rows.links.set(l.id, row);
     }
     row.dataset.util = s.util;
     row.dataset.up = s.up ? "1" : "0";
@@ -134,15 +158,16 @@ function updatePorts(ports, classes) {
   const names = Object.keys(ports).sort();
   for (const name of names) {
     const p = ports[name], meta = state.topo.ports[name] || {};
-    let row = body.querySelector(`tr[data-port="${name}"]`);
+    let row = rows.ports.get(name);
     if (!row) {
       row = document.createElement("tr");
       row.dataset.port = name;
-      row.innerHTML = `<td>${meta.switch}</td><td>${meta.port}</td><td>${meta.role}</td>` +
-        "<td class='bar util'><span></span><b></b></td>" +
-        "<td class='bar queue'><span></span><b></b></td><td class=classes></td>" +
-        "<td class=drops></td><td class=st></td>";
+      cells(row, [meta.switch, meta.port, meta.role], []);
+      bar(row, "util");
+      bar(row, "queue");
+      cells(row, [], ["classes", "drops", "st"]);
       body.appendChild(row);
+      rows.ports.set(name, row);
     }
     row.dataset.util = p.util;
     row.dataset.backlog = p.backlog_bytes;
@@ -178,7 +203,7 @@ function markEvents(u) {  // a vertical line at every event on the chart's time 
   ctx.restore();
 }
 
-function makeCharts() {
+function makeCharts(boxes) {
   const width = Math.max(420, document.getElementById("right").clientWidth - 4);
   for (const [key, c] of Object.entries(CHARTS)) {
     state.series[key] = [[], ...c.series.map(() => [])];
@@ -189,8 +214,7 @@ function makeCharts() {
       axes: [{}, { size: 50 }], legend: { live: false },
       hooks: { draw: [markEvents] },
     };
-    state.charts[key] = new uPlot(opts, state.series[key],
-                                  document.getElementById(`chart-${key}`));
+    state.charts[key] = new uPlot(opts, state.series[key], boxes[key]);
   }
 }
 
@@ -259,13 +283,15 @@ async function main() {
   drawTopology(state.topo);
   CHARTS = Object.fromEntries(state.topo.panels.map(p => [p.key, p]));
   const right = document.getElementById("right");
+  const boxes = {};
   for (const key of Object.keys(CHARTS)) {
     const div = document.createElement("div");
     div.className = "chart";
-    div.id = `chart-${key}`;
+    div.dataset.chart = key;
     right.appendChild(div);
+    boxes[key] = div;
   }
-  makeCharts();
+  makeCharts(boxes);
   poll();
 }
 
