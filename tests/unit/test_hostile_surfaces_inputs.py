@@ -178,10 +178,6 @@ def backbone(change) -> str:
     return yaml.safe_dump(doc)
 
 
-def _set(section: str, index: int, key: str, value):
-    return lambda bb: bb[section][index].__setitem__(key, value)
-
-
 def _ring(pops: int, parallel: int = 1):
     """A ring of ``pops`` PoPs, ``parallel`` links a span, two regions."""
     def change(bb):
@@ -224,18 +220,12 @@ FILES = {
     "a seed of 5,000 digits": (BASE + "seed: " + "9" * 5000 + "\n", "seed: a number of 5000"),
     "a nested integer of 5,000 digits": (BASE + "topology: {nodes: " + "1" * 5000 + "}\n",
                                          "topology.nodes: a number of 5000"),
-    "a float that overflows": (BASE + "duration_s: 1.0e+400\n",
-                               "duration_s: must be a finite number"),
-    "NaN in a variant": (BASE + "variants: [{name: a, topology: {oversubscription: .nan}}]\n",
-                         "variants[0].topology.oversubscription: must be a finite number"),
-    "a link's capacity as the text inf": (backbone(_set("links", 0, "capacity_mbps", "inf")),
-                                          "backbone.links[0].capacity_mbps: must be a number"),
-    "a link's capacity of .inf": (backbone(_set("links", 0, "capacity_mbps", float("inf"))),
-                                  "backbone.links[0].capacity_mbps: must be a finite number"),
-    "a region's uplink of .nan": (backbone(_set("regions", 1, "uplink_mbps", float("nan"))),
-                                  "backbone.regions[1].uplink_mbps: must be a finite number"),
-    "a link of 1e308 km": (backbone(_set("links", 2, "length_km", 1e308)),
-                           "backbone.links[2].length_km: must be 0..50000"),
+    "a plug-in's parameter of .inf": (
+        BASE + "workloads: [{kind: 'examples.workloads.udp_echo:UdpEcho', "
+               "params: {rate: .inf}}]\n", "workloads[0].params.rate: must be a finite number"),
+    "a plug-in's parameter of 1.0e+400": (
+        BASE + "workloads: [{kind: 'examples.workloads.udp_echo:UdpEcho', "
+               "params: {rate: 1.0e+400}}]\n", "workloads[0].params.rate: must be a finite"),
     "PoPs over the design check's cap": (backbone(_ring(backbone_check.MAX_POPS + 1)),
                                          "backbone.pops: at most 32 PoPs"),
     "links over the design check's cap": (backbone(_ring(8, 17)),
@@ -274,15 +264,20 @@ def one_line(argv: list[str], capsys, tmp_path: Path, monkeypatch) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("name", sorted(FILES))
-@pytest.mark.parametrize("verb", [["validate"], ["calc", "--scenario"]],
-                         ids=["validate", "calc"])
-def test_a_crafted_scenario_is_one_line_naming_its_field(name, verb, tmp_path, capsys,
+#: each file through validate and through calc --scenario (which loads plug-ins: their own
+#: models read their parameters there, so a plug-in's parameters go through validate only)
+VERBS = {"validate": ["validate"], "calc": ["calc", "--scenario"]}
+READS = [(verb, name) for name in sorted(FILES) for verb in VERBS
+         if not (verb == "calc" and "plug-in" in name)]
+
+
+@pytest.mark.parametrize(("verb", "name"), READS, ids=[f"{v}-{n}" for v, n in READS])
+def test_a_crafted_scenario_is_one_line_naming_its_field(verb, name, tmp_path, capsys,
                                                         monkeypatch):
     text, words = FILES[name]
     path = tmp_path / "s.yaml"
     path.write_text(text)
-    line = one_line([*verb, str(path)], capsys, tmp_path, monkeypatch)
+    line = one_line([*VERBS[verb], str(path)], capsys, tmp_path, monkeypatch)
     assert words in line and len(line) < 600, line
 
 
@@ -329,25 +324,15 @@ def test_a_complete_backbone_validates_within_the_checks_steps(tmp_path, capsys)
 FLAGS = {
     "calc switch inf": (["calc", "--switch-tbps", "inf", "--gpu-gbps", "1600", "--planes", "8"],
                         "--switch-tbps: must be a finite number"),
-    "calc switch NaN": (["calc", "--switch-tbps", "nan", "--gpu-gbps", "1600", "--planes", "8"],
-                        "--switch-tbps: must be a finite number"),
     "calc GPU 1e400": (["calc", "--switch-tbps", "102.4", "--gpu-gbps", "1e400", "--planes",
                         "8"], "--gpu-gbps: must be a finite number"),
     "calc planes of 5,000 digits": (["calc", "--switch-tbps", "102.4", "--gpu-gbps", "1600",
                                      "--planes", "9" * 5000], "--planes: must be an integer"),
-    "calc lane -inf": (["calc", "--switch-tbps", "102.4", "--gpu-gbps", "1600", "--planes",
-                        "8", "--lane-gbps=-inf"], "--lane-gbps: must be a finite number"),
     "calc cores 1e3": (["calc", "--scenario", "agents-vs-training", "--cores", "1e3"],
                        "--cores: must be an integer"),
     "calc machines of 5,000 digits": (["calc", "--scenario", "agents-vs-training",
                                        "--machines", "1" * 5000],
                                       "--machines: must be an integer"),
-    "run duration inf": (["run", "agents-vs-training", "--duration", "inf"],
-                         "DURATION: must be a finite number"),
-    "run seeds of 5,000 digits": (["run", "agents-vs-training", "--seeds", "1," + "7" * 5000],
-                                  "SEEDS: must be an integer"),
-    "up duration NaN": (["up", "agents-vs-training", "--duration", "nan"],
-                        "--duration: must be a finite number"),
     "fault loss NaN": (["fault", "lf", "degrade", "p0l0-p0s0", "--loss", "nan"],
                        "--loss: must be a finite number"),
     "fault delay inf": (["fault", "lf", "delay", "p0l0-p0s0", "--delay-ms", "inf"],
