@@ -36,6 +36,7 @@ def number(text: str | int | float, field: str, low: float, high: float, *,
     """``text`` as a finite number within ``low``..``high`` (an integer of at most 19
     digits when ``integer``); ConfigError naming ``field`` otherwise."""
     kind = "an integer" if integer else "a number"
+    span = f"{_shown(low)}..{_shown(high)}"
     if isinstance(text, str):
         shown = repr(text[:MAX_CHARS]) + ("..." if len(text) > MAX_CHARS else "")
     elif isinstance(text, int) and abs(text) >= 10 ** MAX_CHARS:  # repr() may refuse it
@@ -43,7 +44,7 @@ def number(text: str | int | float, field: str, low: float, high: float, *,
     else:
         shown = repr(text)
     if isinstance(text, bool):
-        raise ConfigError(field, f"must be {kind} {low:g}..{high:g}, got {shown}")
+        raise ConfigError(field, f"must be {kind} {span}, got {shown}")
     if isinstance(text, str):
         word = text.strip()
         if integer:
@@ -54,16 +55,20 @@ def number(text: str | int | float, field: str, low: float, high: float, *,
             except ValueError:
                 value = None
         if value is None:
-            raise ConfigError(field, f"must be {kind} {low:g}..{high:g}, got {shown}")
+            raise ConfigError(field, f"must be {kind} {span}, got {shown}")
     elif isinstance(text, int) or (not integer and isinstance(text, float)):
         value = text
     else:
-        raise ConfigError(field, f"must be {kind} {low:g}..{high:g}, got {shown}")
+        raise ConfigError(field, f"must be {kind} {span}, got {shown}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(field, f"must be a finite number {low:g}..{high:g}, got {shown}")
+        raise ConfigError(field, f"must be a finite number {span}, got {shown}")
     if not low <= value <= high:
-        raise ConfigError(field, f"must be {kind} {low:g}..{high:g}, got {shown}")
+        raise ConfigError(field, f"must be {kind} {span}, got {shown}")
     return value
+
+
+def _shown(bound: float) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
 
 
 def flag(low: float, high: float, *, integer: bool = False) -> Callable[[str], int | float]:

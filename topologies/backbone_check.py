@@ -27,8 +27,8 @@ simple path is enumerated (the sets of risk units they use, the smallest ones, a
 packing of disjoint ones). The steps of one check are capped at :data:`MAX_WORK`
 (:class:`DesignLimit` past it, naming the risk groups) and the graph at
 :data:`MAX_POPS` PoPs, :data:`MAX_LINKS` links and :data:`MAX_GROUPS` groups, so that
-the flows alone never come near that cap: a check of any backbone the lab accepts ends
-within a second here.
+the flows alone stay below that cap: a check of any backbone the lab accepts ends
+in about a second here at most.
 
 >>> from topologies.backbone import default_backbone
 >>> check = design_check(default_backbone())
