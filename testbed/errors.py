@@ -26,5 +26,12 @@ class BringUpError(TestbedError):
     """The fabric, controller or traffic did not come up in time."""
 
 
+class ServerAnswerError(BringUpError):
+    """Another machine of a lab answered outside the lab's protocol (a file it was not
+    asked for, a path out of the run's folders, an offset beyond what this machine holds,
+    a payload over the bound): nothing of the answer is used, and that machine's part
+    ends."""
+
+
 class Interrupted(TestbedError):
     """The run was stopped by SIGINT or SIGTERM; teardown still runs."""

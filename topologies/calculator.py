@@ -30,6 +30,8 @@ in 3 switch hops:
 
 from __future__ import annotations
 
+import math
+
 from topologies.spec import TopologyError
 
 
@@ -111,8 +113,9 @@ def calculate(*, switch_tbps: float, gpu_gbps: float, planes: int,
     """
     for name, value in (("switch_tbps", switch_tbps), ("gpu_gbps", gpu_gbps),
                         ("lane_gbps", lane_gbps)):
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-            raise TopologyError(name, f"must be a positive number, got {value!r}")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0 \
+                or not math.isfinite(value):
+            raise TopologyError(name, f"must be a positive finite number, got {value!r}")
     if isinstance(planes, bool) or not isinstance(planes, int) or planes < 1:
         raise TopologyError("planes", f"must be a positive integer, got {planes!r}")
     switch_gbps = switch_tbps * 1000

@@ -43,8 +43,10 @@ SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
 PACKAGES = ("testbed", "controllers", "topologies", "traffic")
 #: the checkout this process runs from: a server runs the lab from the same path
 ROOT = REPO
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
-_USER = re.compile(r"^[a-z_][a-z0-9_.-]*$")
+#: a host name or IPv4 address, and a user name, each matched whole (``fullmatch``: a
+#: ``$`` would also match before a final newline, which would reach ssh's arguments)
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_USER = re.compile(r"[a-z_][a-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,11 @@ def parse(text: str, field: str) -> Server:
         raise ConfigError(field, f"a server is written [user@]host[:port], got {text!r}")
     user, _, rest = text.strip().rpartition("@")
     host, _, port = rest.partition(":")
-    if user and not _USER.match(user):
+    if user and not _USER.fullmatch(user):
         raise ConfigError(field, f"{user!r} is not a user name")
-    if not _HOST.match(host):
+    if not _HOST.fullmatch(host):
         raise ConfigError(field, f"{host!r} is not a host name or IPv4 address")
-    if port and not (port.isdigit() and 0 < int(port) < 65536):
+    if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise ConfigError(field, f"port {port!r} is not 1-65535")
     if host in ("localhost",) or host.startswith("127."):
         raise ConfigError(field, f"{host} is this machine, which is always the first; "

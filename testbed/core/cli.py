@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from testbed.errors import ConfigError, HostError, Interrupted, TestbedError
+from testbed.numbers import flag, number
 from topologies.params import ParamError
 
 
@@ -51,19 +52,11 @@ def cmd_run(args) -> int:
     plugins.allow()  # a run runs the code its scenario names (validate does not)
 
     duration = None
-    if args.duration not in (None, ""):
-        try:
-            duration = float(args.duration)
-        except ValueError:
-            raise ConfigError(
-                "DURATION", f"must be a number of seconds, got {args.duration!r}") from None
+    if args.duration not in (None, ""):  # make's DURATION= (empty: the file's)
+        duration = number(args.duration, "DURATION", 1, 3600)
     seeds = None
     if args.seeds not in (None, ""):
-        try:
-            seeds = [int(s) for s in args.seeds.split(",")]
-        except ValueError:
-            raise ConfigError("SEEDS", "must be integers separated by commas, got "
-                                       f"{args.seeds!r}") from None
+        seeds = [number(s, "SEEDS", 0, MAX_SEED, integer=True) for s in args.seeds.split(",")]
     sc = scenario.load(scenario.path_of(args.scenario), duration_override=duration,
                        seeds_override=seeds)
     servers = (parse_all(args.servers, "--servers") if args.servers is not None
@@ -111,10 +104,10 @@ def cmd_calc(args) -> int:
 
     if args.scenario:
         return _calc_machines(args)
-    for flag, value in (("--switch-tbps", args.switch_tbps), ("--gpu-gbps", args.gpu_gbps),
+    for name, value in (("--switch-tbps", args.switch_tbps), ("--gpu-gbps", args.gpu_gbps),
                         ("--planes", args.planes)):
         if value is None:
-            raise ConfigError(flag, "required for a fabric's reach (or --scenario: how many "
+            raise ConfigError(name, "required for a fabric's reach (or --scenario: how many "
                                     "machines a scenario needs)")
     result = calculate(switch_tbps=args.switch_tbps, gpu_gbps=args.gpu_gbps, planes=args.planes,
                        lane_gbps=args.lane_gbps)
@@ -187,8 +180,24 @@ def _version() -> str:
         return "unknown"
 
 
+#: a seed on the command line (a file's seeds are bounded by its YAML's integers)
+MAX_SEED = 2**63 - 1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are ConfigErrors, so that they end as every bad input of the
+    lab's command line does: ``testbed: error: --flag: reason``, exit status 2 (no usage
+    text)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        field, _, reason = message.removeprefix("argument ").partition(": ")
+        if not message.startswith("argument "):  # unrecognized or missing arguments
+            reason = f"{reason} ({self.prog} -h: the options)"
+        raise ConfigError(field, reason)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="testbed", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="A network lab for AI datacenter fabrics: run scenarios, keep labs up "
                     "and step into them, grade lab guides.",
@@ -232,18 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("calc", help="reach of single- vs multi-plane two-tier fabrics; "
                                     "with --scenario: how many machines a lab needs")
-    p.add_argument("--switch-tbps", type=float, help="switch capacity, Tb/s")
-    p.add_argument("--gpu-gbps", type=float, help="bandwidth per GPU, Gb/s")
-    p.add_argument("--planes", type=int, help="planes the GPU's bandwidth is split over")
-    p.add_argument("--lane-gbps", type=float, default=200.0,
+    p.add_argument("--switch-tbps", type=flag(0, 10_000), help="switch capacity, Tb/s")
+    p.add_argument("--gpu-gbps", type=flag(0, 100_000), help="bandwidth per GPU, Gb/s")
+    p.add_argument("--planes", type=flag(1, 1024, integer=True),
+                   help="planes the GPU's bandwidth is split over")
+    p.add_argument("--lane-gbps", type=flag(0, 10_000), default=200.0,
                    help="SerDes lane speed, the smallest port (default 200)")
     p.add_argument("--scenario", help="a scenario (name or file): estimate the machines its "
                                       "variant needs with the fidelity monitor clean")
     p.add_argument("--variant", help="the variant (default: the first)")
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--cores", type=flag(1, 4096, integer=True), default=os.cpu_count() or 1,
                    help="cores of each machine (default: those of the machine it runs on)")
-    p.add_argument("--machines", type=int, help="estimate for this many machines (default: "
-                                                "the fewest that hold it)")
+    p.add_argument("--machines", type=flag(1, 4096, integer=True),
+                   help="estimate for this many machines (default: the fewest that hold it)")
     p.add_argument("--costs", help="a costs file from make bench BENCH=sizing (default: "
                                    "the one measured on the lab's development machine)")
     p.add_argument("--json", action="store_true", help="every figure as JSON")
@@ -324,8 +334,8 @@ EXAMPLES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except (ConfigError, ParamError) as exc:
         print(f"testbed: error: {exc}", file=sys.stderr)

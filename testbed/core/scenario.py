@@ -11,6 +11,7 @@ path, e.g. ``variants[2].topology.oversubscription``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,14 +203,36 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+#: characters of a number in a scenario (an integer of 64 bits has 20 with its sign;
+#: Python refuses to read one of more than 4,300 digits)
+MAX_NUMBER_CHARS = 32
+
+
+_SCALARS = yaml.constructor.SafeConstructor()  # reads one scalar as the loader would
+
+
+def _number_problem(node: yaml.ScalarNode) -> str | None:
+    """Why a YAML integer or float cannot be one of a scenario's numbers (too long to
+    read, or infinite / not a number), or None."""
+    if node.tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+        return None
+    if len(node.value) > MAX_NUMBER_CHARS:
+        return (f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS}), "
+                f"got {clip(node.value, 24)}")
+    if node.tag.endswith("float") and not math.isfinite(_SCALARS.construct_yaml_float(node)):
+        return f"must be a finite number, got {node.value}"
+    return None
+
+
 def _bounded(root: yaml.Node, where: str) -> None:
     """ConfigError when the document, aliases expanded, is over the bounds (a billion
-    laughs), nests deeper than MAX_DEPTH or refers to itself; computed on the node graph,
-    each node once, so that checking cannot be made slow."""
+    laughs), nests deeper than MAX_DEPTH or refers to itself, or holds a number that is
+    too long or not finite (naming its field); computed on the node graph, each node
+    once, so that checking cannot be made slow."""
     sizes: dict[int, tuple[int, int, int]] = {}  # id -> (nodes, characters, depth)
     active: set[int] = set()
 
-    def walk(node: yaml.Node) -> tuple[int, int, int]:
+    def walk(node: yaml.Node, field: str) -> tuple[int, int, int]:
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -221,13 +244,21 @@ def _bounded(root: yaml.Node, where: str) -> None:
                               f"nested deeper than {MAX_DEPTH} levels")
         active.add(key)
         if isinstance(node, yaml.ScalarNode):
+            problem = _number_problem(node)
+            if problem:
+                raise ConfigError(field or f"{where}:{node.start_mark.line + 1}", problem)
             found = (1, len(node.value), 0)
         else:
-            children = [c for pair in node.value for c in pair] \
-                if isinstance(node, yaml.MappingNode) else list(node.value)
+            if isinstance(node, yaml.MappingNode):
+                children = []
+                for k, v in node.value:
+                    name = clip(str(k.value), 40) if isinstance(k, yaml.ScalarNode) else "?"
+                    children += [(k, field), (v, f"{field}.{name}" if field else name)]
+            else:
+                children = [(c, f"{field}[{i}]") for i, c in enumerate(node.value)]
             nodes, text, depth = 1, 0, 0
-            for child in children:
-                n, t, d = walk(child)
+            for child, child_field in children:
+                n, t, d = walk(child, child_field)
                 nodes, text, depth = nodes + n, text + t, max(depth, d)
             found = (nodes, text, depth + 1)
         active.discard(key)
@@ -237,7 +268,7 @@ def _bounded(root: yaml.Node, where: str) -> None:
         sizes[key] = found
         return found
 
-    walk(root)
+    walk(root, "")
 
 
 def read(path: Path | str) -> Any:

@@ -25,6 +25,7 @@ from testbed.core import layout
 from testbed.errors import ConfigError, HostError, Interrupted
 from testbed.host.naming import new_run_id, run_dir
 from testbed.lab import state
+from testbed.numbers import flag, number
 
 UP_TIMEOUT_S = 600
 DOWN_TIMEOUT_S = 120
@@ -68,10 +69,7 @@ def cmd_up(args) -> int:
 
     duration = None
     if args.duration is not None:
-        try:
-            duration = float(args.duration)
-        except ValueError:
-            raise ConfigError("--duration", f"must be seconds, got {args.duration!r}") from None
+        duration = number(args.duration, "--duration", 1, 3600)
     monitor_port = check_port(args.monitor_port, "--monitor-port")
     path = scenario.path_of(args.scenario).resolve()
     sc = scenario.load(path, duration_override=duration)
@@ -677,18 +675,18 @@ def add_parsers(sub) -> None:
                                       "it; probes across the old fabric count what is lost; "
                                       "exit 1 if anything of the rack is excluded")
     p.add_argument("lab", help="the lab's name (testbed ls)")
-    p.add_argument("--leaves", type=int, required=True, help="leaves added on every plane "
-                   "(a multiple of the fabric's rails)")
-    p.add_argument("--nodes", type=int, required=True, help="nodes added: as many per leaf "
-                   "as the fabric's leaves have")
+    p.add_argument("--leaves", type=flag(1, 1024, integer=True), required=True,
+                   help="leaves added on every plane (a multiple of the fabric's rails)")
+    p.add_argument("--nodes", type=flag(1, 4096, integer=True), required=True,
+                   help="nodes added: as many per leaf as the fabric's leaves have")
     p.add_argument("--checks", default=None, help="the rack's acceptance checks, "
                    "comma-separated (default: cabling, links, paths, system)")
     p.add_argument("--plant", action="append", metavar="FAULT[:TARGET]", help="a fault "
                    "made in the rack before its acceptance, as a rack may arrive: rate, "
                    "degrade, swap_rails, throttle or link_down, on a link or NIC of the "
                    "rack (default: one drawn with --seed); repeatable")
-    p.add_argument("--seed", type=int, default=1, help="draws the planted faults' "
-                   "targets (default 1)")
+    p.add_argument("--seed", type=flag(0, 2**63 - 1, integer=True), default=1,
+                   help="draws the planted faults' targets (default 1)")
     p.set_defaults(func=cmd_expand)
 
     p = sub.add_parser("dashboard", help="where a running lab's live dashboard and "
@@ -729,15 +727,15 @@ def add_parsers(sub) -> None:
                                            "rate, controller_kill, ... (--list); backbone: "
                                            "cut_link, restore_link, fail_pop, ...")
     p.add_argument("target", nargs="?", help="p0l0-p0s1, n0p0r0, p0s1, p1; nyc-lon-1, ...")
-    p.add_argument("--loss", type=float, help="degrade, degrade_link: fraction lost")
-    p.add_argument("--period", type=float, help="link_flap: seconds per down/up cycle")
-    p.add_argument("--count", type=int, help="link_flap: cycles")
-    p.add_argument("--delay-ms", type=float, help="delay: one-way delay added (netem)")
-    p.add_argument("--jitter-ms", type=float, help="delay: jitter (netem)")
-    p.add_argument("--rate-mbps", type=float, help="rate: the link's new rate (HTB); "
+    p.add_argument("--loss", type=flag(0, 1), help="degrade, degrade_link: fraction lost")
+    p.add_argument("--period", type=flag(0, 60), help="link_flap: seconds per down/up cycle")
+    p.add_argument("--count", type=flag(1, 100, integer=True), help="link_flap: cycles")
+    p.add_argument("--delay-ms", type=flag(0, 10_000), help="delay: one-way delay added (netem)")
+    p.add_argument("--jitter-ms", type=flag(0, 10_000), help="delay: jitter (netem)")
+    p.add_argument("--rate-mbps", type=flag(0, 100_000), help="rate: the link's new rate (HTB); "
                    "throttle: the NIC's rate once its burst is spent")
-    p.add_argument("--burst-kb", type=float, help="throttle: KB the NIC still sends at full "
-                   "rate after an idle spell (default 2000)")
+    p.add_argument("--burst-kb", type=flag(0, 1_000_000), help="throttle: KB the NIC still "
+                   "sends at full rate after an idle spell (default 2000)")
     p.set_defaults(func=cmd_fault)
 
     p = sub.add_parser("capture", help="write a pcap of a port of a lab")
@@ -745,9 +743,12 @@ def add_parsers(sub) -> None:
     p.add_argument("port", help="p0l0e3, n0p0r0 (fabric); a link, e.g. nyc-lon-1[:b] "
                                 "(backbone, its wire)")
     p.add_argument("-o", "--out", help="pcap file (default: the lab's results folder)")
-    p.add_argument("--seconds", type=float, help="stop after this long (default: Ctrl-C)")
-    p.add_argument("--count", type=int, help="stop after this many frames")
-    p.add_argument("--snaplen", type=int, default=0, help="bytes kept a frame (0: all)")
+    p.add_argument("--seconds", type=flag(0, 86400),
+                   help="stop after this long (default: Ctrl-C)")
+    p.add_argument("--count", type=flag(1, 10**9, integer=True),
+                   help="stop after this many frames")
+    p.add_argument("--snaplen", type=flag(0, 262_144, integer=True), default=0,
+                   help="bytes kept a frame (0: all)")
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("down", help="tear a lab down (nothing of it is left)")

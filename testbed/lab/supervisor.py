@@ -33,6 +33,7 @@ from testbed.core import scenario as scenario_mod
 from testbed.errors import ConfigError, Interrupted
 from testbed.host.naming import claim, pid_record, run_dir
 from testbed.lab import state
+from testbed.numbers import flag
 from topologies import plugins
 
 ACCEPT_POLL_S = 0.5
@@ -172,7 +173,7 @@ def lab_class(kind: str):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed.lab.supervisor")
     parser.add_argument("request", help="the lab request (JSON) that testbed up wrote")
-    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--ready-fd", type=flag(0, 2**31 - 1, integer=True), required=True)
     args = parser.parse_args(argv)
     plugins.allow()  # the lab runs the code its scenario names
     request = json.loads(Path(args.request).read_text())

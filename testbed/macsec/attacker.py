@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.numbers import flag
+
 ETH_P_ALL = 0x0003
 ETH_P_MACSEC = b"\x88\xe5"
 PN_OFFSET = 16  # DA(6) SA(6) EtherType(2) TCI/AN(1) SL(1), then the 4-octet PN
@@ -125,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer-mac", required=True)
     p.add_argument("--src-ip", required=True)
     p.add_argument("--dst-ip", required=True)
-    p.add_argument("--tampered", type=int, default=0)
-    p.add_argument("--replayed", type=int, default=0)
-    p.add_argument("--untagged", type=int, default=0)
-    p.add_argument("--inject-at", type=float, required=True, help="epoch seconds")
+    p.add_argument("--tampered", type=flag(0, 10**9, integer=True), default=0)
+    p.add_argument("--replayed", type=flag(0, 10**9, integer=True), default=0)
+    p.add_argument("--untagged", type=flag(0, 10**9, integer=True), default=0)
+    p.add_argument("--inject-at", type=flag(0, 10**12), required=True, help="epoch seconds")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     result = attack(args)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from testbed.host import netlink
+from testbed.numbers import flag
 
 from .config import LinkConfig
 from .errors import MacsecError
@@ -390,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link", nargs=3, action="append", default=[],
                         metavar=("CONFIG", "SIDE", "WORKDIR"),
                         help="serve one more link end (repeatable)")
-    parser.add_argument("--keys-fd", type=int, metavar="N",
+    parser.add_argument("--keys-fd", type=flag(0, 2**31 - 1, integer=True), metavar="N",
                         help="read the links' SAKs from this inherited file descriptor "
                              "(key_channel); the config files hold none")
     args = parser.parse_args(argv)

@@ -24,6 +24,7 @@ from testbed.monitor.fabric import FabricWatch
 from testbed.monitor.metrics import FabricCollector
 from testbed.monitor.server import MonitorServer
 from testbed.monitor.timeline import Timeline
+from testbed.numbers import flag
 from topologies.spec import FabricSpec
 
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", default="auto", help="a port on 127.0.0.1, or auto")
     parser.add_argument("--name", default="lab")
     parser.add_argument("--kind", default="fabric", choices=("fabric", "storage", "backbone"))
-    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--interval", type=flag(0, 3600), default=1.0)
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from testbed.numbers import flag
 from testbed.storage.s3 import object_bytes, request, sha256
 
 KEY_PREFIX = "ckpt-"
@@ -167,19 +168,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("write", "watch"):
         p = sub.add_parser(name)
         p.add_argument("--bucket", required=True)
-        p.add_argument("--objects", type=int, required=True)
-        p.add_argument("--size", type=int, required=True, help="bytes a shard")
-        p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--objects", type=flag(0, 10**9, integer=True), required=True)
+        p.add_argument("--size", type=flag(0, 2**40, integer=True), required=True,
+                       help="bytes a shard")
+        p.add_argument("--seed", type=flag(0, 2**63 - 1, integer=True), default=1)
         p.add_argument("--out", type=Path, required=True)
     w = sub.choices["write"]
     w.add_argument("--endpoint", action="append", required=True,
                    help="a store to write to (twice: synchronous, acknowledged by both)")
-    w.add_argument("--interval", type=float, required=True, help="seconds between shards")
+    w.add_argument("--interval", type=flag(0, 86400), required=True,
+                   help="seconds between shards")
     w.add_argument("--go", type=Path, help="start writing once this file exists")
     v = sub.choices["watch"]
     v.add_argument("--endpoint", required=True)
-    v.add_argument("--poll", type=float, default=0.1)
-    v.add_argument("--timeout", type=float, required=True)
+    v.add_argument("--poll", type=flag(0, 3600), default=0.1)
+    v.add_argument("--timeout", type=flag(0, 86400), required=True)
     args = parser.parse_args(argv)
     # SIGTERM (teardown) ends the loop like Ctrl-C; the records are on disk already
     signal.signal(signal.SIGTERM, signal.default_int_handler)

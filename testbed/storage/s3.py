@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from testbed.errors import HostError
 from testbed.host.hosts import Host
 from testbed.host.procs import python_env
+from testbed.numbers import flag
 from traffic.object_reads import CACHE_HEADER, KeyPicker, key_name
 
 #: this client, run as a command inside a host
@@ -201,13 +202,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ready = sub.add_parser("ready")
     ready.add_argument("endpoint")
     ready.add_argument("bucket")
-    ready.add_argument("--timeout", type=float, default=60.0)
+    ready.add_argument("--timeout", type=flag(0, 86400), default=60.0)
     put = sub.add_parser("put")
     put.add_argument("endpoint")
     put.add_argument("bucket")
     put.add_argument("keys", nargs="+")
-    put.add_argument("--size", type=int, required=True)
-    put.add_argument("--seed", type=int, default=1)
+    put.add_argument("--size", type=flag(0, 2**40, integer=True), required=True)
+    put.add_argument("--seed", type=flag(0, 2**63 - 1, integer=True), default=1)
     get = sub.add_parser("get")
     get.add_argument("endpoint")
     get.add_argument("bucket")
@@ -215,10 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = sub.add_parser("load")
     load.add_argument("endpoint")
     load.add_argument("bucket")
-    load.add_argument("--seconds", type=float, required=True)
-    load.add_argument("--keys", type=int, required=True)
-    load.add_argument("--zipf", type=float, default=1.0)
-    load.add_argument("--seed", type=int, default=1)
+    load.add_argument("--seconds", type=flag(0, 86400), required=True)
+    load.add_argument("--keys", type=flag(0, 10**9, integer=True), required=True)
+    load.add_argument("--zipf", type=flag(0, 100), default=1.0)
+    load.add_argument("--seed", type=flag(0, 2**63 - 1, integer=True), default=1)
     metric = sub.add_parser("metric")
     metric.add_argument("url")
     metric.add_argument("name")

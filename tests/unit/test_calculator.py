@@ -54,7 +54,7 @@ def test_three_tiers_reach_more_than_two_but_cost_two_hops():
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(["--switch-tbps", "0"], "switch_tbps"), (["--gpu-gbps", "-1"], "gpu_gbps"),
+    [(["--switch-tbps", "0"], "switch_tbps"), (["--gpu-gbps", "-1"], "--gpu-gbps"),
      (["--planes", "0"], "planes"), (["--planes", "1000"], "planes")],
 )
 def test_cli_bad_input_exits_2_naming_the_field(args, field, capsys):

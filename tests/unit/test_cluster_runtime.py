@@ -5,16 +5,20 @@ servers. The real thing runs under make cluster-test (tests/cluster)."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from testbed.cluster import placement, remote
-from testbed.cluster.runtime import Mirror, tunnel_key, tunnels
+from testbed.cluster import placement, remote, runtime
+from testbed.cluster.runtime import Mirror, Part, RemoteHost, tunnel_key, tunnels
 from testbed.cluster.servers import Server, parse, parse_all
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, ServerAnswerError
+from testbed.host.procs import wait_for
 from topologies.leafspine import build_fabric
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +148,96 @@ def test_the_mirror_carries_a_helpers_files_both_ways(tmp_path):
     part.asked.clear()
     mirror.sync()
     assert "write" not in part.asked
+
+
+def test_a_file_larger_than_one_answer_comes_over_several(tmp_path, monkeypatch):
+    """A part's ``read`` answer carries at most READ_MAX_BYTES (the lab's machine refuses
+    more); a larger file comes whole over several answers of one sync."""
+    monkeypatch.setattr(remote, "READ_MAX_BYTES", 1000)
+    monkeypatch.setattr(runtime, "READ_MAX_BYTES", 1000)
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    part = FakePart(there)
+    sizes = []
+    read = remote.REQUESTS["read"]
+
+    def counting(message):
+        answer = read(message)
+        sizes.append(sum(len(base64.b64decode(v[2])) for v in answer.values()))
+        return answer
+
+    monkeypatch.setitem(remote.REQUESTS, "read", counting)
+    mirror = Mirror(part, [str(here)])
+    out = here / "rank0.jsonl"
+    mirror.watch(["--out", str(out)])
+    mirror.stop()
+    data = bytes(range(256)) * 14  # 3,584 bytes
+    (there / str(out).lstrip("/")).write_bytes(data)
+    sizes.clear()
+    mirror.sync()
+    assert out.read_bytes() == data
+    assert sizes == [1000, 1000, 1000, 584]
+
+
+def test_a_part_answer_that_is_not_json_ends_the_part(tmp_path):
+    """A line from a server's part that is not a JSON object ends that part (its session)
+    with one line naming the server."""
+    part = Part(SimpleNamespace(server="gpu2"), 1, tmp_path / "part.log")
+    part.proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, text=True)
+    try:
+        part.lines.put("not json\n")
+        with pytest.raises(ServerAnswerError) as err:
+            part.ask("queue_stats")
+        assert str(err.value).startswith("server gpu2: its answer to queue_stats is not a "
+                                         "JSON object")
+        assert "\n" not in str(err.value)
+        assert part.proc.wait(5) is not None  # ended
+        assert "ended this part" in (tmp_path / "part.log").read_text()
+    finally:
+        part.proc.kill()
+        part.proc.wait()
+
+
+class LocalConn:
+    """A server's connection played by this machine: its commands run here, as ssh would
+    run them there (each word as it is: ssh's remote shell gets them shlex-joined)."""
+
+    server = "gpu2"
+
+    def argv(self, remote_argv, *, root=True):
+        return list(remote_argv)
+
+    def run(self, remote_argv, *, root=True, timeout=60.0, stdin=None):
+        return subprocess.run(list(remote_argv), capture_output=True, text=True,
+                              timeout=timeout)
+
+
+@dataclass(frozen=True)
+class HostHere(RemoteHost):
+    """A remote fabric host whose commands run here, outside any namespace."""
+
+    def _inside(self, argv):
+        return list(argv)
+
+
+def test_a_remote_helpers_pid_file_reaches_its_shell_as_an_argument(tmp_path, monkeypatch):
+    """The pid file of a helper on a server is an argument of a constant shell script,
+    never part of the script: a name with shell words in it starts and stops the helper
+    and runs nothing else."""
+    monkeypatch.chdir(tmp_path)
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    host = HostHere("n0;touch pwned;", 0, LocalConn(), str(run_folder))
+    helper = host.spawn("w$(touch pwned2)", ["sleep", "30"], pid_dir=tmp_path / "pids")
+    pid_file = Path(helper.remote_pid_file)
+    try:
+        assert pid_file.parent == run_folder
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 5)
+        assert pid_file.read_text().strip() == str(helper.pid)
+    finally:
+        helper.stop(grace=1)
+    assert not helper.alive() and not pid_file.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pids", "run"]
 
 
 def run_testbed(*args: str) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from testbed.experiments import base
 from testbed.experiments.backbone import faults as fault_kinds
 from testbed.storage import replication as xregion
 from topologies.backbone import AREAS, GROUP_KINDS, LINK_KINDS, SHIPPED, TOPOLOGIES, Backbone
-from topologies.backbone_check import DesignError, require
+from topologies.backbone_check import DesignError, DesignLimit, limits, require
 from topologies.params import ParamError, Section
 
 
@@ -194,7 +194,12 @@ def _topology(section: dict, where: str) -> Backbone:
 
 
 def _check_links(bb: Backbone, where: str) -> Backbone:
-    """Every link ends at a PoP, every risk group's link exists."""
+    """Every link ends at a PoP, every risk group's link exists, and the backbone is no
+    larger than the design check takes (:func:`topologies.backbone_check.limits`)."""
+    try:
+        limits(bb)
+    except DesignLimit as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.reason) from None
     pops = {p.name for p in bb.pops}
     for i, lk in enumerate(bb.links):
         for end in (lk.a, lk.b):
@@ -249,6 +254,8 @@ def validate(section: dict, where: str = "backbone") -> dict:
     bb = _topology(section, where)
     try:
         check = require(bb)
+    except DesignLimit as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.reason) from None
     except DesignError as exc:
         field = (f"{where}.pops.{exc.node}" if exc.node in {p.name for p in bb.pops}
                  else f"{where}.regions.{exc.node}")
