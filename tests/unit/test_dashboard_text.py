@@ -17,6 +17,7 @@ from testbed.monitor.fabric import FabricWatch
 from testbed.monitor.metrics import FabricCollector
 from testbed.monitor.server import MonitorServer
 from testbed.monitor.timeline import Timeline
+from tests.unit.monitor_standins import Links, Queues
 from topologies.leafspine import build_fabric
 from topologies.spec import FabricSpec
 
@@ -29,22 +30,6 @@ pytestmark = pytest.mark.skipif(
 #: breaks out of an attribute or a selector built from the string
 MARKS = {"plain": "<img src=x{n} onerror=window.__owned={n}>",
          "quoted": '"><img src=x{n} onerror="window.__owned=(window.__owned||[]).concat({n})">'}
-
-
-class Links:
-    def __init__(self, links: dict) -> None:
-        self.links = links
-
-    def read(self) -> dict:
-        return self.links
-
-
-class Queues:
-    def read(self) -> dict:
-        return {}
-
-    def read_leaves(self) -> dict:
-        return {}
 
 
 def counters(tx: int = 0) -> LinkCounters:

@@ -26,27 +26,12 @@ from testbed.monitor.metrics import FabricCollector
 from testbed.monitor.server import MonitorServer
 from testbed.monitor.timeline import Timeline
 from testbed.reports.web import ResultsServer
+from tests.unit.monitor_standins import Links, Queues
 from topologies.leafspine import build_fabric
 from topologies.spec import FabricSpec
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = "s/20261206-000000"
-
-
-class Links:
-    def __init__(self, links: dict) -> None:
-        self.links = links
-
-    def read(self) -> dict:
-        return self.links
-
-
-class Queues:
-    def read(self) -> dict:
-        return {}
-
-    def read_leaves(self) -> dict:
-        return {}
 
 
 def counters() -> LinkCounters:

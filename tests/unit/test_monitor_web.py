@@ -26,26 +26,11 @@ from testbed.monitor.fabric import FabricWatch
 from testbed.monitor.metrics import FabricCollector
 from testbed.monitor.server import MonitorServer
 from testbed.monitor.timeline import Timeline
+from tests.unit.monitor_standins import Links, Queues
 from topologies.leafspine import build_fabric
 
 PREFIX = "tbweb0"
 FOREIGN = "http://attacker.example"
-
-
-class Links:
-    def __init__(self, links: dict) -> None:
-        self.links = links
-
-    def read(self) -> dict:
-        return self.links
-
-
-class Queues:
-    def read(self) -> dict:
-        return {}
-
-    def read_leaves(self) -> dict:
-        return {}
 
 
 def request(port: int, path: str = "/", *, method: str = "GET", host: str | None = None,
