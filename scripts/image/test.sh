@@ -193,7 +193,7 @@ remote=("sudo timeout 300 testbed results serve /testbed/results --port $page_po
 vm_ssh -L "127.0.0.1:$page_port:127.0.0.1:$page_port" > "$out/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 120); do
-    curl -fsS -o /dev/null "http://127.0.0.1:$page_port/" 2>/dev/null && break
+    curl -fsS --max-time 5 -o /dev/null "http://127.0.0.1:$page_port/" 2>/dev/null && break
     sleep 1
 done
 mkdir -p "$out/page"

@@ -105,8 +105,10 @@ accel=$("$REPO/scripts/vm/accel.sh")
 export TESTBED_LIBVIRT_DRIVER=$([ "$accel" = kvm ] && echo kvm || echo qemu)
 clone="$tmp/clone"
 
+serve_pid=""
 cleanup() {
     set +e
+    [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null
     say "removing the VM, the box, its volume and the pool"
     if [ -d "$clone/vagrant" ]; then
         (cd "$clone/vagrant" && vagrant destroy -f >> "$out/vagrant.log" 2>&1)
@@ -228,7 +230,7 @@ for route in ${VAGRANT_ROUTES:-teacher public}; do
         > "$rout/serve.log" 2>&1 &
     serve_pid=$!
     for _ in $(seq 120); do
-        curl -fsS -o "$rout/index.html" "http://127.0.0.1:$PORT/" 2>/dev/null && break
+        curl -fsS --max-time 5 -o "$rout/index.html" "http://127.0.0.1:$PORT/" 2>/dev/null && break
         sleep 1
     done
     [ -s "$rout/index.html" ] || vm_die "no results page on 127.0.0.1:$PORT here (see $rout/serve.log)"
