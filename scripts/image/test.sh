@@ -12,7 +12,9 @@
 #      `sudo make run-scenario DURATION=$IMAGE_TEST_DURATION` (default 5) inside, copies the
 #      run's results back, checks that they name the architecture, and fetches the
 #      results page, the report, one plot and the run as a .zip through an ssh tunnel
-#      from 127.0.0.1 here (scripts/vagrant/fetch_results.py);
+#      from 127.0.0.1 here (scripts/vagrant/fetch_results.py); then runs the unit tests
+#      (tests/unit) on the image's own Python and architecture (IMAGE_TEST_UNIT=0 skips
+#      them: 15-25 minutes under emulation);
 #   4. boots the OVA's VMDK on the controller and card its descriptor names (IDE and e1000
 #      on amd64; on arm64 the e1000 card and a virtio disk, since qemu's arm64 UEFI
 #      firmware has no driver for the SATA controller the descriptor names), logs in the
@@ -202,6 +204,15 @@ python3 "$REPO/scripts/vagrant/fetch_results.py" "http://127.0.0.1:$page_port" "
     || vm_die "the results page did not give the run back (see $out/serve.log)"
 kill "$serve_pid" 2>/dev/null || true
 wait "$serve_pid" 2>/dev/null || true
+
+if [ "${IMAGE_TEST_UNIT:-1}" != 0 ]; then
+    t=$(date +%s)
+    in_vm 'cd /testbed && sudo .venv/bin/python -m pytest -q -p no:cacheprovider tests/unit' \
+        > "$out/unit.log" 2>&1 || { tail -5 "$out/unit.log" >&2
+                                    vm_die "the unit tests failed in the VM (see $out/unit.log)"; }
+    tail -1 "$out/unit.log" >&2
+    stamp "qcow2: the unit tests inside ($(tail -1 "$out/unit.log" | tr -d '=')):" "$t"
+fi
 
 if [ -n "${IMAGE_TEST_SIZES:-}" ]; then
     # make image-sizes: each lab's starter run as its guide writes it, measured in the VM
