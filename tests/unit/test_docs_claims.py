@@ -350,3 +350,40 @@ def test_the_figure_check_finds_two_pages_with_different_unexplained_figures():
     assert figure_conflicts(figures, pages.__getitem__) == []
     pages["a.md"] = "ECMP 120, adaptive 170."
     assert figure_conflicts(figures, pages.__getitem__) == ["goodput: a.md shows none of its runs"]
+
+
+# -- voice -------------------------------------------------------------------------------
+
+#: phrases of a development log: whose work a figure came from ("the issue's run", "my
+#: own tests"), which session or round of development, which numbered run was flagged,
+#: what earlier runs exposed. They belong in the changelog or docs/design-notes.md.
+DEVELOPMENT_LOG = [r"\bthe issue'?s\b", r"\bissue #?\d+", r"\bthis (?:stop|session)\b",
+                   r"\bmy own\b", r"\bsession \d+", r"\bround [1-9]\b(?![.,]?\d)",
+                   # "run 1 was flagged", not a list's "then run\n1." nor "run 1,066 ms"
+                   r"\bruns? [1-9]\b(?![.,]?\d)(?!\.\s)", r"\bwhat earlier runs\b",
+                   r"\bearlier runs beside\b", r"\beach fixed\b", r"\bafter the fidelity fix\b"]
+
+
+def development_log(text: str) -> list[str]:
+    """The development-log phrases of a page, each with the words around it."""
+    flat = re.sub(r"\s+", " ", text)
+    return [flat[max(0, m.start() - 30):m.end() + 30] for pattern in DEVELOPMENT_LOG
+            for m in re.finditer(pattern, flat, re.I)]
+
+
+def test_user_pages_speak_to_users_not_of_the_lab_s_development():
+    pages = [p for p in user_pages() if p.name != "design-notes.md"]
+    assert any(p.match("labs/*/solution/NOTES.md") for p in pages)
+    assert {name(p): development_log(p.read_text()) for p in pages
+            if development_log(p.read_text())} == {}
+
+
+def test_the_voice_check_finds_the_development_log_s_phrases():
+    for line in ("The fidelity monitor flagged every variant of run 1 (my own unit tests ran "
+                 "beside it for part of it)",
+                 "What earlier runs there exposed, each fixed: a DCTCP test",
+                 "the issue's 128-switch run took 12 min 23 s and 9.5 GB",
+                 "## Session 8: pacing and spreading", "as of round 3 of this session"):
+        assert development_log(line), line
+    assert development_log("The first run takes about 100 s; run it on a quiet host, "
+                           "round the rate up to 2.5 Mb/s.") == []
