@@ -52,6 +52,12 @@ FAULTS = "faults.json"
 TRAINING_CONFIG = "training.json"
 RANK_GLOB = "training-rank*.jsonl"
 PROBE_GLOB = "probe-*.jsonl"
+PROBE_LOG_GLOB = "probe-*.log"
+RANK_LOG_GLOB = "training-rank*.log"
+SERVICE_STATS_GLOB = "service-*.json"  # an agent service's counters (service-NAME.json)
+SERVICE_LOG_GLOB = "service-*.log"
+WORKLOAD_LOG_GLOB = "workload-*.log"  # a listed workload's output (workload-I-NAME.log)
+REPLICATION_GLOB = "replication-*.json"  # the backbone's replication flows (iperf3)
 FIDELITY = "fidelity.jsonl"  # the fidelity monitor's samples (testbed/core/fidelity.py)
 PFC = "pfc.json"  # per-class counters and PFC (testbed/fabric/pfc.py)
 PFC_EVENTS = "pfc-events.jsonl"
@@ -94,6 +100,7 @@ GOODPUT_PLOT = "goodput.png"
 BISECTION_PLOT = "bisection.png"
 DCQCN_PLOT = "dcqcn_rate.png"
 CHECKPOINT_LAG_PLOT = "checkpoint_lag.png"
+TIMELINE_PLOT_GLOB = "timeline-*.png"  # a faulted variant's timeline (timeline-NAME.png)
 
 
 def rank_file(rank: int) -> str:
