@@ -6,7 +6,7 @@ tests check real results folders against it (:func:`check_folder`): a file no en
 describes, or a described field missing or of another type, is a finding.
 
 Types are JSON's, in Python words: ``int``, ``float`` (an int is a float too), ``str``,
-``bool``, ``list``, ``object``; ``|null`` allows ``null``. A field's name is a path:
+``bool``, ``list``, ``object``, ``any``; ``|null`` allows ``null``. A field's name is a path:
 ``runs[].agents.latency_ms.p99`` is the key ``p99`` of ``latency_ms`` of ``agents`` of
 every item of the list ``runs``.
 
@@ -257,7 +257,7 @@ FAULT_FIELDS = (
     F("records[].done", "float", EPOCH, "when the action returned"),
     F("records[].ok", "bool", "", "the action succeeded"),
     F("records[].error", "str|null", "", "why not"),
-    F("records[].result", "str|list|object|null", "", "what the action reported"),
+    F("records[].result", "any", "", "what the action reported"),
     F("records[].lateness_ms", "float", "ms", "started minus planned"),
 )
 
@@ -382,7 +382,14 @@ RECORDS: dict[str, Record] = {
     "RANK_LOG_GLOB": _rec(layout.RANK_LOG_GLOB, "variant", "log", "traffic.training",
                           "one training rank's log and final summary"),
     "WORKLOAD_LOG_GLOB": _rec(layout.WORKLOAD_LOG_GLOB, "variant", "log",
-                              "testbed.workloads.kinds", "a listed workload's output"),
+                              "testbed.workloads.kinds", "a listed workload's log"),
+    "WORKLOAD_OUT_GLOB": _rec(layout.WORKLOAD_OUT_GLOB, "variant", "text",
+                              "testbed.workloads.kinds",
+                              "a command workload's standard output (workload-I-NAME.out)"),
+    "WORKLOAD_JSON_GLOB": _rec(layout.WORKLOAD_JSON_GLOB, "variant", "json",
+                               "testbed.workloads.kinds",
+                               "an iperf3 or replay workload's JSON report "
+                               "(workload-I-iperf3.json, -replay.json, -flowK.json)"),
     # the controller and the fabric
     "SPEC": _rec(layout.SPEC, "variant", "json", "topologies.spec",
                  "the topology spec the variant ran: hosts, switches, links", (
@@ -482,6 +489,9 @@ RECORDS: dict[str, Record] = {
                  "the bulk iperf3 flow (iperf3's JSON report)", (
                      F("end", "object", "", "iperf3's totals (sum_sent, sum_received: "
                        "bytes, bits_per_second)"),)),
+    "MACSEC_LINK": _rec(layout.MACSEC_LINK, "variant", "folder", "testbed.macsec.link",
+                        "the protected link's configuration (keys left out) and its "
+                        "helpers' files"),
     "ATTACK": _rec(layout.ATTACK, "variant", "json", "testbed.experiments.macsec",
                    "the injected and replayed frames"),
     # backbone
@@ -497,6 +507,10 @@ RECORDS: dict[str, Record] = {
     "REPLICATION_GLOB": _rec(layout.REPLICATION_GLOB, "variant", "json",
                              "testbed.experiments.backbone",
                              "a replication flow across the backbone (iperf3's JSON report)"),
+    "BACKBONE_PROBES_GLOB": _rec(layout.BACKBONE_PROBES_GLOB, "variant", "jsonl",
+                                 "traffic.probe", "one region's backbone probes (the "
+                                 "lines of a fabric run's probe file)", PROBE_FIELDS,
+                                 closed=True),
     # storage
     "STORE_LOG": _rec(layout.STORE_LOG, "variant", "log", "testbed.storage",
                       "the object store's log"),
@@ -543,10 +557,25 @@ RECORDS: dict[str, Record] = {
                                     F("lag", "list", "[s, ms]", "[t - t0, lag_ms] a write"),
                                     F("write", "list", "[s, ms]", "[t - t0, write_ms]"),
                                 )),
+    "READ_LOAD_GLOB": _rec(layout.READ_LOAD_GLOB, "variant", "jsonl",
+                           "testbed.storage.s3",
+                           "one parallel reader of the throughput test (load-N-I.json: "
+                           "N readers, reader I)", (
+                               F("reads", "int", "", "objects read"),
+                               F("errors", "int", "", "failed reads"),
+                               F("bytes", "int", "bytes", "bytes read"),
+                               F("start", "float", EPOCH, "first read"),
+                               F("end", "float", EPOCH, "last read done"),
+                           )),
     "FILER_SYNC_LOG": _rec(layout.FILER_SYNC_LOG, "variant", "log",
                            "testbed.storage.replication",
                            "the asynchronous replication between the regions"),
     # a lab's folder (testbed up)
+    "ACCEPTANCE": _rec(layout.ACCEPTANCE, "lab", "folder", "testbed.acceptance.system",
+                       "the acceptance checks' collectives: TAG-config.json and "
+                       "TAG-rankN.jsonl (the training record above) and logs"),
+    "CAPTURE_GLOB": _rec(layout.CAPTURE_GLOB, "variant", "pcap", "testbed.lab.capture",
+                         "a scenario's capture of one port (capture-PORT.pcap)"),
     "LAB_REQUEST": _rec(layout.LAB_REQUEST, "lab", "json", "testbed.lab.commands",
                         "what testbed up asked its supervisor for"),
     "SUPERVISOR_LOG": _rec(layout.SUPERVISOR_LOG, "lab", "log", "testbed.lab",
@@ -573,6 +602,10 @@ RECORDS: dict[str, Record] = {
                                 "down"),
     "GRAFANA": _rec(layout.GRAFANA, "lab", "folder", "testbed.monitor.grafana",
                     "Grafana provisioning for that Prometheus"),
+    # last: what no entry above describes
+    "HELPER_LOG_GLOB": _rec(layout.HELPER_LOG_GLOB, "variant", "log", "testbed.host.procs",
+                            "any other helper process's output, named after the helper "
+                            "(routes-NODE.log, iperf-sI.log, store-REGION.log, ...)"),
 }
 
 
@@ -597,7 +630,7 @@ def describing(name: str, where: str) -> str | None:
 
 # -- checking a record against its fields ----------------------------------------------
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
-          "list": (list,), "object": (dict,), "null": (type(None),)}
+          "list": (list,), "object": (dict,), "null": (type(None),), "any": (object,)}
 
 
 def type_ok(value: object, type_: str) -> bool:
@@ -607,7 +640,7 @@ def type_ok(value: object, type_: str) -> bool:
     (False, True, True)
     """
     for t in type_.split("|"):
-        if isinstance(value, bool) and t != "bool":
+        if isinstance(value, bool) and t not in ("bool", "any"):
             continue
         if isinstance(value, _TYPES[t]):
             return True
@@ -735,6 +768,7 @@ def _cell(text: str) -> str:
 def reference_page() -> str:
     """The results reference, as Markdown."""
     formats = {"jsonl": "JSON lines", "json": "JSON", "png": "PNG image", "log": "text log",
+               "text": "text",
                "markdown": "Markdown", "pcap": "pcap", "folder": "folder"}
     lines = [INTRO]
     for where, title in WHERE.items():

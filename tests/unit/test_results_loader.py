@@ -35,8 +35,8 @@ def test_every_table_has_its_variants_units_and_the_records_rows(loaded):
         assert list(df.columns[:2]) == ["variant", "seed"], name
         assert set(df.attrs["units"]) == set(df.columns), name
         assert not df.empty, name
-    assert list(loaded.runs.variant) == ["training-4to1", "watchdog"]
-    for variant in ("training-4to1", "watchdog"):
+    assert list(loaded.runs.variant) == ["training-4to1", "watchdog", "degrade-health"]
+    for variant in ("training-4to1", "watchdog", "degrade-health"):
         vdir = SMALL / "variants" / variant
         assert (loaded.chains.variant == variant).sum() == len(lines(vdir / "chains.jsonl"))
         assert (loaded.hops.variant == variant).sum() == len(lines(vdir / "hops.jsonl"))
@@ -59,12 +59,17 @@ def test_values_and_units_come_from_the_records(loaded):
 
 
 def test_faults_events_classes_and_flows_of_the_storm(loaded):
-    faults = loaded.faults
+    faults = loaded.faults[loaded.faults.variant == "watchdog"]
     assert list(faults.action) == ["pfc_storm", "pfc_storm_stop"]
-    assert set(faults.variant) == {"watchdog"}
     # the cost the summary gives each fault joins its record
     assert list(faults.training_lost_packets) == [360, 352]
-    assert (faults.started_s >= faults.planned_s).all()
+    assert (loaded.faults.started_s >= loaded.faults.planned_s).all()
+    degrade = loaded.faults[loaded.faults.variant == "degrade-health"].iloc[0]
+    assert degrade.action == "degrade" and degrade.detect_ms > 0 and degrade.repair_ms > 0
+    controller = loaded.events[(loaded.events.source == "controller")
+                               & (loaded.events.variant == "degrade-health")]
+    assert {"health", "port_status", "drain"} <= set(controller.event)
+    assert controller.t_s.notna().all() and controller.agent_t_s.isna().all()
     pfc = loaded.events[loaded.events.source == "pfc"]
     assert {"state:paused"} <= set(pfc.event) and pfc.agent_t_s.notna().all()
     classes = loaded.classes
