@@ -116,6 +116,36 @@ def rank_file(rank: int) -> str:
     return f"training-rank{rank}.jsonl"
 
 
+def rank_log(rank: int) -> str:
+    """One training rank's log (:data:`RANK_LOG_GLOB`)."""
+    return f"training-rank{rank}.log"
+
+
+def service_stats(name: str) -> str:
+    """An agent service's counters (:data:`SERVICE_STATS_GLOB`)."""
+    return f"service-{name}.json"
+
+
+def service_log(name: str) -> str:
+    """An agent service's log (:data:`SERVICE_LOG_GLOB`)."""
+    return f"service-{name}.log"
+
+
+def probe_file(name: str) -> str:
+    """A fault run's probe records (:data:`PROBE_GLOB`)."""
+    return f"probe-{name}.jsonl"
+
+
+def probe_log(name: str) -> str:
+    """A probe's log (:data:`PROBE_LOG_GLOB`)."""
+    return f"probe-{name}.log"
+
+
+def timeline_plot(title: str) -> str:
+    """A faulted variant's timeline (:data:`TIMELINE_PLOT_GLOB`)."""
+    return f"timeline-{title.replace(' ', '-')}.png"
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where a run's records go: ``root`` and the seeds the scenario runs."""

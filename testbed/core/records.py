@@ -391,7 +391,7 @@ RECORDS: dict[str, Record] = {
                                "an iperf3 or replay workload's JSON report "
                                "(workload-I-iperf3.json, -replay.json, -flowK.json)"),
     # the controller and the fabric
-    "SPEC": _rec(layout.SPEC, "variant", "json", "topologies.spec",
+    "SPEC": _rec(layout.SPEC, "variant", "json", "testbed.fabric.bringup",
                  "the topology spec the variant ran: hosts, switches, links", (
                      F("prefix", "str", "", "the name prefix (tb + run id)"),
                      F("planes", "int", "", "planes"),
@@ -409,7 +409,7 @@ RECORDS: dict[str, Record] = {
                           F("tunnel", "str|null", "", "the tunnel between them"),
                       )),
     "CONTROLLER_CONFIG": _rec(layout.CONTROLLER_CONFIG, "variant", "json",
-                              "testbed.core.runner", "the controller's configuration", (
+                              "testbed.fabric.bringup", "the controller's configuration", (
                                   F("mode", "str", "", "routing mode"),
                                   F("telemetry_ms", "int", "ms", "telemetry interval"),
                                   F("ecn", "object", "", "ECN policy"),
@@ -431,7 +431,7 @@ RECORDS: dict[str, Record] = {
                      "the fidelity monitor's samples, one a second: did the host keep up",
                      FIDELITY_FIELDS, closed=True),
     "SWITCH_PROCESSES_LOG": _rec(layout.SWITCH_PROCESSES_LOG, "variant", "log",
-                                 "testbed.fabric", "the lab's own ovs-vswitchd instances"),
+                                 "testbed.fabric.switchd", "the lab's own ovs-vswitchd instances"),
     # faults
     "FAULTS": _rec(layout.FAULTS, "variant", "json", "testbed.faults.run",
                    "the fault schedule as it ran", FAULT_FIELDS),
@@ -481,9 +481,11 @@ RECORDS: dict[str, Record] = {
     "MACSEC_KEYS": _rec(layout.MACSEC_KEYS, "variant", "json", "testbed.experiments.macsec",
                         "the SAKs of a protected run (mode 0600), for testbed decrypt", (
                             F("links", "list", "", "per link: its keys"),)),
-    "WIRE_PCAP": _rec(layout.WIRE_PCAP, "variant", "pcap", "testbed.experiments.macsec",
+    "WIRE_PCAP": _rec(layout.WIRE_PCAP, "variant", "pcap",
+                      "testbed.experiments.macsec, testbed.experiments.backbone",
                       "frames of one protected wire, as an eavesdropper sees them"),
-    "TCPDUMP_LOG": _rec(layout.TCPDUMP_LOG, "variant", "log", "testbed.experiments.macsec",
+    "TCPDUMP_LOG": _rec(layout.TCPDUMP_LOG, "variant", "log",
+                        "testbed.experiments.macsec, testbed.experiments.backbone",
                         "the capture's log"),
     "BULK": _rec(layout.BULK, "variant", "json", "testbed.experiments.macsec",
                  "the bulk iperf3 flow (iperf3's JSON report)", (
@@ -762,7 +764,7 @@ To load these files into pandas, see [Analysing results](../analysis.md).
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("``", "`").replace("|", "\\|").replace("\n", " ")
 
 
 def reference_page() -> str:
@@ -775,7 +777,7 @@ def reference_page() -> str:
         lines += [f"## {title}", ""]
         for rec in (r for r in RECORDS.values() if r.where == where):
             lines += [f"### `{rec.pattern}`", "",
-                      f"{rec.meaning[0].upper()}{rec.meaning[1:]}. "
+                      f"{_cell(rec.meaning[0].upper() + rec.meaning[1:])}. "
                       f"{formats[rec.format]}, written by `{rec.writer}`.", ""]
             if rec.fields:
                 lines += ["| field | type | unit | meaning |", "|---|---|---|---|"]

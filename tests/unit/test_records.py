@@ -70,3 +70,13 @@ def test_the_reference_page_lists_every_record_and_field():
         for f in rec.fields:
             assert f"| `{f.name}` | {f.type.replace('|', chr(92) + '|')} |" in page
     assert "| `latency_ms` | float | ms |" in page
+
+
+def test_the_layouts_file_names_match_the_patterns_they_are_described_by():
+    made = {"RANK_GLOB": layout.rank_file(3), "RANK_LOG_GLOB": layout.rank_log(3),
+            "SERVICE_STATS_GLOB": layout.service_stats("tool"),
+            "SERVICE_LOG_GLOB": layout.service_log("tool-spare"),
+            "PROBE_GLOB": layout.probe_file("n0p0f1"), "PROBE_LOG_GLOB": layout.probe_log("x"),
+            "TIMELINE_PLOT_GLOB": layout.timeline_plot("cut no repair")}
+    for key, name in made.items():
+        assert records.describing(name, records.RECORDS[key].where) == key, name
