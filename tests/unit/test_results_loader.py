@@ -112,3 +112,23 @@ def test_the_example_plots_the_figure(tmp_path):
     done = run_example(SMALL, out)
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_seed_of_a_variant_is_its_own_rows(tmp_path):
+    import shutil
+
+    root = tmp_path / "r"
+    shutil.copytree(SMALL, root)
+    summary = json.loads((root / "summary.json").read_text())
+    run = summary["runs"][0]
+    base = root / run["dir"]
+    for seed in (1, 2):
+        shutil.copytree(base, base / f"seed{seed}")
+    run["seeds"] = [{"name": run["name"], "seed": s, "dir": f"{run['dir']}/seed{s}"}
+                    for s in (1, 2)]
+    summary["runs"] = [run]
+    (root / "summary.json").write_text(json.dumps(summary))
+    chains = results.chains(root)
+    one = len(lines(base / "chains.jsonl"))
+    assert chains.groupby("seed").size().to_dict() == {1: one, 2: one}
+    assert set(results.runs(root).seed) == {1, 2}
