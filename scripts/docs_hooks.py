@@ -1,8 +1,9 @@
 """MkDocs hooks of the docs site (``mkdocs.yml``): the pages generated from the code and
 the lab guides, added to the site at build time and never written into ``docs/``.
 
-- ``reference/scenario-file.md`` and ``reference/cli.md``: :mod:`testbed.core.reference`, from
-  ``testbed schema`` and ``testbed``'s argument parser;
+- ``reference/scenario-file.md``, ``reference/cli.md`` and ``reference/results.md``:
+  :mod:`testbed.core.reference`, from ``testbed schema``, ``testbed``'s argument parser
+  and the table of record files (:mod:`testbed.core.records`);
 - ``img/SCENARIO.png``: the topology of each scenario a page shows (``testbed graph``);
 - ``labs/``: every lab guide (``labs/*/README.md``) and their index, as they are in the
   repository, so a guide has one source; likewise ``changelog.md`` and

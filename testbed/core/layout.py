@@ -52,6 +52,20 @@ FAULTS = "faults.json"
 TRAINING_CONFIG = "training.json"
 RANK_GLOB = "training-rank*.jsonl"
 PROBE_GLOB = "probe-*.jsonl"
+PROBE_LOG_GLOB = "probe-*.log"
+RANK_LOG_GLOB = "training-rank*.log"
+SERVICE_STATS_GLOB = "service-*.json"  # an agent service's counters (service-NAME.json)
+SERVICE_LOG_GLOB = "service-*.log"
+WORKLOAD_LOG_GLOB = "workload-*.log"  # a listed workload's output (workload-I-NAME.log)
+WORKLOAD_OUT_GLOB = "workload-*.out"  # a command workload's standard output
+WORKLOAD_JSON_GLOB = "workload-*.json"  # an iperf3 or replay workload's JSON report
+REPLICATION_GLOB = "replication-*.json"  # the backbone's replication flows (iperf3)
+BACKBONE_PROBES_GLOB = "probes-*.jsonl"  # the backbone's probes, one file a region
+READ_LOAD_GLOB = "load-*.json"  # the storage scenario's parallel readers (load-N-I.json)
+MACSEC_LINK = "link"  # the protected link's configuration and its helpers' files
+ACCEPTANCE = "acceptance"  # a lab's acceptance checks: their collectives' records
+CAPTURE_GLOB = "capture-*.pcap"  # a scenario's captures, one a port
+HELPER_LOG_GLOB = "*.log"  # any other helper process's output, named after the helper
 FIDELITY = "fidelity.jsonl"  # the fidelity monitor's samples (testbed/core/fidelity.py)
 PFC = "pfc.json"  # per-class counters and PFC (testbed/fabric/pfc.py)
 PFC_EVENTS = "pfc-events.jsonl"
@@ -94,11 +108,42 @@ GOODPUT_PLOT = "goodput.png"
 BISECTION_PLOT = "bisection.png"
 DCQCN_PLOT = "dcqcn_rate.png"
 CHECKPOINT_LAG_PLOT = "checkpoint_lag.png"
+TIMELINE_PLOT_GLOB = "timeline-*.png"  # a faulted variant's timeline (timeline-NAME.png)
 
 
 def rank_file(rank: int) -> str:
     """Per-iteration records of one training rank."""
     return f"training-rank{rank}.jsonl"
+
+
+def rank_log(rank: int) -> str:
+    """One training rank's log (:data:`RANK_LOG_GLOB`)."""
+    return f"training-rank{rank}.log"
+
+
+def service_stats(name: str) -> str:
+    """An agent service's counters (:data:`SERVICE_STATS_GLOB`)."""
+    return f"service-{name}.json"
+
+
+def service_log(name: str) -> str:
+    """An agent service's log (:data:`SERVICE_LOG_GLOB`)."""
+    return f"service-{name}.log"
+
+
+def probe_file(name: str) -> str:
+    """A fault run's probe records (:data:`PROBE_GLOB`)."""
+    return f"probe-{name}.jsonl"
+
+
+def probe_log(name: str) -> str:
+    """A probe's log (:data:`PROBE_LOG_GLOB`)."""
+    return f"probe-{name}.log"
+
+
+def timeline_plot(title: str) -> str:
+    """A faulted variant's timeline (:data:`TIMELINE_PLOT_GLOB`)."""
+    return f"timeline-{title.replace(' ', '-')}.png"
 
 
 @dataclass(frozen=True)

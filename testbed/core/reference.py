@@ -1,5 +1,6 @@
-"""The generated references of the docs site: the scenario file from ``testbed schema`` and
-the command line from ``testbed``'s argument parser, as Markdown.
+"""The generated references of the docs site: the scenario file from ``testbed schema``,
+the command line from ``testbed``'s argument parser and the results folder from
+:mod:`testbed.core.records`, as Markdown.
 
 The docs build (``docs/hooks.py``) writes both at build time, so a key or an option added
 to the code shows up in the docs by itself; :func:`undescribed` and
@@ -201,7 +202,9 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
 def markdown_pages() -> dict[str, str]:
     """The generated pages, by their path under the docs folder."""
     from testbed.core.cli import build_parser
+    from testbed.core.records import reference_page
     from testbed.core.schema import scenario_schema
 
     return {"reference/scenario-file.md": scenario_reference(scenario_schema()),
-            "reference/cli.md": cli_reference(build_parser())}
+            "reference/cli.md": cli_reference(build_parser()),
+            "reference/results.md": reference_page()}

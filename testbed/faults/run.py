@@ -107,7 +107,7 @@ def start(live, faults, *, out: Path, t0: float, duration_s: float,
                 for me, peer in ((a, b), (b, a)):
                     host = spec.hosts[me]
                     name = f"n{me}p{plane}f{flow}"
-                    path = out / f"probe-{name}.jsonl"
+                    path = out / layout.probe_file(name)
                     helper = live.fabric.spawn(
                         host.name, f"probe-{name}",
                         [sys.executable, "-m", "traffic.probe", "--name", name,
@@ -116,7 +116,7 @@ def start(live, faults, *, out: Path, t0: float, duration_s: float,
                          f"{spec.hosts[peer].interface(plane, 0).ip}",
                          "--rate", f"{RATE:g}", "--duration", length, "--port", port,
                          "--out", str(path)],
-                        pid_dir=live.pid_dir, log=out / f"probe-{name}.log")
+                        pid_dir=live.pid_dir, log=out / layout.probe_log(name))
                     stack.callback(helper.stop)
                     run.probes.append(helper)
                     run.probe_files.append(path)

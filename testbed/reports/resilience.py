@@ -137,7 +137,7 @@ def plot_timeline(run: dict, out: Path, vdir: Path, title: str) -> Path | None:
     ax.set_ylabel("chain latency (ms)")
     ax.set_title(f"{title}: faults and repair")
     ax.legend(loc="upper left", fontsize=7)
-    return save(fig, out / f"timeline-{title.replace(' ', '-')}.png", dpi=100)
+    return save(fig, out / layout.timeline_plot(title), dpi=100)
 
 
 def section(summary: dict, out: Path) -> list[str]:

@@ -73,11 +73,11 @@ def start_service(svc: str, where: Service, *, out: Path, pid_dir: Path, stack: 
     port = SERVICE_PORT + SERVICES.index(svc)
     name = f"{svc}-{tag}" if tag else svc
     argv = [*TRAFFIC, "agent-service", "--role", svc,
-            "--stats", str(out / f"service-{name}.json"), *extra]
+            "--stats", str(out / layout.service_stats(name)), *extra]
     for address in where.addresses:
         argv += ["--listen", f"{address}:{port}"]
     proc = where.host.spawn(f"svc-{name}", argv, pid_dir=pid_dir,
-                            log=out / f"service-{name}.log", env=python_env(),
+                            log=out / layout.service_log(name), env=python_env(),
                             stdout_pipe=True)
     stack.callback(proc.stop)
     wait_line(proc, b"ready", 15, f"agent service {name} (see service-{name}.log)")

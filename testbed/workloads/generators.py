@@ -253,7 +253,7 @@ def start_ranks(fabric: Fabric, training: dict, *, out: Path, pid_dir: Path,
              "--out", str(out / layout.rank_file(rank)), "--duration", f"{duration_s:g}",
              "--ready-file", str(ready[rank]), "--start-file", str(start_file),
              "--first-iteration", str(first_iteration)],
-            pid_dir=pid_dir, log=out / f"training-rank{rank}.log",
+            pid_dir=pid_dir, log=out / layout.rank_log(rank),
         )
         stack.callback(proc.stop)
         ranks.append(proc)

@@ -71,6 +71,34 @@ def test_short_default_scenario_writes_valid_results(tmp_path):
         assert f"- {feature}: {backend}" in report, feature
     assert "p99 ms" in stdout and str(out) in stdout
     assert no_testbed_leftovers() == []
+    # every file and field of the folder is in the results reference (docs/reference)
+    from testbed.core.records import check_folder
+
+    assert check_folder(out) == []
+    # and the folder loads into DataFrames, from which the example draws its figure
+    analysed_by_the_loader_and_the_example(out, summary, tmp_path)
+
+
+def analysed_by_the_loader_and_the_example(out: Path, summary: dict, tmp_path: Path) -> None:
+    pytest.importorskip("pandas", reason="pandas is in the dev extra (pip install .[dev])")
+    from testbed import results
+
+    loaded = results.load(out)
+    assert list(loaded.runs.variant) == [r["name"] for r in summary["runs"]]
+    for run in summary["runs"]:
+        chains = loaded.chains[loaded.chains.variant == run["name"]]
+        assert len(chains) == run["agents"]["chains_started"]
+        assert (loaded.hops.variant == run["name"]).sum() >= run["agents"]["chains_completed"]
+        ranks = loaded.iterations[loaded.iterations.variant == run["name"]]
+        assert ranks.groupby("iteration")["rank"].count().eq(4).sum() == \
+            run["training"]["iterations"]
+    assert not loaded.queues.empty and not loaded.fidelity.empty
+    figure = tmp_path / "chains.png"
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "chain_latency.py"),
+                           str(out), "-o", str(figure)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def write_scenario(tmp_path: Path, **overrides) -> Path:
