@@ -82,11 +82,11 @@ def test_the_site_builds_strictly_with_its_generated_references(site):
     cli_ref = parsed(site / "reference" / "cli.html")
     assert {f"testbed {name}" for name in ("run", "up", "inspect", "scenarios", "spec")} <= \
         set(cli_ref.headings)
-    results_ref = parsed(site / "reference" / "results" / "index.html")
+    results_ref = parsed(site / "reference" / "results.html")
     assert results_ref.headings[:2] == ["Results reference", "The results folder"]
-    text = (site / "reference" / "results" / "index.html").read_text()
+    text = (site / "reference" / "results.html").read_text()
     assert "chains.jsonl" in text and "runs[].agents.latency_ms.p99" in text
-    assert "Analysing results" in parsed(site / "analysis" / "index.html").headings
+    assert "Analysing results" in parsed(site / "analysis.html").headings
     assert (site / "labs" / "lab01_oversubscription" / "index.html").exists()
     # the lesson pages show their fabric, drawn at build time
     assert (site / "img" / "fat-tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
