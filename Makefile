@@ -62,8 +62,16 @@ screenshots: setup-dev
 		tests/integration/test_monitor.py -k watched
 
 # The docs site into site/ (strict: a warning or a broken link fails the build)
-docs: setup-dev
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+# as an ordinary user: no root, no lab set up. The references are generated from the code
+# (scripts/docs_hooks.py), so MkDocs needs the project importable: the lab's venv when it
+# has MkDocs (make setup-dev), otherwise a venv of its own (.venv-docs, pip only).
+DOCS_VENV := $(if $(wildcard $(VENV)/bin/mkdocs),$(VENV),.venv-docs)
+docs: $(DOCS_VENV)/bin/mkdocs
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+.venv-docs/bin/mkdocs:
+	python3 -m venv .venv-docs
+	.venv-docs/bin/pip install -q -e '.[docs]'
 
 clean:
 	@if [ -x $(TESTBED) ]; then $(TESTBED) clean; \

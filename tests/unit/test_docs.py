@@ -1,6 +1,7 @@
 """The docs: the site builds with no warning (MkDocs strict: a broken link or anchor fails
-it), its generated references come from the code, every link of the README resolves, and
-every command-line argument has help text."""
+it), its generated references come from the code, the built site navigates and searches
+from disk (every internal link of its HTML names a file and anchor in it), every link of the
+README resolves, and every command-line argument has help text."""
 
 from __future__ import annotations
 
@@ -73,24 +74,91 @@ def site(tmp_path_factory):
 def test_the_site_builds_strictly_with_its_generated_references(site):
     index = parsed(site / "index.html")
     assert "AI fabric testbed" in index.headings[0] and "Where to start" in index.headings
-    scenario_ref = parsed(site / "reference" / "scenario-file" / "index.html")
+    scenario_ref = parsed(site / "reference" / "scenario-file.html")
     assert scenario_ref.headings[0] == "Scenario file reference"
     assert scenario_ref.tables == 1
-    text = (site / "reference" / "scenario-file" / "index.html").read_text()
+    text = (site / "reference" / "scenario-file.html").read_text()
     assert "topology.planes" in text and "faults[].at_s" in text
-    cli_ref = parsed(site / "reference" / "cli" / "index.html")
+    cli_ref = parsed(site / "reference" / "cli.html")
     assert {f"testbed {name}" for name in ("run", "up", "inspect", "scenarios", "spec")} <= \
         set(cli_ref.headings)
-    results_ref = parsed(site / "reference" / "results" / "index.html")
+    results_ref = parsed(site / "reference" / "results.html")
     assert results_ref.headings[:2] == ["Results reference", "The results folder"]
-    text = (site / "reference" / "results" / "index.html").read_text()
+    text = (site / "reference" / "results.html").read_text()
     assert "chains.jsonl" in text and "runs[].agents.latency_ms.p99" in text
-    assert "Analysing results" in parsed(site / "analysis" / "index.html").headings
+    assert "Analysing results" in parsed(site / "analysis.html").headings
     assert (site / "labs" / "lab01_oversubscription" / "index.html").exists()
     # the lesson pages show their fabric, drawn at build time
     assert (site / "img" / "fat-tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert 'src="../../img/lossless.png"' in (site / "lessons" / "lossless-and-tenants" /
-                                             "index.html").read_text()
+    assert 'src="../img/lossless.png"' in (site / "lessons" /
+                                          "lossless-and-tenants.html").read_text()
+
+
+class Links(HTMLParser):
+    """Every ``href`` and ``src`` of a built page, and the ids its anchors can land on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name in ("href", "src") and value is not None:
+                self.targets.append(value)
+            elif name in ("id", "name") and value:
+                self.ids.add(value)
+
+
+def broken_links(site: Path) -> list[str]:
+    """The internal links of the built site's HTML that do not name a file in it (a folder,
+    which a browser opening the site from disk shows as a listing, counts as broken) or
+    whose ``#anchor`` is on no element of the page they name."""
+    pages = {path: Links() for path in site.rglob("*.html")}
+    for path, links in pages.items():
+        links.feed(path.read_text())
+    broken = []
+    for path, links in pages.items():
+        if path == site / "404.html":  # a web server's answer for any path: links from "/"
+            continue
+        for target in links.targets:
+            if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto:, data:
+                continue
+            link, _, anchor = target.partition("#")
+            link = link.partition("?")[0]
+            file = (path.parent / link).resolve() if link else path
+            where = f"{path.relative_to(site)}: {target}"
+            if not file.is_file() or site.resolve() not in file.parents:
+                broken.append(where)
+            elif anchor and file.suffix == ".html" and anchor not in pages[
+                    site / file.relative_to(site.resolve())].ids:
+                broken.append(where)
+    return broken
+
+
+def test_every_internal_link_of_the_built_site_names_a_file_and_anchor_in_it(site):
+    assert len(list(site.rglob("*.html"))) > 40
+    assert broken_links(site) == []
+
+
+def test_the_link_check_finds_a_folder_link_and_a_missing_anchor(tmp_path):
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "index.html").write_text('<h2 id="here">x</h2>')
+    (tmp_path / "index.html").write_text(
+        '<a href="guide/">a folder</a> <a href="guide/index.html#here">fine</a> '
+        '<a href="guide/index.html#gone">no anchor</a> <a href="#top">none here</a> '
+        '<a href="https://example.org/">outside</a> <img src="missing.png">')
+    assert broken_links(tmp_path) == ["index.html: guide/", "index.html: guide/index.html#gone",
+                                      "index.html: #top", "index.html: missing.png"]
+
+
+def test_the_site_needs_nothing_from_the_network(site):
+    """No script, style sheet or image of the built site comes from another host: it is read
+    where there is no network (the lab VM, a classroom)."""
+    remote = {(path.relative_to(site).as_posix(), src) for path in site.rglob("*.html")
+              for src in re.findall(r'<(?:script|img|link)[^>]+(?:src|href)="(https?://[^"]+)"',
+                                    path.read_text())}
+    assert remote == set()
 
 
 CHROMIUM = shutil.which("chromium-headless-shell") or shutil.which("chromium")
@@ -118,7 +186,7 @@ def test_the_site_renders_in_a_browser(site, tmp_path, record_property):
     from matplotlib import image
 
     for page, heading, tables in (("index.html", "Where to start", 0),
-                                  ("reference/scenario-file/index.html",
+                                  ("reference/scenario-file.html",
                                    "Scenario file reference", 1)):
         url = (site / page).as_uri()
         dom = browse(url, tmp_path / "profile", "--dump-dom")
@@ -199,3 +267,16 @@ def test_each_lesson_page_shows_its_key_figure_from_an_unflagged_run():
         assert record["command"] == f".venv/bin/testbed run {scenario_file}"
         assert record["fidelity"] == "no variant flagged" and record["machine"], record
         assert f"](../img/runs/{name}.png)" in pages, f"no lesson page shows {name}.png"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium (scripts/setup.sh --dev "
+                    "installs chromium-headless-shell where the distribution has it)")
+def test_search_works_on_the_site_opened_from_disk(site, tmp_path):
+    """The search box of ``site/index.html`` opened from disk, with no network: the query in
+    the address (``?q=``) is searched and results listed (MkDocs' own search worker cannot
+    start from ``file://``; the offline plugin's index script and worker shim can)."""
+    url = (site / "index.html").as_uri() + "?q=macsec"
+    dom = browse(url, tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'md-search-result__meta">(\d+) matching documents?<', dom.stdout)
+    assert found and int(found.group(1)) > 3, re.findall(r"md-search-result__meta[^<]*", dom.stdout)
