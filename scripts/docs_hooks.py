@@ -32,7 +32,9 @@ from mkdocs.structure.files import File, Files
 REPO = Path(__file__).resolve().parents[1]
 #: the scenarios whose topology a page draws (``![...](img/NAME.png)``)
 DRAWN = ("agents-vs-training", "ecmp-vs-adaptive", "fat-tree", "lossless",
-         "backbone-failover", "cross-region-writes", "storage-cache")
+         "backbone-failover", "cross-region-writes", "storage-cache",
+         # the slide decks of labs 4 and 10 (docs/teaching/slides/)
+         "ecn-tuning", "rack-acceptance")
 
 
 def drawing(name: str, folder: Path) -> bytes:
