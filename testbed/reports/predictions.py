@@ -52,6 +52,10 @@ def _fmt(value: float) -> str:
     return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+def _right(tolerance: str) -> str:
+    return tolerance if tolerance == "exactly" else f"within {tolerance}"
+
+
 @dataclass(frozen=True)
 class Number:
     """A figure with its unit: right when within ``within`` (a share of the measured
@@ -68,7 +72,7 @@ class Number:
         parts = []
         if self.within is not None:
             parts.append(f"{self.within:.0%}")
-        if self.within_abs is not None:
+        if self.within_abs:
             parts.append(f"{_fmt(self.within_abs)} {self.unit}".strip())
         return " or ".join(parts) or "exactly"
 
@@ -90,7 +94,7 @@ class Number:
         unit = f" {self.unit}" if self.unit else ""
         return Graded(self.id, "PASS" if ok else "FAIL",
                       f"predicted {_fmt(answer)}{unit}, the run measured {_fmt(measured)}"
-                      f"{unit} (right within {self.tolerance()})")
+                      f"{unit} (right {_right(self.tolerance())})")
 
 
 @dataclass(frozen=True)
@@ -183,8 +187,9 @@ class Diagnosis:
                             f"{record[cited]!r}")
         if problems:
             return Graded(self.id, "FAIL", f"variant {self.variant}: " + "; ".join(problems))
+        shown = "none" if record[cited] is None else record[cited]
         return Graded(self.id, "PASS", f"variant {self.variant}: {answer['layer']}, shown by "
-                                       f"{cited} = {record[cited]!r} in the run")
+                                       f"{cited} = {shown} in the run")
 
 
 def _matches(cited: Any, measured: Any, within: float) -> bool:
