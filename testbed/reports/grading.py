@@ -237,14 +237,27 @@ def report(lab: Lab, verdicts: list[tuple[str, Verdict]]) -> str:
 
 
 def cmd_check(args) -> int:
+    from testbed.reports import predictions
+
     lab = find(args.lab)
     folders = [Path(f) for f in args.results]
+    given = getattr(args, "predictions", None)
+    if given and len(folders) > 1:
+        raise ConfigError("--predictions", "grades one results folder; for a class, put "
+                                           f"each student's {predictions.FILENAME} in their "
+                                           "results folder")
     if len(folders) == 1 and not args.csv:
         verdicts = grade(lab, folders[0])
+        guesses = predictions.grade_folder(lab, folders[0], given)
         print(report(lab, verdicts), end="")
-        return 0 if all(v.ok for _, v in verdicts) else 1
+        if guesses is not None:
+            print(predictions.report(guesses), end="")
+        right = all(g.status == "PASS" for g in guesses or ())
+        return 0 if all(v.ok for _, v in verdicts) and right else 1
     rows = grade_class(lab, folders)
     names = [check_name(c) for c in lab.module().CHECKS]
+    guessed = {folder: _class_predictions(lab, folder, given) for folder, _, e in rows
+               if not e}
     width = max(len(str(f)) for f in folders)
     print(f"{lab.title}: {len(folders)} results folders")
     for folder, verdicts, error in rows:
@@ -253,11 +266,25 @@ def cmd_check(args) -> int:
             continue
         good = sum(v.ok for _, v in verdicts)
         marks = " ".join("PASS" if v.ok else "FAIL" for _, v in verdicts)
-        print(f"{str(folder):<{width}}  {good}/{len(verdicts)}  {marks}")
+        print(f"{str(folder):<{width}}  {good}/{len(verdicts)}  {marks}"
+              + predictions.marks(guessed.get(folder)))
     if args.csv:
         write_csv(Path(args.csv), names, rows)
+        predictions.add_columns(Path(args.csv), lab, guessed)
         print(f"{args.csv}: one row a folder, one column a check ({', '.join(names)})")
-    return 0 if all(not e and all(v.ok for _, v in vs) for _, vs, e in rows) else 1
+    right = all(g.status == "PASS" for gs in guessed.values() if isinstance(gs, list)
+                for g in gs) and not any(isinstance(gs, str) for gs in guessed.values())
+    return 0 if right and all(not e and all(v.ok for _, v in vs) for _, vs, e in rows) else 1
+
+
+def _class_predictions(lab: Lab, folder: Path, given: str | None):
+    """A class folder's graded predictions, None (it has none) or why its file is bad."""
+    from testbed.reports import predictions
+
+    try:
+        return predictions.grade_folder(lab, folder, given)
+    except ConfigError as exc:
+        return str(exc)
 
 
 def grade_class(lab: Lab, folders: list[Path]) -> list[tuple[Path, list, str | None]]:
@@ -291,10 +318,18 @@ def write_csv(path: Path, names: list[str], rows: list[tuple[Path, list, str | N
 
 
 def add_parsers(sub) -> None:
+    from testbed.reports import predictions
+
     p = sub.add_parser("check", help="grade results folders against a lab guide (labs/)")
     p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
     p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
                                               "a class, one line each")
     p.add_argument("--csv", help="also write the class's grades as a table (one row a "
-                                 "folder, one column a check)")
+                                 "folder, one column a check, one a prediction)")
+    p.add_argument("--predictions", metavar="FILE",
+                   help="the student's filled predictions file (the lab's "
+                        "starter/predictions.yaml, answered before the run), graded against "
+                        "the run's measurements beside the checks; without it, RESULTS/"
+                        f"{predictions.FILENAME} is graded when the folder has one (a "
+                        "class: each folder its own); an unanswered question is never PASS")
     p.set_defaults(func=cmd_check)
