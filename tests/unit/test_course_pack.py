@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,31 @@ def test_exam_2_answer_key_is_the_headroom_and_cache_arithmetic_of_the_checks():
     assert f"**{k0} objects, {figure(check.top_kb(uniform, k0))} KB**" in text
     assert f"**{check.smallest_cache_mb(uniform, 0.75)} MB**" in text
     assert check.smallest_cache_mb(uniform, 0.75) > check.BUDGET_MB
+
+
+MKDOCS = Path(sys.executable).with_name("mkdocs")
+
+
+@pytest.mark.skipif(not MKDOCS.exists(), reason="mkdocs is not installed "
+                    "(make setup installs it with the dev dependencies)")
+def test_a_students_copy_builds_the_course_pack_without_notes_or_keys(tmp_path):
+    """The site built strictly from a students' copy (``rm -r labs/*/solution``): the plan,
+    the slides and the exam texts are there; no instructor note, no answer key."""
+    root = tmp_path / "copy"
+    for name in ("docs", "labs", "scripts"):
+        shutil.copytree(REPO / name, root / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "solution"))
+    for name in ("mkdocs.yml", "CHANGELOG.md", "CONTRIBUTING.md"):
+        shutil.copy(REPO / name, root / name)
+    site = tmp_path / "site"
+    done = subprocess.run([str(MKDOCS), "build", "--strict", "-f", str(root / "mkdocs.yml"),
+                           "-d", str(site)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr[-3000:]
+    assert (site / "teaching" / "index.html").exists()
+    assert len(list((site / "teaching" / "slides").glob("lab*.html"))) == 10
+    assert {p.parent.name for p in (site / "labs").glob("exam*/index.html")} == \
+        {e.name for e in EXAMS}
+    assert not (site / "teaching" / "notes").exists()
+    pages = "".join(p.read_text() for p in site.rglob("*.html"))
+    assert "answer key (teachers)" not in pages and "Lab 1: instructor notes" not in pages
