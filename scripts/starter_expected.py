@@ -29,7 +29,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "starters"
 
 def output(lab: grading.Lab, folder: Path) -> str:
     """What ``testbed check LAB FOLDER`` prints."""
-    return grading.report(lab, grading.grade(lab, folder))
+    return grading.report(lab, grading.assess(lab, folder))
 
 
 def files_read(lab: grading.Lab, folder: Path) -> tuple[str, set[Path]]:

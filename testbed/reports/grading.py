@@ -8,6 +8,11 @@ that finds a field missing raises :class:`Missing`, which grades as a failure na
 the field. Checks read what a run measured (summary.json and the record files it
 names); a design task's check may run the project's own validators instead.
 
+A run the fidelity monitor flagged (the host did not keep up) is not graded: its grade is
+RERUN whatever its checks say (they are still shown, as information), with the monitor's
+reason and what to change. ``testbed check`` exits 0 (every check passed), 1 (a check
+failed), 2 (bad input: one line naming the problem) or 3 (rerun on a quieter machine).
+
 >>> r = Results(Path("/r"), {"runs": [{"name": "a", "agents": {"latency_ms": {"p99": 9.5}}}]})
 >>> r.value("a", "agents.latency_ms.p99")
 9.5
@@ -112,17 +117,54 @@ class Results:
                 if not (r.get("fidelity") or {}).get("ok", True)]
 
 
+    def rerun_reason(self) -> str | None:
+        """Why the run must be repeated (None when the fidelity monitor flagged nothing):
+        what the monitor flagged, with its own reasons, and what to change."""
+        flagged = [r for r in self.runs() if r.get("name") in self.flagged()]
+        if not flagged:
+            return None
+        parts = []
+        for run in flagged:
+            reasons = (run.get("fidelity") or {}).get("reasons") or []
+            why = "; ".join(str(x)[:300] for x in reasons[:3]) if isinstance(reasons, list) \
+                else str(reasons)[:300]
+            parts.append(f"{run.get('name')} ({why or 'no reason recorded'})")
+        return (f"the fidelity monitor flagged {', '.join(parts)}: the host did not keep up, "
+                f"so the numbers describe the host, not the network. {RERUN_CHANGE}")
+
+
+#: what a student whose run was flagged changes before running the lab again
+RERUN_CHANGE = ("Close other programs (a browser, an editor, another VM), or give the VM "
+                "more vCPUs (TESTBED_CPUS=4 vagrant reload), then run the lab again")
+
+#: ``testbed check``'s exit statuses
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_RERUN = 0, 1, 2, 3
+
 Check = Callable[[Results], Verdict]
 
 
-def host_kept_up(r: Results) -> Verdict:
-    """The fidelity monitor flagged no variant (else the host, not the network, may have
-    made the numbers)."""
-    flagged = r.flagged()
-    if flagged:
-        return failed(f"flagged by the fidelity monitor: {', '.join(flagged)} (the host did "
-                      "not keep up: rerun with nothing else busy)")
-    return passed("no variant flagged by the fidelity monitor")
+@dataclass(frozen=True)
+class Grade:
+    """A results folder graded: each check's verdict, and why the whole run must be
+    repeated instead (``rerun``: the fidelity monitor flagged it; then no PASS or FAIL)."""
+
+    checks: list[tuple[str, Verdict]]
+    rerun: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """PASS, FAIL or RERUN."""
+        if self.rerun:
+            return "RERUN"
+        return "PASS" if all(v.ok for _, v in self.checks) else "FAIL"
+
+    @property
+    def passed(self) -> int:
+        return sum(v.ok for _, v in self.checks)
+
+    @property
+    def exit_status(self) -> int:
+        return {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL, "RERUN": EXIT_RERUN}[self.verdict]
 
 
 @dataclass(frozen=True)
@@ -214,9 +256,19 @@ def check_name(check: Check) -> str:
     return check.__name__.replace("_", "-")
 
 
+def assess(lab: Lab, folder: Path) -> Grade:
+    """``lab``'s grade of ``folder``: every check's verdict, and RERUN's reason when the
+    fidelity monitor flagged the run."""
+    checks, results = load(lab, folder)
+    return Grade(_verdicts(checks, results), results.rerun_reason())
+
+
 def grade(lab: Lab, folder: Path) -> list[tuple[str, Verdict]]:
     """Every check of ``lab`` on ``folder``, in order, each with its verdict."""
-    checks, results = load(lab, folder)
+    return assess(lab, folder).checks
+
+
+def _verdicts(checks: list[Check], results: Results) -> list[tuple[str, Verdict]]:
     out = []
     for check in checks:
         try:
@@ -229,69 +281,105 @@ def grade(lab: Lab, folder: Path) -> list[tuple[str, Verdict]]:
     return out
 
 
-def report(lab: Lab, verdicts: list[tuple[str, Verdict]]) -> str:
-    """What ``testbed check`` prints for one folder: a line a check, then the count."""
+def report(lab: Lab, graded: Grade) -> str:
+    """What ``testbed check`` prints for one folder: RERUN's reason first when the run was
+    flagged, a line a check, then the grade."""
+    verdicts = graded.checks
     lines = [f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}" for name, v in verdicts]
-    good = sum(v.ok for _, v in verdicts)
-    return "\n".join([*lines, f"{lab.title}: {good}/{len(verdicts)} checks passed"]) + "\n"
+    count = f"{graded.passed}/{len(verdicts)} checks passed"
+    if graded.rerun:
+        return "\n".join([f"RERUN: {graded.rerun}",
+                          *(f"  (not graded) {line}" for line in lines),
+                          f"{lab.title}: RERUN (not graded; {count})"]) + "\n"
+    return "\n".join([*lines, f"{lab.title}: {count}"]) + "\n"
 
 
 def cmd_check(args) -> int:
     lab = find(args.lab)
     folders = [Path(f) for f in args.results]
     if len(folders) == 1 and not args.csv:
-        verdicts = grade(lab, folders[0])
-        print(report(lab, verdicts), end="")
-        return 0 if all(v.ok for _, v in verdicts) else 1
+        graded = assess(lab, folders[0])
+        print(report(lab, graded), end="")
+        return graded.exit_status
     rows = grade_class(lab, folders)
     names = [check_name(c) for c in lab.module().CHECKS]
     width = max(len(str(f)) for f in folders)
     print(f"{lab.title}: {len(folders)} results folders")
-    for folder, verdicts, error in rows:
+    for folder, graded, error in rows:
         if error:
             print(f"{str(folder):<{width}}  ERROR {error}")
             continue
-        good = sum(v.ok for _, v in verdicts)
-        marks = " ".join("PASS" if v.ok else "FAIL" for _, v in verdicts)
-        print(f"{str(folder):<{width}}  {good}/{len(verdicts)}  {marks}")
+        marks = " ".join("PASS" if v.ok else "FAIL" for _, v in graded.checks)
+        print(f"{str(folder):<{width}}  {graded.verdict:<5}  {graded.passed}/"
+              f"{len(graded.checks)}  {marks}")
+    print(rerun_count(rows))
     if args.csv:
         write_csv(Path(args.csv), names, rows)
-        print(f"{args.csv}: one row a folder, one column a check ({', '.join(names)})")
-    return 0 if all(not e and all(v.ok for _, v in vs) for _, vs, e in rows) else 1
+        print(f"{args.csv}: one row a folder, its verdict, one column a check "
+              f"({', '.join(names)})")
+    return class_status(rows)
 
 
-def grade_class(lab: Lab, folders: list[Path]) -> list[tuple[Path, list, str | None]]:
-    """Every folder graded (a class's results): its verdicts, or why it could not be read
+Row = tuple[Path, Grade | None, str | None]
+
+
+def class_status(rows: list[Row]) -> int:
+    """A class's exit status: 1 when a folder failed or could not be graded, else 3 when
+    one must be rerun, else 0."""
+    if any(error or graded.verdict == "FAIL" for _, graded, error in rows):
+        return EXIT_FAIL
+    return EXIT_RERUN if any(g.verdict == "RERUN" for _, g, _ in rows) else EXIT_PASS
+
+
+def rerun_count(rows: list[Row]) -> str:
+    """``N of M must rerun``: the class's folders the fidelity monitor flagged."""
+    n = sum(1 for _, graded, error in rows if not error and graded.verdict == "RERUN")
+    return f"{n} of {len(rows)} must rerun"
+
+
+def grade_class(lab: Lab, folders: list[Path]) -> list[Row]:
+    """Every folder graded (a class's results): its grade, or why it could not be read
     (one bad folder does not stop the others)."""
-    rows = []
+    rows: list[Row] = []
     for folder in folders:
         try:
-            rows.append((folder, grade(lab, folder), None))
+            rows.append((folder, assess(lab, folder), None))
         except ConfigError as exc:
-            rows.append((folder, [], str(exc)))
+            rows.append((folder, None, str(exc)))
     return rows
 
 
-def write_csv(path: Path, names: list[str], rows: list[tuple[Path, list, str | None]]) -> None:
-    """One row a results folder: each check PASS or FAIL, the count passed, and the
-    reasons of the failures (or why the folder could not be graded)."""
+def write_csv(path: Path, names: list[str], rows: list[Row]) -> None:
+    """One row a results folder: its verdict (PASS, FAIL, RERUN or ERROR), each check
+    PASS or FAIL, the count passed, and the notes: RERUN's reason, the failures' reasons,
+    or why the folder could not be graded. The last row: ``N of M must rerun``."""
     import csv
 
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["folder", *names, "passed", "total", "notes"])
-        for folder, verdicts, error in rows:
+        writer.writerow(["folder", "verdict", *names, "passed", "total", "notes"])
+        for folder, graded, error in rows:
             if error:
-                writer.writerow([str(folder), *([""] * len(names)), 0, len(names), error])
+                writer.writerow([str(folder), "ERROR", *([""] * len(names)), 0, len(names),
+                                 error])
                 continue
-            marks = ["PASS" if v.ok else "FAIL" for _, v in verdicts]
-            notes = "; ".join(f"{n}: {v.reason}" for n, v in verdicts if not v.ok)
-            writer.writerow([str(folder), *marks, sum(v.ok for _, v in verdicts),
-                             len(verdicts), notes])
+            marks = ["PASS" if v.ok else "FAIL" for _, v in graded.checks]
+            notes = [f"{n}: {v.reason}" for n, v in graded.checks if not v.ok]
+            if graded.rerun:
+                notes.insert(0, f"RERUN: {graded.rerun}")
+            writer.writerow([str(folder), graded.verdict, *marks, graded.passed,
+                             len(graded.checks), "; ".join(notes)])
+        writer.writerow([rerun_count(rows)])
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("check", help="grade results folders against a lab guide (labs/)")
+    p = sub.add_parser(
+        "check", help="grade results folders against a lab guide (labs/)",
+        description="Grade results folders against a lab guide (labs/).",
+        epilog="exit status: 0 every check passed; 1 a check failed (a class: a folder "
+               "failed or could not be graded); 2 bad input (one line naming it); 3 RERUN: "
+               "the fidelity monitor flagged the run (the host did not keep up), so it is "
+               "not graded: close other programs or give the VM more vCPUs and run again")
     p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
     p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
                                               "a class, one line each")
