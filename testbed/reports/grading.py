@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 
 from testbed import REPO
-from testbed.core import layout
+from testbed.core import digest, layout
 from testbed.errors import ConfigError
 
 LABS = REPO / "labs"
@@ -70,11 +70,15 @@ def verdict(ok: bool, reason: str) -> Verdict:
 
 
 class Results:
-    """A results folder: its summary.json (or the lab's ``NEEDS`` file) and records."""
+    """A results folder: its summary.json (or the lab's ``NEEDS`` file) and records.
+    ``listed``: the folder's digest (path -> SHA-256, :mod:`testbed.core.digest`); each
+    record read is checked against it."""
 
-    def __init__(self, folder: Path, summary: dict | None = None):
+    def __init__(self, folder: Path, summary: dict | None = None,
+                 listed: dict[str, str] | None = None):
         self.folder = folder
         self.summary = summary if summary is not None else {}
+        self.listed = listed
 
     def runs(self) -> list[dict]:
         return list(self.summary.get("runs") or [])
@@ -101,6 +105,12 @@ class Results:
     def record(self, name: str, filename: str) -> Path:
         """A record file of variant ``name`` (its first seed's folder)."""
         path = layout.run_dir(self.run(name), self.folder) / filename
+        if not inside(path, self.folder):
+            raise ConfigError("RESULTS", f"{path}: outside the results folder {self.folder}")
+        rel = path.relative_to(self.folder).as_posix()
+        if self.listed is not None and (rel in self.listed or path.is_symlink() or
+                                        path.exists()):
+            digest.check(self.folder, self.listed, rel)  # the run's file, as it wrote it
         if not path.is_file():
             raise Missing(f"variant {name}: no {filename} in {path.parent}")
         return path
@@ -113,8 +123,8 @@ class Results:
 
     def flagged(self) -> list[str]:
         """Variants the fidelity monitor flagged (the host did not keep up)."""
-        return [r["name"] for r in self.runs()
-                if not (r.get("fidelity") or {}).get("ok", True)]
+        return [r.get("name") for r in self.runs()
+                if isinstance(r.get("fidelity"), dict) and r["fidelity"].get("ok") is False]
 
 
     def rerun_reason(self) -> str | None:
@@ -231,9 +241,72 @@ def find(key: str, root: Path = LABS) -> Lab:
     raise ConfigError("LAB", f"no lab {key!r} (known: {known})")
 
 
+#: a summary.json larger than this is not one a run wrote (real ones: tens of KB)
+MAX_SUMMARY_BYTES = 16 << 20
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """``path``, links resolved, lies in ``folder``."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:24]} is too large a number")
+    return value
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json, bounded: at most MAX_SUMMARY_BYTES, strict JSON (no NaN, no
+    infinite or 4,300-digit number, no nesting deep enough to exhaust the stack), an
+    object whose ``runs`` are objects with a name and, where given, a ``dir`` inside the
+    results folder; every problem one line naming the field."""
+    where = str(path)
+    if path.stat().st_size > MAX_SUMMARY_BYTES:
+        raise ConfigError(where, f"over {MAX_SUMMARY_BYTES >> 20} MB: not a run's summary")
+    try:
+        data = json.loads(path.read_bytes(), parse_constant=_no_constant,
+                          parse_float=_finite)
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, number and depth errors
+        raise ConfigError(where, f"not JSON a run writes ({str(exc)[:120]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"must be a JSON object, got {type(data).__name__}")
+    runs = data.get("runs", [])
+    if not isinstance(runs, list):
+        raise ConfigError(f"{where}: runs", f"must be a list, got {type(runs).__name__}")
+    folder = path.parent
+    for i, run in enumerate(runs):
+        field = f"{where}: runs[{i}]"
+        if not isinstance(run, dict) or not isinstance(run.get("name"), str):
+            raise ConfigError(field, "must be an object with a name (a string)")
+        fid = run.get("fidelity")
+        if fid is not None and not (isinstance(fid, dict) and
+                                    isinstance(fid.get("ok", True), bool)):
+            raise ConfigError(f"{field}.fidelity", "must be an object whose ok is true or "
+                                                   "false")
+        seeds = run.get("seeds")
+        if seeds is not None and not (isinstance(seeds, list) and
+                                      all(isinstance(e, dict) for e in seeds)):
+            raise ConfigError(f"{field}.seeds", "must be a list of objects")
+        for entry in [run, *(seeds or [])]:
+            rel = entry.get("dir", f"{layout.VARIANTS}/{run['name']}")
+            if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or \
+                    ".." in Path(rel).parts or "\0" in rel or \
+                    not inside(folder / rel, folder):
+                raise ConfigError(f"{field}.dir", f"{str(rel)[:80]!r} leaves the results "
+                                                  "folder (a variant's folder is inside it)")
+    return data
+
+
 def load(lab: Lab, folder: Path) -> tuple[list[Check], Results]:
     """The lab's checks and the results folder they grade; :class:`ConfigError` when the
-    folder lacks the file the lab needs."""
+    folder lacks the file the lab needs, its digest does not match its files, or the file
+    is malformed. A run's folder (``summary.json``) must carry the digest the run wrote."""
     module = lab.module()
     needs = getattr(module, "NEEDS", layout.SUMMARY)
     path = folder / needs
@@ -242,14 +315,13 @@ def load(lab: Lab, folder: Path) -> tuple[list[Check], Results]:
     if not path.is_file():
         raise ConfigError("RESULTS", f"{folder} has no {needs} "
                                      f"({getattr(module, 'NEEDS_HINT', 'a testbed run folder')})")
-    if needs.endswith(".json"):
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError("RESULTS", f"{path}: not JSON ({exc})") from None
-    else:
-        data = module.read(path)
-    return list(module.CHECKS), Results(folder, data)
+    if needs != layout.SUMMARY:  # a design task's own file (lab 2: answers.yaml)
+        return list(module.CHECKS), Results(folder, module.read(path))
+    listed = digest.read(folder)
+    digest.check(folder, listed, layout.SUMMARY)
+    if layout.MANIFEST in listed or (folder / layout.MANIFEST).exists():
+        digest.check(folder, listed, layout.MANIFEST)
+    return list(module.CHECKS), Results(folder, read_summary(path), listed)
 
 
 def check_name(check: Check) -> str:
@@ -275,8 +347,10 @@ def _verdicts(checks: list[Check], results: Results) -> list[tuple[str, Verdict]
             v = check(results)
         except Missing as exc:
             v = failed(str(exc))
-        except (KeyError, TypeError) as exc:  # results of another shape (an older run)
-            v = failed(f"the results lack a field this check reads ({exc!r})")
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError,
+                ArithmeticError, RecursionError) as exc:  # a record of another shape
+            v = failed(f"a record this check reads is not as a run writes it "
+                       f"({type(exc).__name__}: {str(exc)[:120]})")
         out.append((check_name(check), v))
     return out
 
@@ -346,6 +420,9 @@ def grade_class(lab: Lab, folders: list[Path]) -> list[Row]:
             rows.append((folder, assess(lab, folder), None))
         except ConfigError as exc:
             rows.append((folder, None, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a check's own bug: the class's other rows
+            rows.append((folder, None, f"the grader failed on this folder "
+                                       f"({type(exc).__name__}: {str(exc)[:160]})"))
     return rows
 
 
@@ -376,10 +453,14 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
         description="Grade results folders against a lab guide (labs/).",
-        epilog="exit status: 0 every check passed; 1 a check failed (a class: a folder "
-               "failed or could not be graded); 2 bad input (one line naming it); 3 RERUN: "
-               "the fidelity monitor flagged the run (the host did not keep up), so it is "
-               "not graded: close other programs or give the VM more vCPUs and run again")
+        epilog="exit status:\n"
+               "  0  every check passed\n"
+               "  1  a check failed (a class: a folder failed or could not be graded)\n"
+               "  2  bad input, one line naming it: an unknown lab, a malformed folder, or\n"
+               "     files changed since the run wrote its digest.json\n"
+               "  3  RERUN: the fidelity monitor flagged the run (the host did not keep up),\n"
+               "     so it is not graded: close other programs or give the VM more vCPUs,\n"
+               "     then run the lab again")
     p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
     p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
                                               "a class, one line each")

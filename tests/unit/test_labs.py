@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.core import scenario
+from testbed.core import digest, scenario
 from testbed.core.cli import main
 from testbed.errors import ConfigError
 from testbed.experiments.backbone.schema import validate as validate_backbone
@@ -75,6 +75,7 @@ def test_check_cli_exit_status(tmp_path, capsys):
     assert "has no summary.json" in capsys.readouterr().err
     assert main(["check", "1", str(tmp_path / "nowhere")]) == 2
     (tmp_path / "summary.json").write_text("{not json")
+    digest.write(tmp_path)
     assert main(["check", "1", str(tmp_path)]) == 2
     assert "not JSON" in capsys.readouterr().err
     solution = grading.find("2").folder / "solution"
@@ -121,8 +122,10 @@ def backbone_summary(path: Path, restore_ms: float, goodput: float = 30.0) -> di
 
 
 def write(folder: Path, summary: dict) -> Path:
+    """A results folder as a run leaves it: summary.json, then the digest of its files."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(json.dumps(summary))
+    digest.write(folder)
     return folder
 
 
@@ -410,6 +413,7 @@ def test_lab9_lesson_checks_read_the_run(tmp_path):
     assert "(0.72x, needs <= 0.6x)" in v["chains-p99-cut"].reason
     folder = lab9_results(tmp_path / "nomanifest", "solution/scenario.yaml")
     (folder / "manifest.json").unlink()
+    digest.write(folder)  # a run that wrote no manifest
     v = grade(9, folder)
     assert failing(v) == {"cache-sized-from-popularity"}
     assert "no manifest.json" in v["cache-sized-from-popularity"].reason
