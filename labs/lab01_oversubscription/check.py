@@ -11,6 +11,7 @@ import json
 
 from testbed.core import layout
 from testbed.reports.grading import Results, Verdict, failed, passed, verdict
+from testbed.reports.predictions import Number
 
 ALONE, ALONE4, FULL, OVER, PACED = ("agents-only", "agents-only-4to1", "training-1to1",
                                     "training-4to1", "training-4to1-paced")
@@ -99,3 +100,16 @@ def paced_trains_no_less(r: Results) -> Verdict:
 
 CHECKS = [chains_complete, latency_is_sum_of_hops, fabrics_as_asked, oversubscription_hurts,
           paced_slower, paced_protects_chains, paced_trains_no_less]
+
+
+def _ratio(top: str, bottom: str):
+    return lambda r: _p99(r, top) / _p99(r, bottom)
+
+
+#: the guide's "Predict, then run" questions graded against the run (predictions.yaml):
+#: chain p99 ratios, right within 25 %
+PREDICTIONS = [
+    Number("1a", _ratio(FULL, ALONE), unit="x", within=0.25),
+    Number("1b", _ratio(ALONE4, ALONE), unit="x", within=0.25),
+    Number("2", _ratio(OVER, FULL), unit="x", within=0.25),
+]

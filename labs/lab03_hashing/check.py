@@ -8,6 +8,7 @@ import json
 
 from testbed.core import layout
 from testbed.reports.grading import Results, Verdict, verdict
+from testbed.reports.predictions import Number
 
 ECMP, ADAPTIVE, SPRAY, APP, REF = ("ecmp-stride", "adaptive-stride", "spray-stride",
                                    "placement-stride", "reference")
@@ -65,3 +66,9 @@ def placement_near_reference(r: Results) -> Verdict:
 
 CHECKS = [stride_on_leaf_spine, app_loaded, hashing_collides, placement_beats_ecmp,
           placement_near_reference]
+
+
+#: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):
+#: ECMP's goodput as a share of the one-switch reference's, right within 25 %
+PREDICTIONS = [Number("1", lambda r: _goodput(r, ECMP) / _goodput(r, REF), unit="x",
+                      within=0.25)]

@@ -6,10 +6,12 @@ With several seeds, summary.json's ``runs`` entries hold the medians over seeds.
 from __future__ import annotations
 
 from testbed.reports.grading import Results, Verdict, verdict
+from testbed.reports.predictions import Choice
 
 OFF, MINE = "ecn-off", "ecn-student"
 P99_CUT = 0.30       # chain p99 at least 30 % below ecn-off's
 TRAINING_COST = 0.10  # training goodput at most 10 % below ecn-off's
+STAYS = 0.10  # a prediction's "stays": within 10 % of ecn-off's
 
 
 def same_fabric(r: Results) -> Verdict:
@@ -50,3 +52,20 @@ def training_kept(r: Results) -> Verdict:
 
 
 CHECKS = [same_fabric, marked_per_class, chain_p99_cut, training_kept]
+
+
+def _trend(path: str):
+    """down, stays or up: ecn-student's figure against ecn-off's (stays: within 10 %)."""
+    def measure(r: Results) -> str:
+        off, mine = (r.value(n, path) for n in (OFF, MINE))
+        change = mine / off - 1
+        return "stays" if abs(change) <= STAYS else ("down" if change < 0 else "up")
+    return measure
+
+
+#: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):
+#: the way chain p99 (1a) and the collective's goodput (1b) go against ECN off
+PREDICTIONS = [
+    Choice("1a", _trend("agents.latency_ms.p99"), ("down", "stays", "up")),
+    Choice("1b", _trend("training.goodput_mbps"), ("down", "stays", "up")),
+]

@@ -1,24 +1,34 @@
 """Lab 5 checks: layered resilience (``testbed check 5 RESULTS``), on a results folder of
 ``labs/lab05_resilience/*/scenario.yaml``: one variant per fault, each graded from the
 fault analysis the run wrote (``runs[i].faults``: detection, repair, lost probes,
-chains failed).
+chains failed). The variants have neutral names (``f1`` ... ``f4``): a check finds its
+fault by kind in whichever variant ran it, and the student's diagnosis
+(``predictions.yaml``: the layer that repairs each, and the figure that shows it) is
+graded against the same records.
 """
 
 from __future__ import annotations
 
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.predictions import Diagnosis, Number
 
 CUT_REPAIR_MS = 100.0
 
 
-def _fault(r: Results, variant: str, kind: str) -> dict:
-    for f in r.run(variant).get("faults") or ():
-        if f.get("fault") == kind:
-            if not f.get("ok"):
-                raise Missing(f"variant {variant}: the {kind} fault was not applied "
-                              f"({f.get('error')})")
-            return f
-    raise Missing(f"variant {variant}: no {kind} fault in summary.json")
+def _where(r: Results, kind: str) -> tuple[str, dict]:
+    """The variant that ran a ``kind`` fault, and the fault's record."""
+    for run in r.runs():
+        for f in run.get("faults") or ():
+            if f.get("fault") == kind:
+                if not f.get("ok"):
+                    raise Missing(f"variant {run.get('name')}: the {kind} fault was not "
+                                  f"applied ({f.get('error')})")
+                return run.get("name", "?"), f
+    raise Missing(f"no variant ran a {kind} fault in summary.json")
+
+
+def _fault(r: Results, kind: str) -> dict:
+    return _where(r, kind)[1]
 
 
 def _ms(v: float | None) -> str:
@@ -27,7 +37,7 @@ def _ms(v: float | None) -> str:
 
 def link_cut_repaired(r: Results) -> Verdict:
     """Student task: a cut spine link is repaired within 100 ms, no chain fails."""
-    f = _fault(r, "cut", "link_down")
+    f = _fault(r, "link_down")
     failed_chains, repair = f.get("chains_failed", 0), f.get("repair_ms")
     ok = repair is not None and repair <= CUT_REPAIR_MS and failed_chains == 0
     return verdict(ok, f"repaired after {_ms(repair)} (limit {CUT_REPAIR_MS:.0f} ms), "
@@ -37,7 +47,7 @@ def link_cut_repaired(r: Results) -> Verdict:
 
 def lossy_link_drained(r: Results) -> Verdict:
     """Student task: a 20 % lossy link (carrier up) is found and drained, no chain fails."""
-    f = _fault(r, "degrade", "degrade")
+    f = _fault(r, "degrade")
     failed_chains, repair = f.get("chains_failed", 0), f.get("repair_ms")
     ok = repair is not None and failed_chains == 0
     return verdict(ok, f"drained after {_ms(repair)} (detected by "
@@ -47,9 +57,9 @@ def lossy_link_drained(r: Results) -> Verdict:
 
 def plane_loss_survived(r: Results) -> Verdict:
     """Student task: a whole plane fails and no chain fails (hosts move to the other)."""
-    f = _fault(r, "plane", "plane_fail")
+    variant, f = _where(r, "plane_fail")
     failed_chains = f.get("chains_failed", 0)
-    training = r.value("plane", "training.iterations")
+    training = r.value(variant, "training.iterations")
     return verdict(failed_chains == 0,
                    f"{failed_chains} chains failed of {f.get('chains_inflight')} in flight, "
                    f"detected after {_ms(f.get('detect_ms'))} by "
@@ -58,8 +68,8 @@ def plane_loss_survived(r: Results) -> Verdict:
 
 def controller_crash_lossless(r: Results) -> Verdict:
     """The lesson: killing the controller loses no probe (rules are proactive)."""
-    kill = _fault(r, "crash", "controller_kill")
-    back = _fault(r, "crash", "controller_restart")
+    kill = _fault(r, "controller_kill")
+    back = _fault(r, "controller_restart")
     lost = kill.get("lost_packets", 0) + back.get("lost_packets", 0)
     return verdict(lost == 0, f"{lost} probes lost while the controller was down and when it "
                               f"came back; {kill.get('chains_failed', 0)} chains failed")
@@ -67,3 +77,58 @@ def controller_crash_lossless(r: Results) -> Verdict:
 
 CHECKS = [link_cut_repaired, lossy_link_drained, plane_loss_survived,
           controller_crash_lossless]
+
+
+# -- the diagnosis and the predictions (predictions.yaml) -------------------------------
+#: the layers a student chooses from, and the scenario keys that switch each on
+LAYERS = {"switch": "controller.fast_failover", "controller": "controller.recompute",
+          "probes": "controller.health", "host": "agents.multipath, training.multipath",
+          "none": "nothing to switch on"}
+#: the layers that repair each kind of fault (a cut: either the switch or the controller
+#: repairs it within 100 ms)
+REPAIRED_BY = {"link_down": ("switch", "controller"), "degrade": ("probes",),
+               "plane_fail": ("host",), "controller_kill": ("none",)}
+#: the fields of a fault's record (repair off) that tell its kind apart, one of which the
+#: student cites with its value
+TELLING = {
+    "link_down": ("unrepaired_streams", "lost_packets", "chains_failed", "repair_ms"),
+    "degrade": ("detected_by", "unrepaired_streams", "lost_packets", "chains_delayed",
+                "added_p99_ms", "repair_ms"),
+    "plane_fail": ("detected_by", "errors", "chains_failed", "training_timeouts",
+                   "training_lost_packets"),
+    "controller_kill": ("lost_packets", "chains_failed", "chains_delayed"),
+}
+
+
+def first_fault(r: Results, variant: str) -> dict:
+    """A variant's fault (the first of its faults: the one its undo follows)."""
+    faults = r.run(variant).get("faults") or []
+    if not faults:
+        raise Missing(f"variant {variant}: no fault in summary.json")
+    if not faults[0].get("ok"):
+        raise Missing(f"variant {variant}: its fault was not applied "
+                      f"({faults[0].get('error')})")
+    return faults[0]
+
+
+def _diagnosis(n: int) -> Diagnosis:
+    return Diagnosis(f"d{n}", f"f{n}", first_fault, tuple(LAYERS), REPAIRED_BY, TELLING)
+
+
+def _dead_streams(r: Results) -> float:
+    return _fault(r, "link_down")["unrepaired_streams"]
+
+
+def _crash_lost(r: Results) -> float:
+    return _fault(r, "controller_kill").get("lost_packets", 0) + \
+        _fault(r, "controller_restart").get("lost_packets", 0)
+
+
+#: graded against the starter's run (every repair off): the diagnosis of the four
+#: faults, and predictions 1 (probe streams that die for good, exactly) and 4 (probes
+#: lost while the controller is down, within 10)
+PREDICTIONS = [
+    Number("1", _dead_streams, unit="streams of 8", within_abs=0),
+    Number("4", _crash_lost, unit="probes", within_abs=10),
+    *(_diagnosis(n) for n in (1, 2, 3, 4)),
+]

@@ -6,6 +6,7 @@ and the forwarders' frame accounting, as summary.json's ``macsec`` section holds
 from __future__ import annotations
 
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.predictions import Number
 
 THROUGHPUT = 0.8  # protected bulk goodput at least this share of the unprotected
 
@@ -75,3 +76,26 @@ def chains_and_bulk(r: Results) -> Verdict:
 
 
 CHECKS = [confidential, attack_rejected, attack_counted, keys_rotated, chains_and_bulk]
+
+
+def _bulk_share(r: Results) -> float:
+    t = _macsec(r).get("throughput_mbps") or {}
+    if not t.get("protected") or not t.get("unprotected"):
+        raise Missing("summary.json has no macsec.throughput_mbps")
+    return t["protected"] / t["unprotected"]
+
+
+def _delivered(r: Results) -> float:
+    a = _macsec(r).get("attack") or {}
+    if "delivered_to_tap" not in a:
+        raise Missing("summary.json has no macsec.attack accounting (did the attack run?)")
+    return a["delivered_to_tap"]
+
+
+#: the guide's "Predict, then run" questions graded against the run (predictions.yaml):
+#: bulk goodput protected over unprotected (within 10 %), and the injected frames that
+#: reach the host with the starter's ``validate: check`` (within 2 frames)
+PREDICTIONS = [
+    Number("1", _bulk_share, unit="x", within=0.10),
+    Number("3", _delivered, unit="frames", within_abs=2),
+]

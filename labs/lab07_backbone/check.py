@@ -9,6 +9,7 @@ the failover figures are the ones the run measured from its probes.
 from __future__ import annotations
 
 from testbed.reports.grading import Missing, Results, Verdict, failed, passed, verdict
+from testbed.reports.predictions import Choice
 from topologies.backbone import Backbone, default_backbone
 from topologies.backbone_check import PATHS, PEERS, DesignLimit, design_check
 
@@ -102,3 +103,18 @@ def replication_kept_rate(r: Results) -> Verdict:
 
 CHECKS = [design_rule, fewer_links, every_fault_rerouted, restore_within_target,
           replication_kept_rate]
+
+
+FAULTS = ("cut_link", "cut_risk_group", "fail_pop")
+
+
+def _slowest(r: Results) -> str:
+    """The kind of the fault routed around last (never routed around: the slowest of
+    all); a failover's ``fault`` is its kind and target (``cut_link nyc-ams``)."""
+    times = {f["fault"].split()[0]: f.get("restore_ms") for _, f in _failovers(r)}
+    return max(times, key=lambda k: float("inf") if times[k] is None else times[k])
+
+
+#: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):
+#: the fault slowest to route around, the right choice
+PREDICTIONS = [Choice("1", _slowest, FAULTS)]

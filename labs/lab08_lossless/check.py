@@ -7,6 +7,7 @@ classes (``tenants-student``).
 from __future__ import annotations
 
 from testbed.reports.grading import Results, Verdict, failed, verdict
+from testbed.reports.predictions import Number
 
 ALONE, FIFO, MINE = "b-alone", "one-fifo", "tenants-student"
 P99_RATIO = 1.2  # B's chain p99 at most 1.2x of B alone
@@ -65,3 +66,9 @@ def tenant_b_isolated(r: Results) -> Verdict:
 
 
 CHECKS = [same_fabric, fifo_hurts, roce_lossless, headroom_held, tenant_b_isolated]
+
+
+#: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):
+#: B's chain p99 in one FIFO over B alone, right within 25 %
+PREDICTIONS = [Number("1", lambda r: r.value(FIFO, "agents.latency_ms.p99")
+                      / r.value(ALONE, "agents.latency_ms.p99"), unit="x", within=0.25)]

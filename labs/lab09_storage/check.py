@@ -22,6 +22,7 @@ import math
 from testbed.core import layout
 from testbed.experiments.storage.schema import Objects, StorageSection, validate
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.predictions import Number
 from traffic.object_reads import KeyPicker
 
 STORE, CACHED = "uncached", "cached"
@@ -130,3 +131,18 @@ def cache_sized_from_popularity(r: Results) -> Verdict:
 
 CHECKS = [store_does_not_scale, reads_faster_from_cache, cache_sized_from_popularity,
           chains_p99_cut]
+
+
+def _scaling(r: Results) -> float:
+    steps = sorted(r.value(STORE, "throughput"), key=lambda t: t["readers"])
+    return steps[-1]["mbps"] / steps[0]["mbps"]
+
+
+#: the guide's "Predict, then run" questions 2 (a hit's speed-up over a store read,
+#: p50) and 3 (the store's aggregate reads, most readers over one) graded against the run
+#: (predictions.yaml), right within 25 %
+PREDICTIONS = [
+    Number("2", lambda r: r.value(STORE, "reads.read_ms.p50") / r.value(CACHED, "reads.hit_ms.p50"),
+           unit="x", within=0.25),
+    Number("3", _scaling, unit="x", within=0.25),
+]

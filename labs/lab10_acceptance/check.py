@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.predictions import Number
 
 UNACCEPTED, ACCEPTED, HEALTHY, REPLACED = "unaccepted", "accepted", "healthy", "replaced"
 PLANTS = ("rate", "degrade", "swap_rails", "throttle")  # the starter's four plants
@@ -130,3 +131,8 @@ def degraded_node_replaced(r: Results) -> Verdict:
 
 CHECKS = [unaccepted_fabric_fails, every_planted_fault_found,
           accepted_fabric_carries_chains, degraded_node_replaced]
+
+
+#: the guide's "Predict, then run" question 3 graded against the run (predictions.yaml):
+#: the chains the unaccepted rack completes, right within 5 chains
+PREDICTIONS = [Number("3", lambda r: _chains(r, UNACCEPTED)[1], unit="chains", within_abs=5)]

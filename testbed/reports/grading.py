@@ -28,11 +28,12 @@ testbed.reports.grading.Missing: no variant named 'b' in summary.json (it has: a
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -160,13 +161,20 @@ class Grade:
 
     checks: list[tuple[str, Verdict]]
     rerun: str | None = None
+    #: the graded predictions (testbed.reports.predictions.Graded, each PASS, FAIL or
+    #: UNANSWERED), why the predictions file is bad, or None when there is none
+    predictions: list | str | None = None
 
     @property
     def verdict(self) -> str:
-        """PASS, FAIL or RERUN."""
+        """RERUN (whatever the rest says); PASS when every check passed and every
+        prediction is right; else FAIL."""
         if self.rerun:
             return "RERUN"
-        return "PASS" if all(v.ok for _, v in self.checks) else "FAIL"
+        right = self.predictions is None or (
+            isinstance(self.predictions, list) and
+            all(g.status == "PASS" for g in self.predictions))
+        return "PASS" if right and all(v.ok for _, v in self.checks) else "FAIL"
 
     @property
     def passed(self) -> int:
@@ -369,14 +377,27 @@ def report(lab: Lab, graded: Grade) -> str:
 
 
 def cmd_check(args) -> int:
+    from testbed.reports import predictions
+
     lab = find(args.lab)
     folders = [Path(f) for f in args.results]
+    given = getattr(args, "predictions", None)
+    if given and len(folders) > 1:
+        raise ConfigError("--predictions", "grades one results folder; for a class, put "
+                                           f"each student's {predictions.FILENAME} in their "
+                                           "results folder")
     if len(folders) == 1 and not args.csv:
         graded = assess(lab, folders[0])
+        graded = replace(graded, predictions=predictions.grade_folder(lab, folders[0], given))
         print(report(lab, graded), end="")
+        if graded.predictions is not None:
+            print(predictions.report(graded.predictions), end="")
         return graded.exit_status
-    rows = grade_class(lab, folders)
+    rows = [(folder, graded if error else
+             replace(graded, predictions=_class_predictions(lab, folder, given)), error)
+            for folder, graded, error in grade_class(lab, folders)]
     names = [check_name(c) for c in lab.module().CHECKS]
+    guessed = {folder: graded.predictions for folder, graded, error in rows if not error}
     width = max(len(str(f)) for f in folders)
     print(f"{lab.title}: {len(folders)} results folders")
     for folder, graded, error in rows:
@@ -385,13 +406,26 @@ def cmd_check(args) -> int:
             continue
         marks = " ".join("PASS" if v.ok else "FAIL" for _, v in graded.checks)
         print(f"{str(folder):<{width}}  {graded.verdict:<5}  {graded.passed}/"
-              f"{len(graded.checks)}  {marks}")
+              f"{len(graded.checks)}  {marks}" + predictions.marks(graded.predictions))
     print(rerun_count(rows))
     if args.csv:
         write_csv(Path(args.csv), names, rows)
+        predictions.add_columns(Path(args.csv), lab, guessed)
+        with Path(args.csv).open("a", newline="") as table:
+            csv.writer(table).writerow([rerun_count(rows)])  # the last row
         print(f"{args.csv}: one row a folder, its verdict, one column a check "
-              f"({', '.join(names)})")
+              f"({', '.join(names)}), then how many must rerun")
     return class_status(rows)
+
+
+def _class_predictions(lab: Lab, folder: Path, given: str | None):
+    """A class folder's graded predictions, None (it has none) or why its file is bad."""
+    from testbed.reports import predictions
+
+    try:
+        return predictions.grade_folder(lab, folder, given)
+    except ConfigError as exc:
+        return str(exc)
 
 
 Row = tuple[Path, Grade | None, str | None]
@@ -429,8 +463,8 @@ def grade_class(lab: Lab, folders: list[Path]) -> list[Row]:
 def write_csv(path: Path, names: list[str], rows: list[Row]) -> None:
     """One row a results folder: its verdict (PASS, FAIL, RERUN or ERROR), each check
     PASS or FAIL, the count passed, and the notes: RERUN's reason, the failures' reasons,
-    or why the folder could not be graded. The last row: ``N of M must rerun``."""
-    import csv
+    or why the folder could not be graded (``testbed check`` then adds the predictions'
+    columns and a last row, ``N of M must rerun``)."""
 
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
@@ -446,10 +480,11 @@ def write_csv(path: Path, names: list[str], rows: list[Row]) -> None:
                 notes.insert(0, f"RERUN: {graded.rerun}")
             writer.writerow([str(folder), graded.verdict, *marks, graded.passed,
                              len(graded.checks), "; ".join(notes)])
-        writer.writerow([rerun_count(rows)])
 
 
 def add_parsers(sub) -> None:
+    from testbed.reports import predictions
+
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
         description="Grade results folders against a lab guide (labs/).",
@@ -465,5 +500,11 @@ def add_parsers(sub) -> None:
     p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
                                               "a class, one line each")
     p.add_argument("--csv", help="also write the class's grades as a table (one row a "
-                                 "folder, one column a check)")
+                                 "folder, one column a check, one a prediction)")
+    p.add_argument("--predictions", metavar="FILE",
+                   help="the student's filled predictions file (the lab's "
+                        "starter/predictions.yaml, answered before the run), graded against "
+                        "the run's measurements beside the checks; without it, RESULTS/"
+                        f"{predictions.FILENAME} is graded when the folder has one (a "
+                        "class: each folder its own); an unanswered question is never PASS")
     p.set_defaults(func=cmd_check)

@@ -80,7 +80,9 @@ def start_service(svc: str, where: Service, *, out: Path, pid_dir: Path, stack: 
                             log=out / layout.service_log(name), env=python_env(),
                             stdout_pipe=True)
     stack.callback(proc.stop)
-    wait_line(proc, b"ready", 15, f"agent service {name} (see service-{name}.log)")
+    # 60 s: a service's Python starts in a second on a lab machine, but took over 15 s in
+    # an arm64 lab VM emulated on a busy amd64 host; waiting costs nothing when it is ready
+    wait_line(proc, b"ready", 60, f"agent service {name} (see service-{name}.log)")
     return [(address, port) for address in where.addresses]
 
 
