@@ -345,3 +345,23 @@ def test_reanalysing_the_faults_keeps_the_digest_true(tmp_path, monkeypatch):
     faults_run.reanalyze(folder)
     assert (folder / layout.DIGEST).read_text() != before
     assert layout.REPORT in digest.verify(folder)
+
+
+def test_a_flagged_run_with_right_predictions_is_still_rerun(tmp_path, capsys):
+    """Predictions are checks with verdicts: on a flagged run they are shown, not graded."""
+    data = json.loads((FIXTURES / "starters" / "lab05_resilience" / "summary.json")
+                      .read_text())
+    names = {"degrade": "f1", "cut": "f2", "crash": "f3", "plane": "f4"}
+    for entry in data["runs"]:
+        entry["name"] = names[entry["name"]]
+    data["runs"][0]["fidelity"] = {"ok": False, "reasons": ["idle CPU below 10 %"]}
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(data))
+    digest.write(folder)
+    right = grading.find("5").folder / "solution" / "predictions.yaml"
+    code, out, _ = check(capsys, "5", str(folder), "--predictions", str(right))
+    lines = out.splitlines()
+    assert code == 3 and lines[0].startswith(
+        f"RERUN: the fidelity monitor flagged {data['runs'][0]['name']} (idle")
+    assert lines[-1] == "Predictions: 6/6 right, 0 unanswered"
