@@ -53,8 +53,8 @@ checks marked "the lesson" pass (the run reproduces the lesson), the student's t
 fails, with the reason. The numbers in a student's run differ from these (each is one
 real run of the guide's `run-starter` commands, on the machine named in
 `tests/fixtures/starters/README.md`); the PASS and FAIL column should not, unless the
-run was flagged by the fidelity monitor (then `host-kept-up` fails: rerun it on a quiet
-machine). A test grades the files each of these runs' checks read and compares the
+run was flagged by the fidelity monitor (then the grade is RERUN, not PASS or FAIL: rerun
+it on a quiet machine). A test grades the files each of these runs' checks read and compares the
 output with this page, so the page changes when a check does.
 """
 

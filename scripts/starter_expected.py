@@ -22,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from testbed.core import digest, layout  # noqa: E402
 from testbed.reports import grading  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "starters"
@@ -29,7 +30,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "starters"
 
 def output(lab: grading.Lab, folder: Path) -> str:
     """What ``testbed check LAB FOLDER`` prints."""
-    return grading.report(lab, grading.grade(lab, folder))
+    return grading.report(lab, grading.assess(lab, folder))
 
 
 def files_read(lab: grading.Lab, folder: Path) -> tuple[str, set[Path]]:
@@ -76,6 +77,8 @@ def main() -> int:
         # no path of the machine it ran on: the run's folder and the checkout, by name
         copy.write_text(path.read_text().replace(str(args.results.resolve()), "RESULTS")
                         .replace(str(REPO), "REPO"))
+    if (target / layout.SUMMARY).exists():  # the copy's own digest, made as the run makes it
+        digest.write(target)
     again = output(lab, target)
     if again != text:
         print("the copy grades differently from the run (a file the checks read was not "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from testbed.core import layout
-from testbed.reports.grading import Results, Verdict, failed, host_kept_up, passed, verdict
+from testbed.reports.grading import Results, Verdict, failed, passed, verdict
 from testbed.reports.predictions import Number
 
 ALONE, ALONE4, FULL, OVER, PACED = ("agents-only", "agents-only-4to1", "training-1to1",
@@ -99,7 +99,7 @@ def paced_trains_no_less(r: Results) -> Verdict:
 
 
 CHECKS = [chains_complete, latency_is_sum_of_hops, fabrics_as_asked, oversubscription_hurts,
-          paced_slower, paced_protects_chains, paced_trains_no_less, host_kept_up]
+          paced_slower, paced_protects_chains, paced_trains_no_less]
 
 
 def _ratio(top: str, bottom: str):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from testbed.core.scenario import read as read_yaml
 from testbed.reports.grading import Missing, Results, Verdict, failed, passed
 from topologies.calculator import calculate
 from topologies.spec import TopologyError
@@ -21,7 +20,8 @@ LANE_SPLITS = (1, 2, 4, 8)  # a 1,600 Gb/s GPU over ports of whole 200 Gb/s lane
 
 
 def read(path: Path) -> dict:
-    data = yaml.safe_load(path.read_text())
+    """answers.yaml through the scenario files' bounded YAML loader (size, aliases, depth)."""
+    data = read_yaml(path)
     return data if isinstance(data, dict) else {}
 
 

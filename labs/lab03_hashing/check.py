@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from testbed.core import layout
-from testbed.reports.grading import Results, Verdict, host_kept_up, verdict
+from testbed.reports.grading import Results, Verdict, verdict
 from testbed.reports.predictions import Number
 
 ECMP, ADAPTIVE, SPRAY, APP, REF = ("ecmp-stride", "adaptive-stride", "spray-stride",
@@ -65,7 +65,7 @@ def placement_near_reference(r: Results) -> Verdict:
 
 
 CHECKS = [stride_on_leaf_spine, app_loaded, hashing_collides, placement_beats_ecmp,
-          placement_near_reference, host_kept_up]
+          placement_near_reference]
 
 
 #: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):

@@ -9,7 +9,7 @@ graded against the same records.
 
 from __future__ import annotations
 
-from testbed.reports.grading import Missing, Results, Verdict, host_kept_up, verdict
+from testbed.reports.grading import Missing, Results, Verdict, verdict
 from testbed.reports.predictions import Diagnosis, Number
 
 CUT_REPAIR_MS = 100.0
@@ -76,7 +76,7 @@ def controller_crash_lossless(r: Results) -> Verdict:
 
 
 CHECKS = [link_cut_repaired, lossy_link_drained, plane_loss_survived,
-          controller_crash_lossless, host_kept_up]
+          controller_crash_lossless]
 
 
 # -- the diagnosis and the predictions (predictions.yaml) -------------------------------

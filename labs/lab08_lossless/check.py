@@ -6,7 +6,7 @@ classes (``tenants-student``).
 
 from __future__ import annotations
 
-from testbed.reports.grading import Results, Verdict, failed, host_kept_up, verdict
+from testbed.reports.grading import Results, Verdict, failed, verdict
 from testbed.reports.predictions import Number
 
 ALONE, FIFO, MINE = "b-alone", "one-fifo", "tenants-student"
@@ -65,8 +65,7 @@ def tenant_b_isolated(r: Results) -> Verdict:
                    f"({alone:.0f} ms; needs <= {P99_RATIO:g}x)")
 
 
-CHECKS = [same_fabric, fifo_hurts, roce_lossless, headroom_held, tenant_b_isolated,
-          host_kept_up]
+CHECKS = [same_fabric, fifo_hurts, roce_lossless, headroom_held, tenant_b_isolated]
 
 
 #: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):

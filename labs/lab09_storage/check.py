@@ -21,7 +21,7 @@ import math
 
 from testbed.core import layout
 from testbed.experiments.storage.schema import Objects, StorageSection, validate
-from testbed.reports.grading import Missing, Results, Verdict, host_kept_up, verdict
+from testbed.reports.grading import Missing, Results, Verdict, verdict
 from testbed.reports.predictions import Number
 from traffic.object_reads import KeyPicker
 
@@ -130,7 +130,7 @@ def cache_sized_from_popularity(r: Results) -> Verdict:
 
 
 CHECKS = [store_does_not_scale, reads_faster_from_cache, cache_sized_from_popularity,
-          chains_p99_cut, host_kept_up]
+          chains_p99_cut]
 
 
 def _scaling(r: Results) -> float:

@@ -283,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_results_parsers(sub)
     for name, sub_parser in _subcommands(parser).items():
         sub_parser.formatter_class = argparse.RawDescriptionHelpFormatter
-        sub_parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+        own = f"{sub_parser.epilog}\n\n" if sub_parser.epilog else ""  # e.g. exit statuses
+        sub_parser.epilog = own + "examples:\n" + "\n".join(f"  {line}"
+                                                             for line in EXAMPLES[name])
     return parser
 
 

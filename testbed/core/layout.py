@@ -31,6 +31,7 @@ VARIANTS = "variants"
 SUMMARY = "summary.json"
 MANIFEST = "manifest.json"
 REPORT = "report.md"
+DIGEST = "digest.json"  # the SHA-256 of every other file, written last (testbed/core/digest.py)
 
 # record files inside a variant folder (written by generators, the controller, the runner)
 CHAINS = "chains.jsonl"

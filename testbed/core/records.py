@@ -300,6 +300,16 @@ RECORDS: dict[str, Record] = {
                          opt("fidelity", "object", "", "did the host keep up, per variant"),
                          opt("scenario_source", "object", "", "the scenario file as read"),
                      )),
+    "DIGEST": _rec(layout.DIGEST, "run", "json", "testbed.core.digest",
+                   "the SHA-256 of every other file of the results folder, written when the "
+                   "run is done; testbed check refuses a folder whose files no longer match "
+                   "(it stops a casual edit, not a determined one)", (
+                       F("algorithm", "str", "", "sha256"),
+                       F("files", "object", "", "each file's path relative to the folder -> "
+                         "its SHA-256 (hex)"),
+                       F("digest", "str", "", "SHA-256 of the lines 'HASH  PATH' of "
+                         "files, sorted by path"),
+                   ), closed=True),
     "REPORT": _rec(layout.REPORT, "run", "markdown", "testbed.reports.report",
                    "the report: tables, figures, the fidelity verdict"),
     "CHAIN_PLOT": _rec(layout.CHAIN_PLOT, "run", "png", "testbed.reports.plots",

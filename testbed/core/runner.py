@@ -15,7 +15,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed.core import fidelity, layout
+from testbed.core import digest, fidelity, layout
 from testbed.core.layout import Layout
 from testbed.core.scenario import Scenario, parse
 from testbed.core.seeds import combine
@@ -129,6 +129,7 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json(out / layout.SUMMARY, summary)
     report.write(summary, out)
+    digest.write(out)  # last: every record is final
     return summary
 
 

@@ -8,6 +8,11 @@ that finds a field missing raises :class:`Missing`, which grades as a failure na
 the field. Checks read what a run measured (summary.json and the record files it
 names); a design task's check may run the project's own validators instead.
 
+A run the fidelity monitor flagged (the host did not keep up) is not graded: its grade is
+RERUN whatever its checks say (they are still shown, as information), with the monitor's
+reason and what to change. ``testbed check`` exits 0 (every check passed), 1 (a check
+failed), 2 (bad input: one line naming the problem) or 3 (rerun on a quieter machine).
+
 >>> r = Results(Path("/r"), {"runs": [{"name": "a", "agents": {"latency_ms": {"p99": 9.5}}}]})
 >>> r.value("a", "agents.latency_ms.p99")
 9.5
@@ -23,16 +28,17 @@ testbed.reports.grading.Missing: no variant named 'b' in summary.json (it has: a
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
 from testbed import REPO
-from testbed.core import layout
+from testbed.core import digest, layout
 from testbed.errors import ConfigError
 
 LABS = REPO / "labs"
@@ -65,11 +71,15 @@ def verdict(ok: bool, reason: str) -> Verdict:
 
 
 class Results:
-    """A results folder: its summary.json (or the lab's ``NEEDS`` file) and records."""
+    """A results folder: its summary.json (or the lab's ``NEEDS`` file) and records.
+    ``listed``: the folder's digest (path -> SHA-256, :mod:`testbed.core.digest`); each
+    record read is checked against it."""
 
-    def __init__(self, folder: Path, summary: dict | None = None):
+    def __init__(self, folder: Path, summary: dict | None = None,
+                 listed: dict[str, str] | None = None):
         self.folder = folder
         self.summary = summary if summary is not None else {}
+        self.listed = listed
 
     def runs(self) -> list[dict]:
         return list(self.summary.get("runs") or [])
@@ -96,6 +106,12 @@ class Results:
     def record(self, name: str, filename: str) -> Path:
         """A record file of variant ``name`` (its first seed's folder)."""
         path = layout.run_dir(self.run(name), self.folder) / filename
+        if not inside(path, self.folder):
+            raise ConfigError("RESULTS", f"{path}: outside the results folder {self.folder}")
+        rel = path.relative_to(self.folder).as_posix()
+        if self.listed is not None and (rel in self.listed or path.is_symlink() or
+                                        path.exists()):
+            digest.check(self.folder, self.listed, rel)  # the run's file, as it wrote it
         if not path.is_file():
             raise Missing(f"variant {name}: no {filename} in {path.parent}")
         return path
@@ -108,21 +124,65 @@ class Results:
 
     def flagged(self) -> list[str]:
         """Variants the fidelity monitor flagged (the host did not keep up)."""
-        return [r["name"] for r in self.runs()
-                if not (r.get("fidelity") or {}).get("ok", True)]
+        return [r.get("name") for r in self.runs()
+                if isinstance(r.get("fidelity"), dict) and r["fidelity"].get("ok") is False]
 
+
+    def rerun_reason(self) -> str | None:
+        """Why the run must be repeated (None when the fidelity monitor flagged nothing):
+        what the monitor flagged, with its own reasons, and what to change."""
+        flagged = [r for r in self.runs() if r.get("name") in self.flagged()]
+        if not flagged:
+            return None
+        parts = []
+        for run in flagged:
+            reasons = (run.get("fidelity") or {}).get("reasons") or []
+            why = "; ".join(str(x)[:300] for x in reasons[:3]) if isinstance(reasons, list) \
+                else str(reasons)[:300]
+            parts.append(f"{run.get('name')} ({why or 'no reason recorded'})")
+        return (f"the fidelity monitor flagged {', '.join(parts)}: the host did not keep up, "
+                f"so the numbers describe the host, not the network. {RERUN_CHANGE}")
+
+
+#: what a student whose run was flagged changes before running the lab again
+RERUN_CHANGE = ("Close other programs (a browser, an editor, another VM), or give the VM "
+                "more vCPUs (TESTBED_CPUS=4 vagrant reload), then run the lab again")
+
+#: ``testbed check``'s exit statuses
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_RERUN = 0, 1, 2, 3
 
 Check = Callable[[Results], Verdict]
 
 
-def host_kept_up(r: Results) -> Verdict:
-    """The fidelity monitor flagged no variant (else the host, not the network, may have
-    made the numbers)."""
-    flagged = r.flagged()
-    if flagged:
-        return failed(f"flagged by the fidelity monitor: {', '.join(flagged)} (the host did "
-                      "not keep up: rerun with nothing else busy)")
-    return passed("no variant flagged by the fidelity monitor")
+@dataclass(frozen=True)
+class Grade:
+    """A results folder graded: each check's verdict, and why the whole run must be
+    repeated instead (``rerun``: the fidelity monitor flagged it; then no PASS or FAIL)."""
+
+    checks: list[tuple[str, Verdict]]
+    rerun: str | None = None
+    #: the graded predictions (testbed.reports.predictions.Graded, each PASS, FAIL or
+    #: UNANSWERED), why the predictions file is bad, or None when there is none
+    predictions: list | str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """RERUN (whatever the rest says); PASS when every check passed and every
+        prediction is right; else FAIL."""
+        if self.rerun:
+            return "RERUN"
+        right = self.predictions is None or (
+            isinstance(self.predictions, list) and
+            all(g.status == "PASS" for g in self.predictions))
+        return "PASS" if right and all(v.ok for _, v in self.checks) else "FAIL"
+
+    @property
+    def passed(self) -> int:
+        return sum(v.ok for _, v in self.checks)
+
+    @property
+    def exit_status(self) -> int:
+        return {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL, "RERUN": EXIT_RERUN}[self.verdict]
 
 
 @dataclass(frozen=True)
@@ -189,9 +249,72 @@ def find(key: str, root: Path = LABS) -> Lab:
     raise ConfigError("LAB", f"no lab {key!r} (known: {known})")
 
 
+#: a summary.json larger than this is not one a run wrote (real ones: tens of KB)
+MAX_SUMMARY_BYTES = 16 << 20
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """``path``, links resolved, lies in ``folder``."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:24]} is too large a number")
+    return value
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json, bounded: at most MAX_SUMMARY_BYTES, strict JSON (no NaN, no
+    infinite or 4,300-digit number, no nesting deep enough to exhaust the stack), an
+    object whose ``runs`` are objects with a name and, where given, a ``dir`` inside the
+    results folder; every problem one line naming the field."""
+    where = str(path)
+    if path.stat().st_size > MAX_SUMMARY_BYTES:
+        raise ConfigError(where, f"over {MAX_SUMMARY_BYTES >> 20} MB: not a run's summary")
+    try:
+        data = json.loads(path.read_bytes(), parse_constant=_no_constant,
+                          parse_float=_finite)
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, number and depth errors
+        raise ConfigError(where, f"not JSON a run writes ({str(exc)[:120]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"must be a JSON object, got {type(data).__name__}")
+    runs = data.get("runs", [])
+    if not isinstance(runs, list):
+        raise ConfigError(f"{where}: runs", f"must be a list, got {type(runs).__name__}")
+    folder = path.parent
+    for i, run in enumerate(runs):
+        field = f"{where}: runs[{i}]"
+        if not isinstance(run, dict) or not isinstance(run.get("name"), str):
+            raise ConfigError(field, "must be an object with a name (a string)")
+        fid = run.get("fidelity")
+        if fid is not None and not (isinstance(fid, dict) and
+                                    isinstance(fid.get("ok", True), bool)):
+            raise ConfigError(f"{field}.fidelity", "must be an object whose ok is true or "
+                                                   "false")
+        seeds = run.get("seeds")
+        if seeds is not None and not (isinstance(seeds, list) and
+                                      all(isinstance(e, dict) for e in seeds)):
+            raise ConfigError(f"{field}.seeds", "must be a list of objects")
+        for entry in [run, *(seeds or [])]:
+            rel = entry.get("dir", f"{layout.VARIANTS}/{run['name']}")
+            if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or \
+                    ".." in Path(rel).parts or "\0" in rel or \
+                    not inside(folder / rel, folder):
+                raise ConfigError(f"{field}.dir", f"{str(rel)[:80]!r} leaves the results "
+                                                  "folder (a variant's folder is inside it)")
+    return data
+
+
 def load(lab: Lab, folder: Path) -> tuple[list[Check], Results]:
     """The lab's checks and the results folder they grade; :class:`ConfigError` when the
-    folder lacks the file the lab needs."""
+    folder lacks the file the lab needs, its digest does not match its files, or the file
+    is malformed. A run's folder (``summary.json``) must carry the digest the run wrote."""
     module = lab.module()
     needs = getattr(module, "NEEDS", layout.SUMMARY)
     path = folder / needs
@@ -200,40 +323,57 @@ def load(lab: Lab, folder: Path) -> tuple[list[Check], Results]:
     if not path.is_file():
         raise ConfigError("RESULTS", f"{folder} has no {needs} "
                                      f"({getattr(module, 'NEEDS_HINT', 'a testbed run folder')})")
-    if needs.endswith(".json"):
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError("RESULTS", f"{path}: not JSON ({exc})") from None
-    else:
-        data = module.read(path)
-    return list(module.CHECKS), Results(folder, data)
+    if needs != layout.SUMMARY:  # a design task's own file (lab 2: answers.yaml)
+        return list(module.CHECKS), Results(folder, module.read(path))
+    listed = digest.read(folder)
+    digest.check(folder, listed, layout.SUMMARY)
+    if layout.MANIFEST in listed or (folder / layout.MANIFEST).exists():
+        digest.check(folder, listed, layout.MANIFEST)
+    return list(module.CHECKS), Results(folder, read_summary(path), listed)
 
 
 def check_name(check: Check) -> str:
     return check.__name__.replace("_", "-")
 
 
+def assess(lab: Lab, folder: Path) -> Grade:
+    """``lab``'s grade of ``folder``: every check's verdict, and RERUN's reason when the
+    fidelity monitor flagged the run."""
+    checks, results = load(lab, folder)
+    return Grade(_verdicts(checks, results), results.rerun_reason())
+
+
 def grade(lab: Lab, folder: Path) -> list[tuple[str, Verdict]]:
     """Every check of ``lab`` on ``folder``, in order, each with its verdict."""
-    checks, results = load(lab, folder)
+    return assess(lab, folder).checks
+
+
+def _verdicts(checks: list[Check], results: Results) -> list[tuple[str, Verdict]]:
     out = []
     for check in checks:
         try:
             v = check(results)
         except Missing as exc:
             v = failed(str(exc))
-        except (KeyError, TypeError) as exc:  # results of another shape (an older run)
-            v = failed(f"the results lack a field this check reads ({exc!r})")
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OSError,
+                ArithmeticError, RecursionError) as exc:  # a record of another shape
+            v = failed(f"a record this check reads is not as a run writes it "
+                       f"({type(exc).__name__}: {str(exc)[:120]})")
         out.append((check_name(check), v))
     return out
 
 
-def report(lab: Lab, verdicts: list[tuple[str, Verdict]]) -> str:
-    """What ``testbed check`` prints for one folder: a line a check, then the count."""
+def report(lab: Lab, graded: Grade) -> str:
+    """What ``testbed check`` prints for one folder: RERUN's reason first when the run was
+    flagged, a line a check, then the grade."""
+    verdicts = graded.checks
     lines = [f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}" for name, v in verdicts]
-    good = sum(v.ok for _, v in verdicts)
-    return "\n".join([*lines, f"{lab.title}: {good}/{len(verdicts)} checks passed"]) + "\n"
+    count = f"{graded.passed}/{len(verdicts)} checks passed"
+    if graded.rerun:
+        return "\n".join([f"RERUN: {graded.rerun}",
+                          *(f"  (not graded) {line}" for line in lines),
+                          f"{lab.title}: RERUN (not graded; {count})"]) + "\n"
+    return "\n".join([*lines, f"{lab.title}: {count}"]) + "\n"
 
 
 def cmd_check(args) -> int:
@@ -247,34 +387,35 @@ def cmd_check(args) -> int:
                                            f"each student's {predictions.FILENAME} in their "
                                            "results folder")
     if len(folders) == 1 and not args.csv:
-        verdicts = grade(lab, folders[0])
-        guesses = predictions.grade_folder(lab, folders[0], given)
-        print(report(lab, verdicts), end="")
-        if guesses is not None:
-            print(predictions.report(guesses), end="")
-        right = all(g.status == "PASS" for g in guesses or ())
-        return 0 if all(v.ok for _, v in verdicts) and right else 1
-    rows = grade_class(lab, folders)
+        graded = assess(lab, folders[0])
+        graded = replace(graded, predictions=predictions.grade_folder(lab, folders[0], given))
+        print(report(lab, graded), end="")
+        if graded.predictions is not None:
+            print(predictions.report(graded.predictions), end="")
+        return graded.exit_status
+    rows = [(folder, graded if error else
+             replace(graded, predictions=_class_predictions(lab, folder, given)), error)
+            for folder, graded, error in grade_class(lab, folders)]
     names = [check_name(c) for c in lab.module().CHECKS]
-    guessed = {folder: _class_predictions(lab, folder, given) for folder, _, e in rows
-               if not e}
+    guessed = {folder: graded.predictions for folder, graded, error in rows if not error}
     width = max(len(str(f)) for f in folders)
     print(f"{lab.title}: {len(folders)} results folders")
-    for folder, verdicts, error in rows:
+    for folder, graded, error in rows:
         if error:
             print(f"{str(folder):<{width}}  ERROR {error}")
             continue
-        good = sum(v.ok for _, v in verdicts)
-        marks = " ".join("PASS" if v.ok else "FAIL" for _, v in verdicts)
-        print(f"{str(folder):<{width}}  {good}/{len(verdicts)}  {marks}"
-              + predictions.marks(guessed.get(folder)))
+        marks = " ".join("PASS" if v.ok else "FAIL" for _, v in graded.checks)
+        print(f"{str(folder):<{width}}  {graded.verdict:<5}  {graded.passed}/"
+              f"{len(graded.checks)}  {marks}" + predictions.marks(graded.predictions))
+    print(rerun_count(rows))
     if args.csv:
         write_csv(Path(args.csv), names, rows)
         predictions.add_columns(Path(args.csv), lab, guessed)
-        print(f"{args.csv}: one row a folder, one column a check ({', '.join(names)})")
-    right = all(g.status == "PASS" for gs in guessed.values() if isinstance(gs, list)
-                for g in gs) and not any(isinstance(gs, str) for gs in guessed.values())
-    return 0 if right and all(not e and all(v.ok for _, v in vs) for _, vs, e in rows) else 1
+        with Path(args.csv).open("a", newline="") as table:
+            csv.writer(table).writerow([rerun_count(rows)])  # the last row
+        print(f"{args.csv}: one row a folder, its verdict, one column a check "
+              f"({', '.join(names)}), then how many must rerun")
+    return class_status(rows)
 
 
 def _class_predictions(lab: Lab, folder: Path, given: str | None):
@@ -287,40 +428,74 @@ def _class_predictions(lab: Lab, folder: Path, given: str | None):
         return str(exc)
 
 
-def grade_class(lab: Lab, folders: list[Path]) -> list[tuple[Path, list, str | None]]:
-    """Every folder graded (a class's results): its verdicts, or why it could not be read
+Row = tuple[Path, Grade | None, str | None]
+
+
+def class_status(rows: list[Row]) -> int:
+    """A class's exit status: 1 when a folder failed or could not be graded, else 3 when
+    one must be rerun, else 0."""
+    if any(error or graded.verdict == "FAIL" for _, graded, error in rows):
+        return EXIT_FAIL
+    return EXIT_RERUN if any(g.verdict == "RERUN" for _, g, _ in rows) else EXIT_PASS
+
+
+def rerun_count(rows: list[Row]) -> str:
+    """``N of M must rerun``: the class's folders the fidelity monitor flagged."""
+    n = sum(1 for _, graded, error in rows if not error and graded.verdict == "RERUN")
+    return f"{n} of {len(rows)} must rerun"
+
+
+def grade_class(lab: Lab, folders: list[Path]) -> list[Row]:
+    """Every folder graded (a class's results): its grade, or why it could not be read
     (one bad folder does not stop the others)."""
-    rows = []
+    rows: list[Row] = []
     for folder in folders:
         try:
-            rows.append((folder, grade(lab, folder), None))
+            rows.append((folder, assess(lab, folder), None))
         except ConfigError as exc:
-            rows.append((folder, [], str(exc)))
+            rows.append((folder, None, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a check's own bug: the class's other rows
+            rows.append((folder, None, f"the grader failed on this folder "
+                                       f"({type(exc).__name__}: {str(exc)[:160]})"))
     return rows
 
 
-def write_csv(path: Path, names: list[str], rows: list[tuple[Path, list, str | None]]) -> None:
-    """One row a results folder: each check PASS or FAIL, the count passed, and the
-    reasons of the failures (or why the folder could not be graded)."""
-    import csv
+def write_csv(path: Path, names: list[str], rows: list[Row]) -> None:
+    """One row a results folder: its verdict (PASS, FAIL, RERUN or ERROR), each check
+    PASS or FAIL, the count passed, and the notes: RERUN's reason, the failures' reasons,
+    or why the folder could not be graded (``testbed check`` then adds the predictions'
+    columns and a last row, ``N of M must rerun``)."""
 
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["folder", *names, "passed", "total", "notes"])
-        for folder, verdicts, error in rows:
+        writer.writerow(["folder", "verdict", *names, "passed", "total", "notes"])
+        for folder, graded, error in rows:
             if error:
-                writer.writerow([str(folder), *([""] * len(names)), 0, len(names), error])
+                writer.writerow([str(folder), "ERROR", *([""] * len(names)), 0, len(names),
+                                 error])
                 continue
-            marks = ["PASS" if v.ok else "FAIL" for _, v in verdicts]
-            notes = "; ".join(f"{n}: {v.reason}" for n, v in verdicts if not v.ok)
-            writer.writerow([str(folder), *marks, sum(v.ok for _, v in verdicts),
-                             len(verdicts), notes])
+            marks = ["PASS" if v.ok else "FAIL" for _, v in graded.checks]
+            notes = [f"{n}: {v.reason}" for n, v in graded.checks if not v.ok]
+            if graded.rerun:
+                notes.insert(0, f"RERUN: {graded.rerun}")
+            writer.writerow([str(folder), graded.verdict, *marks, graded.passed,
+                             len(graded.checks), "; ".join(notes)])
 
 
 def add_parsers(sub) -> None:
     from testbed.reports import predictions
 
-    p = sub.add_parser("check", help="grade results folders against a lab guide (labs/)")
+    p = sub.add_parser(
+        "check", help="grade results folders against a lab guide (labs/)",
+        description="Grade results folders against a lab guide (labs/).",
+        epilog="exit status:\n"
+               "  0  every check passed\n"
+               "  1  a check failed (a class: a folder failed or could not be graded)\n"
+               "  2  bad input, one line naming it: an unknown lab, a malformed folder, or\n"
+               "     files changed since the run wrote its digest.json\n"
+               "  3  RERUN: the fidelity monitor flagged the run (the host did not keep up),\n"
+               "     so it is not graded: close other programs or give the VM more vCPUs,\n"
+               "     then run the lab again")
     p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
     p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
                                               "a class, one line each")

@@ -83,27 +83,41 @@ def run_step(lab: str, step: str, tmp: Path, duration: float | None = None) -> N
                                         result.stderr[-2000:])
 
 
+#: the exit status of a run the fidelity monitor flagged: not graded, its checks still shown
+RERUN = 3
+
+
 def grade(lab: str, step: str, tmp: Path) -> tuple[int, dict[str, str]]:
-    """The guide's check command: its exit status and {check: 'PASS reason' | 'FAIL ...'}."""
+    """The guide's check command: its exit status and {check: 'PASS reason' | 'FAIL ...'}.
+
+    A run the fidelity monitor flagged grades RERUN (exit 3): its checks are still printed,
+    marked "(not graded)", and are returned the same way, so a test still sees what each
+    check made of the run's numbers."""
     (result,) = shell(commands(lab, step), tmp)
     lines = result.stdout.splitlines()
-    assert result.returncode in (0, 1), result.stderr
-    assert lines and lines[-1].endswith("checks passed"), result.stdout
+    assert result.returncode in (0, 1, RERUN), result.stderr
+    rerun = result.returncode == RERUN
+    assert lines and lines[-1].endswith("checks passed)" if rerun else "checks passed"), \
+        result.stdout
+    if rerun:
+        assert lines[0].startswith("RERUN: the fidelity monitor flagged"), result.stdout
+        lines = [line.removeprefix("  (not graded) ") for line in lines[1:]]
     verdicts = {}
     for line in lines[:-1]:
         word, rest = line.split(" ", 1)
         name, reason = rest.split(": ", 1)
         assert word in ("PASS", "FAIL") and reason, line
         verdicts[name] = f"{word} {reason}"
-    assert result.returncode == (0 if all(v.startswith("PASS") for v in verdicts.values())
-                                 else 1)
+    if not rerun:
+        assert result.returncode == (0 if all(v.startswith("PASS") for v in verdicts.values())
+                                     else 1)
     return result.returncode, verdicts
 
 
 def test_lab1_starter_run_and_graded(tmp_path):
     run_step("1", "run-starter", tmp_path, duration=3)
     status, v = grade("1", "check-starter", tmp_path)
-    assert status == 1
+    assert status in (1, RERUN)
     assert v["paced-slower"].startswith("FAIL training-4to1-paced sends at 12 Mb/s"), v
     for name in ("latency-is-sum-of-hops", "fabrics-as-asked"):
         assert v[name].startswith("PASS"), v
@@ -157,7 +171,7 @@ def test_lab2_calc_and_grading(tmp_path):
 def test_lab3_starter_app_below_ecmp(tmp_path):
     run_step("3", "run-starter", tmp_path, duration=3)
     status, v = grade("3", "check-starter", tmp_path)
-    assert status == 1
+    assert status in (1, RERUN)
     # the student's copy, found beside the student's scenario (my-labs/), not in labs/
     assert v["app-loaded"].startswith("PASS apps: placement:StridePlacement"), v
     assert v["placement-beats-ecmp"].startswith("FAIL placement"), v
@@ -238,7 +252,7 @@ def test_lab9_starter_graded_and_explored(tmp_path):
     guide's look at the caches' records runs on the real files."""
     run_step("9", "run-starter", tmp_path, duration=3)
     status, v = grade("9", "check-starter", tmp_path)
-    assert status == 1
+    assert status in (1, RERUN)
     assert v["cache-sized-from-popularity"].startswith(
         "FAIL cache_mb 1 holds the top 11 objects, 58% of the reads"), v
     for name in ("store-does-not-scale", "reads-faster-from-cache"):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.core import scenario
+from testbed.core import digest, scenario
 from testbed.core.cli import main
 from testbed.errors import ConfigError
 from testbed.experiments.backbone.schema import validate as validate_backbone
@@ -75,6 +75,7 @@ def test_check_cli_exit_status(tmp_path, capsys):
     assert "has no summary.json" in capsys.readouterr().err
     assert main(["check", "1", str(tmp_path / "nowhere")]) == 2
     (tmp_path / "summary.json").write_text("{not json")
+    digest.write(tmp_path)
     assert main(["check", "1", str(tmp_path)]) == 2
     assert "not JSON" in capsys.readouterr().err
     solution = grading.find("2").folder / "solution"
@@ -121,8 +122,10 @@ def backbone_summary(path: Path, restore_ms: float, goodput: float = 30.0) -> di
 
 
 def write(folder: Path, summary: dict) -> Path:
+    """A results folder as a run leaves it: summary.json, then the digest of its files."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(json.dumps(summary))
+    digest.write(folder)
     return folder
 
 
@@ -200,13 +203,46 @@ def test_lab1_paced_variant_graded(tmp_path):
     assert failing(v) == {"paced-trains-no-less"}
 
 
-def test_lab1_flagged_run_and_wrong_fabric_fail(tmp_path):
+def test_lab1_wrong_fabric_fails(tmp_path):
     runs = lab1_runs(240.0, 20.0)
-    runs[4]["fidelity"] = {"ok": False, "reasons": ["idle CPU"]}
     runs[3]["_spec"]["params"]["oversubscription"] = 1
     v = grade(1, write_runs(tmp_path / "r", runs))
-    assert failing(v) == {"fabrics-as-asked", "host-kept-up"}
+    assert failing(v) == {"fabrics-as-asked"}
     assert "training-4to1 ran 1:1" in v["fabrics-as-asked"].reason
+
+
+def test_a_flagged_run_is_rerun_not_pass(tmp_path, capsys):
+    """The hardware decides no grade: a run the fidelity monitor flagged is RERUN (exit 3)
+    even when every check passes, with the monitor's reason and what to change."""
+    runs = lab1_runs(240.0, 20.0)
+    runs[4]["fidelity"] = {"ok": False, "reasons": ["the host had less than 10 % idle CPU"]}
+    folder = write_runs(tmp_path / "r", runs)
+    graded = grading.assess(grading.find("1"), folder)
+    assert graded.verdict == "RERUN" and failing(dict(graded.checks)) == set()
+    assert main(["check", "1", str(folder)]) == 3
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("RERUN: the fidelity monitor flagged training-4to1-paced (the "
+                             "host had less than 10 % idle CPU)")
+    assert "more vCPUs" in out[0] and "Close other programs" in out[0]
+    assert all(line.startswith("  (not graded) PASS ") for line in out[1:-1])
+    assert out[-1].endswith(": RERUN (not graded; 7/7 checks passed)")
+
+
+def test_a_flagged_run_that_fails_is_rerun_too(tmp_path):
+    runs = lab1_runs(650.0, 14.0, rate=12)
+    runs[0]["fidelity"] = {"ok": False, "reasons": ["ovs-vswitchd pegged"]}
+    graded = grading.assess(grading.find("1"), write_runs(tmp_path / "r", runs))
+    assert graded.verdict == "RERUN" and graded.exit_status == 3
+    assert "agents-only (ovs-vswitchd pegged)" in graded.rerun
+
+
+def test_the_real_flagged_folder_grades_rerun(capsys):
+    """tests/fixtures/results/small: three real runs, all flagged by the monitor."""
+    assert main(["check", "1", str(SMALL)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("RERUN: the fidelity monitor flagged training-4to1 (the host had "
+                          "less than 10 % idle CPU in 100 % of the samples")
+    assert "watchdog (" in out and "degrade-health (" in out
 
 
 def lab3_runs(app_goodput: float, apps: list[str]) -> list[dict]:
@@ -377,6 +413,7 @@ def test_lab9_lesson_checks_read_the_run(tmp_path):
     assert "(0.72x, needs <= 0.6x)" in v["chains-p99-cut"].reason
     folder = lab9_results(tmp_path / "nomanifest", "solution/scenario.yaml")
     (folder / "manifest.json").unlink()
+    digest.write(folder)  # a run that wrote no manifest
     v = grade(9, folder)
     assert failing(v) == {"cache-sized-from-popularity"}
     assert "no manifest.json" in v["cache-sized-from-popularity"].reason
@@ -517,8 +554,11 @@ def test_a_class_is_graded_in_one_table(tmp_path):
     lines = done.stdout.splitlines()
     assert any(str(good) in ln and "PASS" in ln and "FAIL" not in ln for ln in lines)
     assert any(str(empty) in ln and "ERROR" in ln and "summary.json" in ln for ln in lines)
+    assert "0 of 3 must rerun" in lines
     rows = list(csv.DictReader(table.open()))
+    assert rows.pop()["folder"] == "0 of 3 must rerun"
     assert [r["folder"] for r in rows] == [str(good), str(weak), str(empty)]
+    assert [r["verdict"] for r in rows] == ["PASS", "FAIL", "ERROR"]
     total = int(rows[0]["total"])
     assert rows[0]["passed"] == str(total) and rows[1]["paced-slower"] == "FAIL"
     assert int(rows[1]["passed"]) == total - 3 and "pace it" in rows[1]["notes"]
@@ -526,6 +566,7 @@ def test_a_class_is_graded_in_one_table(tmp_path):
 
 
 STARTERS = Path(__file__).resolve().parents[1] / "fixtures" / "starters"
+SMALL = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "small"
 
 
 @pytest.mark.parametrize("lab", LABS, ids=lambda lab: lab.name)
@@ -542,5 +583,25 @@ def test_each_starter_grades_as_the_teachers_pack_says(lab):
     assert all(ln.split(" ", 1)[0] in ("PASS", "FAIL") for ln in lines[:-1])
     # a starter is not the answer: the student's task fails on it
     assert "FAIL" in expected
-    graded = grading.grade(lab, STARTERS / lab.folder.name)
+    graded = grading.assess(lab, STARTERS / lab.folder.name)
     assert grading.report(lab, graded) == expected
+
+
+def test_a_class_counts_who_must_rerun(tmp_path, capsys):
+    """The class's table has a verdict column; RERUN is neither PASS nor FAIL, and the
+    last row says how many must rerun (exit 3 when nobody failed)."""
+    import csv
+
+    good = write_runs(tmp_path / "ada", lab1_runs(240.0, 20.0))
+    runs = lab1_runs(240.0, 20.0)
+    runs[2]["fidelity"] = {"ok": False, "reasons": ["idle CPU"]}
+    busy = write_runs(tmp_path / "bob", runs)
+    table = tmp_path / "class.csv"
+    assert main(["check", "1", str(good), str(busy), "--csv", str(table)]) == 3
+    assert "1 of 2 must rerun" in capsys.readouterr().out.splitlines()
+    rows = list(csv.reader(table.open()))
+    assert rows[0][:2] == ["folder", "verdict"]
+    assert [r[1] for r in rows[1:3]] == ["PASS", "RERUN"]
+    notes = rows[2][rows[0].index("notes")]
+    assert notes.startswith("RERUN: the fidelity monitor flagged training-1to1 (idle")
+    assert rows[-1] == ["1 of 2 must rerun"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.core import digest
 from testbed.core.cli import main
 from testbed.reports import grading, predictions
 
@@ -31,6 +32,7 @@ def lab5_run(tmp_path: Path) -> Path:
     folder = tmp_path / "lab05-starter"
     folder.mkdir()
     (folder / "summary.json").write_text(json.dumps(data))
+    digest.write(folder)  # as the run writes it, over the renamed variants
     return folder
 
 
@@ -127,8 +129,8 @@ def test_check_prints_predictions_beside_the_checks(tmp_path, capsys):
     empty = grading.find("5").folder / "starter" / "predictions.yaml"
     assert main(["check", "5", str(run), "--predictions", str(empty)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[5] == "Lab 5: Layered resilience: 2/5 checks passed"
-    assert out[6] == "UNANSWERED predict-1: no answer given"
+    assert out[4] == "Lab 5: Layered resilience: 1/4 checks passed"
+    assert out[5] == "UNANSWERED predict-1: no answer given"
     assert out[-1] == "Predictions: 0/6 right, 6 unanswered"
     # found in the results folder without --predictions
     shutil.copy(grading.find("5").folder / "solution" / "predictions.yaml",
@@ -166,12 +168,14 @@ def test_a_class_table_has_a_column_a_prediction(tmp_path, capsys):
     for who in (ada, bob):
         who.mkdir()
         shutil.copy(lab5_run(who) / "summary.json", who / "summary.json")
+        digest.write(who)
     shutil.copy(grading.find("5").folder / "solution" / "predictions.yaml",
                 ada / predictions.FILENAME)
     filled("5", {"4": 100}, bob, predictions.FILENAME)
     table = tmp_path / "class.csv"
     assert main(["check", "5", str(ada), str(bob), "--csv", str(table)]) == 1
     rows = list(csv.DictReader(table.open()))
+    assert rows.pop()["folder"] == "0 of 2 must rerun"
     assert [r["predict-d2"] for r in rows] == ["PASS", "UNANSWERED"]
     assert [r["predict-4"] for r in rows] == ["PASS", "FAIL"]
     assert [r["predictions_right"] for r in rows] == ["6", "0"]
