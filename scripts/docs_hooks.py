@@ -10,11 +10,20 @@ the lab guides, added to the site at build time and never written into ``docs/``
   ``contributing.md``;
 - ``teaching/starters.md``: what ``testbed check`` prints on each lab's starter
   (``labs/*/starter/expected-check.txt``, recorded from real runs by
-  ``scripts/starter_expected.py`` and checked by ``tests/unit/test_labs.py``).
+  ``scripts/starter_expected.py`` and checked by ``tests/unit/test_labs.py``);
+- ``labs/exam*/README.md``: the exam-style exercises (their answer keys, in ``solution/``,
+  are never put in the site);
+- ``teaching/notes/labNN.md``: each lab's instructor notes (``labs/*/solution/TEACHING.md``),
+  only where the solutions are in the tree: a student copy (``rm -r labs/*/solution``)
+  builds without them, and without their entries in the navigation;
+- the slide decks (``docs/teaching/slides/*.md``): each slide, the text between two ``---``
+  lines, becomes a ``<section class="slide">`` that ``docs/assets/slides.css`` prints one
+  to a page.
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -23,7 +32,9 @@ from mkdocs.structure.files import File, Files
 REPO = Path(__file__).resolve().parents[1]
 #: the scenarios whose topology a page draws (``![...](img/NAME.png)``)
 DRAWN = ("agents-vs-training", "ecmp-vs-adaptive", "fat-tree", "lossless",
-         "backbone-failover", "cross-region-writes", "storage-cache")
+         "backbone-failover", "cross-region-writes", "storage-cache",
+         # the slide decks of labs 4 and 10 (docs/teaching/slides/)
+         "ecn-tuning", "rack-acceptance")
 
 
 def drawing(name: str, folder: Path) -> bytes:
@@ -60,6 +71,72 @@ def starters_page() -> str:
     return "\n".join(parts)
 
 
+#: the nav section the instructor notes are added to, when the solutions are in the tree
+COURSE_PACK = "Course pack"
+
+
+def instructor_notes(labs: Path) -> dict[str, Path]:
+    """``teaching/notes/labNN.md`` -> the lab's ``solution/TEACHING.md``, where it exists."""
+    notes = {}
+    for path in sorted(labs.glob("lab*/solution/TEACHING.md")):
+        number = re.match(r"lab(\d\d)_", path.parents[1].name)
+        if number:
+            notes[f"teaching/notes/lab{number.group(1)}.md"] = path
+    return notes
+
+
+def on_config(config):
+    """Instructor notes in the navigation, under the course pack, when they are in the tree."""
+    notes = instructor_notes(REPO / "labs")
+    if notes:
+        for section in config["nav"]:
+            if isinstance(section, dict) and COURSE_PACK in section:
+                section[COURSE_PACK].append({"Instructor notes": [
+                    {f"Lab {int(page[-5:-3])}": page} for page in notes]})
+    return config
+
+
+def slides(markdown: str) -> str:
+    """A deck's slides (separated by lines of ``---`` outside code fences) as sections.
+
+    >>> print(slides("# Deck\\n\\n---\\n\\n## One\\n\\n---\\n\\n## Two\\n"))
+    # Deck
+    <BLANKLINE>
+    <section class="slide" markdown="1">
+    <BLANKLINE>
+    ## One
+    <BLANKLINE>
+    </section>
+    <BLANKLINE>
+    <section class="slide" markdown="1">
+    <BLANKLINE>
+    ## Two
+    <BLANKLINE>
+    </section>
+    <BLANKLINE>
+    """
+    parts, current, fenced = [], [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if line.strip() == "---" and not fenced:
+            parts.append("\n".join(current).strip("\n"))
+            current = []
+        else:
+            current.append(line)
+    parts.append("\n".join(current).strip("\n"))
+    head, *decks = parts
+    return "\n\n".join([head] + [f'<section class="slide" markdown="1">\n\n{part}\n\n</section>'
+                                  for part in decks if part]) + "\n"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    src = page.file.src_uri
+    if src.startswith("teaching/slides/") and src != "teaching/slides/index.md":
+        return slides(markdown)
+    return markdown
+
+
 def on_files(files: Files, config) -> Files:
     from testbed.core.reference import markdown_pages
 
@@ -68,7 +145,7 @@ def on_files(files: Files, config) -> Files:
     labs = REPO / "labs"
     files.append(File.generated(config, "labs/index.md",
                                 content=(labs / "README.md").read_text()))
-    for guide in sorted(labs.glob("lab*/README.md")):
+    for guide in sorted(labs.glob("lab*/README.md")) + sorted(labs.glob("exam*/README.md")):
         files.append(File.generated(config, f"labs/{guide.parent.name}/README.md",
                                     content=guide.read_text()))
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,6 +153,8 @@ def on_files(files: Files, config) -> Files:
             files.append(File.generated(config, f"img/{name}.png",
                                         content=drawing(name, Path(tmp))))
     files.append(File.generated(config, "teaching/starters.md", content=starters_page()))
+    for page, source in instructor_notes(labs).items():
+        files.append(File.generated(config, page, content=source.read_text()))
     for name in ("CHANGELOG", "CONTRIBUTING"):
         files.append(File.generated(config, f"{name.lower()}.md",
                                     content=(REPO / f"{name}.md").read_text()))

@@ -92,6 +92,12 @@ def test_the_site_builds_strictly_with_its_generated_references(site):
     assert (site / "img" / "fat-tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'src="../img/lossless.png"' in (site / "lessons" /
                                           "lossless-and-tenants.html").read_text()
+    # the course pack: slides a section each, exams, and (the solutions being in this tree)
+    # the instructor notes
+    deck = (site / "teaching" / "slides" / "lab03.html").read_text()
+    assert deck.count('<section class="slide">') == 5 and "assets/slides.css" in deck
+    assert (site / "labs" / "exam1_fabrics" / "index.html").exists()
+    assert "Timing" in parsed(site / "teaching" / "notes" / "lab01.html").headings
 
 
 class Links(HTMLParser):
