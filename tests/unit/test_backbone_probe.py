@@ -66,15 +66,21 @@ def test_loss_timeline():
 
 
 def test_probe_over_loopback(tmp_path):
+    """Two probes send to each other for 4 s; the window starts once both listen (each
+    binds, then starts its clock: a slow machine may start one a second or more after
+    the other) and takes 0.8 s of a's probes to b: 80 or 81 expected, at most one lost."""
     out_a, out_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    base = [sys.executable, "-m", "traffic.probe", "--rate", "100", "--duration", "1",
+    base = [sys.executable, "-m", "traffic.probe", "--rate", "100", "--duration", "4",
             "--port", "47999"]
     pa = subprocess.Popen(base + ["--name", "a", "--bind", "127.0.0.1", "--peer",
                                   "b=127.0.0.2", "--out", str(out_a)])
     pb = subprocess.Popen(base + ["--name", "b", "--bind", "127.0.0.2", "--peer",
                                   "a=127.0.0.1", "--out", str(out_b)])
-    assert pa.wait(10) == 0 and pb.wait(10) == 0
+    assert pa.wait(30) == 0 and pb.wait(30) == 0
     recs = [json.loads(line) for p in (out_a, out_b) for line in p.read_text().splitlines()]
     pairs = load(recs)
-    w = window(pairs[("a", "b")], pairs[("a", "b")].t0 + 0.1, pairs[("a", "b")].t0 + 0.9)
+    ab, ba = pairs[("a", "b")], pairs[("b", "a")]
+    start = max(ab.t0, ba.t0) + 0.1
+    assert start + 0.8 < ab.t0 + 4, f"b started {ba.t0 - ab.t0:.1f} s after a"
+    w = window(ab, start, start + 0.8)
     assert w["expected"] in (80, 81) and w["lost"] <= 1
