@@ -106,9 +106,18 @@ export TESTBED_LIBVIRT_DRIVER=$([ "$accel" = kvm ] && echo kvm || echo qemu)
 clone="$tmp/clone"
 
 serve_pid=""
+# the results page's `vagrant ssh` runs in a session of its own: stopping it stops its ssh
+# too, which holds the tunnel (killing vagrant alone left ssh holding 127.0.0.1:8470, and
+# the next route's tunnel could not listen there)
+stop_serve() {
+    [ -n "$serve_pid" ] || return 0
+    kill -- -"$serve_pid" 2>/dev/null
+    wait "$serve_pid" 2>/dev/null
+    serve_pid=""
+}
 cleanup() {
     set +e
-    [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null
+    stop_serve
     say "removing the VM, the box, its volume and the pool"
     if [ -d "$clone/vagrant" ]; then
         (cd "$clone/vagrant" && vagrant destroy -f >> "$out/vagrant.log" 2>&1)
@@ -226,7 +235,10 @@ for route in ${VAGRANT_ROUTES:-teacher public}; do
     run_rel=${run_path#/testbed/results/}
 
     # the results page through the tunnel of `vagrant ssh`, from 127.0.0.1 here
-    vagrant ssh -c "sudo timeout 300 testbed results serve --port $PORT" \
+    if ss -Hltn "sport = :$PORT" | grep -q .; then
+        vm_die "127.0.0.1:$PORT is taken here already: $(ss -Hltnp "sport = :$PORT")"
+    fi
+    setsid vagrant ssh -c "sudo timeout 300 testbed results serve --port $PORT" \
         > "$rout/serve.log" 2>&1 &
     serve_pid=$!
     for _ in $(seq 120); do
@@ -240,8 +252,7 @@ for route in ${VAGRANT_ROUTES:-teacher public}; do
     fi
     python3 "$REPO/scripts/vagrant/fetch_results.py" "http://127.0.0.1:$PORT" "$run_rel" \
         "$rout/summary.json" "$rout" || vm_die "the results page did not give the run back"
-    kill "$serve_pid" 2>/dev/null || true
-    wait "$serve_pid" 2>/dev/null || true
+    stop_serve
 
     cp "$rout/summary.json" "$rout/report.md" "$out/" 2>/dev/null || true
     t=$(date +%s)
