@@ -27,7 +27,12 @@ def test_a_stalled_senders_burst_is_stamped_late(tmp_path):
         [sys.executable, "-m", "traffic.probe", "--name", "a", "--bind", "127.0.0.1",
          "--peer", "a=127.0.0.1", "--rate", "100", "--duration", "1.5",
          "--port", str(_free_udp_port()), "--out", str(out)], cwd=REPO)
-    time.sleep(0.6)
+    # it writes its start line as it starts sending (Python's start-up alone took over
+    # 0.6 s in an emulated lab VM): stall it 0.3 s into its sending
+    deadline = time.monotonic() + 30
+    while not (out.exists() and out.read_text().endswith("\n")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
     proc.send_signal(signal.SIGSTOP)  # the sender stalls for 300 ms
     time.sleep(0.3)
     proc.send_signal(signal.SIGCONT)
