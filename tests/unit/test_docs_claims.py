@@ -380,6 +380,20 @@ def test_user_pages_speak_to_users_not_of_the_lab_s_development():
             if development_log(p.read_text())} == {}
 
 
+#: what no page says, the contributors' design notes included: which issue, session or
+#: stop, or "this machine" instead of the hardware a figure was measured on
+NEVER = [r"\bthe issue'?s\b", r"\bissue #?\d+", r"\bthis (?:stop|session|machine)\b",
+         r"\bsession \d+"]
+
+
+def test_no_page_names_an_issue_a_session_or_this_machine():
+    found = {name(p): [m.group(0) for pattern in NEVER
+                       for m in re.finditer(pattern, re.sub(r"\s+", " ", p.read_text()), re.I)]
+             for p in user_pages()}
+    assert any(p.name == "design-notes.md" for p in user_pages())
+    assert {k: v for k, v in found.items() if v} == {}
+
+
 def test_the_voice_check_finds_the_development_log_s_phrases():
     for line in ("The fidelity monitor flagged every variant of run 1 (my own unit tests ran "
                  "beside it for part of it)",
