@@ -397,7 +397,6 @@ def cmd_check(args) -> int:
              replace(graded, predictions=_class_predictions(lab, folder, given)), error)
             for folder, graded, error in grade_class(lab, folders)]
     names = [check_name(c) for c in lab.module().CHECKS]
-    guessed = {folder: graded.predictions for folder, graded, error in rows if not error}
     width = max(len(str(f)) for f in folders)
     print(f"{lab.title}: {len(folders)} results folders")
     for folder, graded, error in rows:
@@ -409,10 +408,7 @@ def cmd_check(args) -> int:
               f"{len(graded.checks)}  {marks}" + predictions.marks(graded.predictions))
     print(rerun_count(rows))
     if args.csv:
-        write_csv(Path(args.csv), names, rows)
-        predictions.add_columns(Path(args.csv), lab, guessed)
-        with Path(args.csv).open("a", newline="") as table:
-            csv.writer(table).writerow([rerun_count(rows)])  # the last row
+        write_csv(Path(args.csv), names, rows, predictions.columns(lab))
         print(f"{args.csv}: one row a folder, its verdict, one column a check "
               f"({', '.join(names)}), then how many must rerun")
     return class_status(rows)
@@ -460,26 +456,34 @@ def grade_class(lab: Lab, folders: list[Path]) -> list[Row]:
     return rows
 
 
-def write_csv(path: Path, names: list[str], rows: list[Row]) -> None:
+def write_csv(path: Path, names: list[str], rows: list[Row],
+              predicted: list[str] = ()) -> None:
     """One row a results folder: its verdict (PASS, FAIL, RERUN or ERROR), each check
     PASS or FAIL, the count passed, and the notes: RERUN's reason, the failures' reasons,
-    or why the folder could not be graded (``testbed check`` then adds the predictions'
-    columns and a last row, ``N of M must rerun``)."""
+    or why the folder could not be graded; then a column a prediction (``predicted``) and
+    the count right; a last row, ``N of M must rerun``."""
+    from testbed.reports.predictions import table_cells
 
+    tail = [*predicted, "predictions_right"] if predicted else []
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
-        writer.writerow(["folder", "verdict", *names, "passed", "total", "notes"])
+        writer.writerow(["folder", "verdict", *names, "passed", "total", "notes", *tail])
         for folder, graded, error in rows:
+            cells, more = table_cells(predicted, graded and graded.predictions)
+            cells = cells if predicted else []
             if error:
                 writer.writerow([str(folder), "ERROR", *([""] * len(names)), 0, len(names),
-                                 error])
+                                 error, *cells])
                 continue
             marks = ["PASS" if v.ok else "FAIL" for _, v in graded.checks]
             notes = [f"{n}: {v.reason}" for n, v in graded.checks if not v.ok]
             if graded.rerun:
                 notes.insert(0, f"RERUN: {graded.rerun}")
+            if more and predicted:
+                notes.append(more)
             writer.writerow([str(folder), graded.verdict, *marks, graded.passed,
-                             len(graded.checks), "; ".join(notes)])
+                             len(graded.checks), "; ".join(notes), *cells])
+        writer.writerow([rerun_count(rows)])
 
 
 def add_parsers(sub) -> None:

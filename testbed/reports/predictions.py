@@ -327,30 +327,11 @@ def marks(graded: list[Graded] | str | None) -> str:
     return f"  predictions {right}/{len(graded)} " + " ".join(g.status for g in graded)
 
 
-def add_columns(table: Path, lab: Lab, graded: dict[Path, list[Graded] | str | None]) -> None:
-    """The class table with a column a prediction (``predict-ID``: PASS, FAIL,
-    UNANSWERED, or empty when the folder has no predictions file) and the count right;
-    a bad file's reason goes to the row's notes."""
-    import csv
-
-    names = columns(lab)
-    if not names:
-        return
-    with table.open(newline="") as f:
-        rows = list(csv.reader(f))
-    head, body = rows[0], rows[1:]
-    out = [head + [*names, "predictions_right"]]
-    for row in body:
-        got = graded.get(Path(row[0]))
-        if isinstance(got, list):
-            marks_ = [g.status for g in got]
-            notes = "; ".join(f"{g.name}: {g.reason}" for g in got if g.status != "PASS")
-            right = str(sum(g.status == "PASS" for g in got))
-        else:
-            marks_, right = [""] * len(names), ""
-            notes = f"predictions: {got}" if isinstance(got, str) else ""
-        if notes:
-            row[-1] = "; ".join(x for x in (row[-1], notes) if x)
-        out.append(row + marks_ + [right])
-    with table.open("w", newline="") as f:
-        csv.writer(f).writerows(out)
+def table_cells(names: list[str], graded: list[Graded] | str | None) -> tuple[list[str], str]:
+    """A class row's prediction cells (a ``predict-ID`` column each: PASS, FAIL,
+    UNANSWERED, or empty when the folder has no predictions file, then the count right)
+    and its notes (what was wrong, or why the file is bad)."""
+    if isinstance(graded, list):
+        notes = "; ".join(f"{g.name}: {g.reason}" for g in graded if g.status != "PASS")
+        return [g.status for g in graded] + [str(sum(g.status == "PASS" for g in graded))], notes
+    return [""] * (len(names) + 1), f"predictions: {graded}" if isinstance(graded, str) else ""
