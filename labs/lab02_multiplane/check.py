@@ -28,6 +28,7 @@ from topologies.spec import TopologyError
 NEEDS = "answers.yaml"
 NEEDS_HINT = "copy labs/lab02_multiplane/starter/answers.yaml there and fill it in"
 LANE_SPLITS = (1, 2, 4, 8)  # a 1,600 Gb/s GPU over ports of whole 200 Gb/s lanes
+LANE_GBPS = 200
 
 
 def read(path: Path) -> dict:
@@ -117,14 +118,17 @@ def fewest_planes(r: Results) -> Verdict:
     part = _part(r, "part_b")
     target = int(_answer(part, "part_b", "target_gpus"))
     planes = int(_answer(part, "part_b", "planes"))
-    if planes not in LANE_SPLITS:
-        return failed(f"part_b: {planes} planes would need ports of {1600 / planes:g} Gb/s, "
-                      "not a whole number of 200 Gb/s lanes (1, 2, 4 or 8)")
+    gpu = float(_answer(part, "part_b", "gpu_gbps"))
+    splits = [p for p in LANE_SPLITS if gpu / p >= LANE_GBPS]  # 800 Gb/s: 1, 2 or 4
+    if planes not in splits:
+        return failed(f"part_b: {planes} planes would need ports of {gpu / planes:g} Gb/s, "
+                      f"not a whole number of {LANE_GBPS} Gb/s lanes ("
+                      f"{', '.join(map(str, splits[:-1]))} or {splits[-1]})")
     c = _inputs(part, "part_b")
     if c["max_gpus"] < target:
         return failed(f"part_b: {planes} planes reach {c['max_gpus']:,} GPUs, short of "
                       f"{target:,}")
-    fewer = [p for p in LANE_SPLITS if p < planes
+    fewer = [p for p in splits if p < planes
              and _inputs({**part, "planes": p}, "part_b")["max_gpus"] >= target]
     if fewer:
         return failed(f"part_b: {fewer[0]} planes already reach {target:,} GPUs")
@@ -147,25 +151,27 @@ PART_A = [(t, g, p) for t in (12.8, 25.6, 51.2, 102.4) for g in (400, 800, 1600)
           if (t, g, p) not in ((51.2, 800, 4), (102.4, 1600, 8)) and g / p >= 200
           and t * 1000 / g >= 16
           and calculate(switch_tbps=t, gpu_gbps=g, planes=p)["multi_plane_vs_three_tier"] != 1]
-#: part B's switches (Tb/s) for 1,600 Gb/s GPUs, and the fewest planes a target asks for
-PART_B_SWITCHES, PART_B_PLANES, PART_B_GPU = (51.2, 102.4), (2, 4, 8), 1600
+#: part B's designs: switch (Tb/s), GPU (Gb/s) and the fewest planes the target asks
+#: for: 2 or more, whole 200 Gb/s lanes a port, a single-plane radix of 16 or more
+PART_B = [(t, g, p) for t in (25.6, 51.2, 102.4) for g in (800, 1600) for p in (2, 4, 8)
+          if g / p >= LANE_GBPS and t * 1000 / g >= 16]
 
 
-def _reach(switch_tbps: float, planes: int) -> int:
-    return calculate(switch_tbps=switch_tbps, gpu_gbps=PART_B_GPU, planes=planes)["max_gpus"]
+def _reach(switch_tbps: float, gpu_gbps: int, planes: int) -> int:
+    return calculate(switch_tbps=switch_tbps, gpu_gbps=gpu_gbps, planes=planes)["max_gpus"]
 
 
 def student_params(draw: Draw) -> dict:
-    """A student's inputs: a part A design from :data:`PART_A`; for part B a switch and a
-    target (a multiple of 500 GPUs) that 2, 4 or 8 planes are the fewest to reach."""
+    """A student's inputs: a part A design from :data:`PART_A`; for part B a switch, a
+    GPU and a target (a multiple of 100 GPUs) that the planes of a :data:`PART_B` design
+    are the fewest to reach."""
     t, g, p = draw.pick("part_a", PART_A)
-    switch = draw.pick("part_b.switch_tbps", PART_B_SWITCHES)
-    planes = draw.pick("part_b.planes", PART_B_PLANES)
-    low = _reach(switch, planes // 2) // 500 + 1  # more than half the planes reach
-    high = _reach(switch, planes) // 500
-    target = 500 * draw.between("part_b.target_gpus", low, high)
+    switch, gpu, planes = draw.pick("part_b", PART_B)
+    low = _reach(switch, gpu, planes // 2) // 100 + 1  # more than half the planes reach
+    high = _reach(switch, gpu, planes) // 100
+    target = 100 * draw.between("part_b.target_gpus", low, high)
     return {"part_a": {"switch_tbps": t, "gpu_gbps": g, "planes": p},
-            "part_b": {"switch_tbps": switch, "gpu_gbps": PART_B_GPU, "target_gpus": target}}
+            "part_b": {"switch_tbps": switch, "gpu_gbps": gpu, "target_gpus": target}}
 
 
 def _n(value: float) -> str:
@@ -193,6 +199,10 @@ def personalize(folder: Path, params: dict) -> None:
     head = substitute(head, r"^# Part B: .*$", f"# Part B: a design. {_n(b['switch_tbps'])} "
                       f"Tb/s switches ({lanes} lanes of 200 Gb/s), {b['gpu_gbps']:,} Gb/s "
                       "per GPU.", where)
+    splits = [str(p) for p in LANE_SPLITS if b["gpu_gbps"] / p >= LANE_GBPS]
+    head = substitute(head, r"^# A port is a whole number of lanes, so a GPU's .*$",
+                      f"# A port is a whole number of lanes, so a GPU's {b['gpu_gbps']:,} "
+                      f"Gb/s splits over {', '.join(splits[:-1])} or {splits[-1]}", where)
     head = substitute(head, r"reaches [\d,]+ GPUs:$", f"reaches {b['target_gpus']:,} GPUs:",
                       where)
     for key in ("switch_tbps", "gpu_gbps", "target_gpus"):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import hmac
+import io
 import json
 import os
 import re
@@ -273,16 +274,24 @@ def _record_of(folder: Path) -> dict:
     return {}
 
 
+def expected(variant: Variant) -> dict[str, Any]:
+    """What a folder of the student's must state: their values, and the seeds a run of
+    theirs runs (``seeds``, else their one seed: ``testbed run --seeds`` changes them)."""
+    if "seed" in variant.params and "seeds" not in variant.params:
+        return {**variant.params, "seeds": [variant.params["seed"]]}
+    return variant.params
+
+
 def variant_verdict(lab: Lab, variant: Variant, results: Results) -> Verdict:
     """``student-variant``: the folder ran with (or answers for) the student's values."""
     said = stated(lab, results)
-    wrong = [k for k, want in variant.params.items() if not _same(said.get(k), want)]
+    wrong = [k for k, want in expected(variant).items() if not _same(said.get(k), want)]
     if not wrong:
         return passed(f"student {variant.student}: {variant.describe()} (as the "
                       f"{'answers state' if 'seed' not in variant.params else 'run used'})")
     theirs = ", ".join(f"{k} {_show(said.get(k)) if said.get(k) is not None else 'missing'}"
                        for k in wrong)
-    mine = ", ".join(f"{k} {_show(variant.params[k])}" for k in wrong)
+    mine = ", ".join(f"{k} {_show(expected(variant)[k])}" for k in wrong)
     hint = ""
     made = _record_of(results.folder)
     if made.get("student") not in (None, variant.student):
@@ -322,9 +331,16 @@ def read_roster(path: Path, need_folder: bool) -> list[tuple[str, Path | None]]:
         raise ConfigError(where, exc.strerror or str(exc)) from None
     except UnicodeDecodeError:
         raise ConfigError(where, "not UTF-8 text (a CSV file: student,folder)") from None
-    rows = list(csv.DictReader(text.splitlines()))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     columns = ("student", "folder") if need_folder else ("student",)
-    header = rows[0].keys() if rows else csv.DictReader(text.splitlines()).fieldnames or []
+    try:
+        header = reader.fieldnames or []
+        rows, last = [], reader.line_num
+        for row in reader:  # each row with the line it starts on
+            rows.append((last + 1, row))
+            last = reader.line_num
+    except csv.Error as exc:
+        raise ConfigError(where, f"line {reader.line_num}: not CSV ({exc})") from None
     missing = [c for c in columns if c not in header]
     if missing:
         raise ConfigError(where, f"needs a header with the columns {', '.join(columns)} "
@@ -332,7 +348,7 @@ def read_roster(path: Path, need_folder: bool) -> list[tuple[str, Path | None]]:
     if not rows:
         raise ConfigError(where, "no student in it (one row a student after the header)")
     out: list[tuple[str, Path | None]] = []
-    for n, row in enumerate(rows, start=2):
+    for n, row in rows:
         student = check_id((row.get("student") or "").strip(), f"{where}: line {n}: student")
         folder = None
         if need_folder:
