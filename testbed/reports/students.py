@@ -432,6 +432,8 @@ def cmd_start(args) -> int:
         students = [check_id(args.student)]
     else:
         students = list(dict.fromkeys(s for s, _ in read_roster(Path(args.students), False)))
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} is not a folder")
     secret = course_secret()
     variants = [derive(lab, s, secret) for s in students]
     for v in variants:  # refuse before anything is written

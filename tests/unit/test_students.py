@@ -438,3 +438,66 @@ def test_draws_spread_over_the_options():
     for n in range(400):
         counts[derive(LAB9, f"id{n}").params["zipf"]] += 1
     assert all(math.isclose(c, 100, abs_tol=35) for c in counts.values()), counts
+
+
+ROSTERS = {
+    "no folder column": ("student\nada\n", "columns student, folder (missing: folder)"),
+    "no row": ("student,folder\n", "no student in it"),
+    "empty folder": ("student,folder\nada,\n", "line 2: folder: empty"),
+    "one folder, two ids": ("student,folder\nada,x\nbob,x\n", "x is given for ada and bob"),
+    "not UTF-8": (b"student,folder\n\xff\xfe,x\n", "not UTF-8 text"),
+    "too large": ("student,folder\n" + "ada,x\n" * 200_000, "over 1 MB"),
+    "an unclosed quote": ('student,folder\n"ada,x\n', "line 2: student"),
+}
+
+
+@pytest.mark.parametrize("case", ROSTERS)
+def test_a_bad_roster_is_one_line_and_exit_2(case, tmp_path, capsys):
+    text, said = ROSTERS[case]
+    roster = tmp_path / "roster.csv"
+    (roster.write_bytes if isinstance(text, bytes) else roster.write_text)(text)
+    folder = tmp_path / "x"
+    folder.mkdir()
+    (folder / "answers.yaml").write_text("part_a: {}\n")
+    assert main(["check", "2", str(folder), "--students", str(roster)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and said in err, err
+
+
+def test_start_into_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    assert main(["start", "2", "--student", "ada", "--out", str(tmp_path / "f")]) == 2
+    assert "--out: " in capsys.readouterr().err and (tmp_path / "f").read_text() == ""
+
+
+def test_the_teachers_page_counts_lab_2_s_answer_sets():
+    """docs/teaching/variants.md: part A's 17 designs give 10 answer sets, part B's 15
+    give 11; 47 different ones in a class of 60."""
+    m = students._module(LAB2)
+
+    def part_a(t, g, p):
+        c = calculate(switch_tbps=t, gpu_gbps=g, planes=p)
+        three = c["single_plane_three_tier"]
+        return (c["single_plane"]["radix"], c["multi_plane"]["radix"], c["max_gpus"],
+                c["reach_ratio"], three["max_gpus"], three["switches"],
+                c["multi_plane_vs_three_tier"] > 1)
+
+    def part_b(t, g, target):
+        planes = min(p for p in (1, 2, 4, 8) if g / p >= 200 and calculate(
+            switch_tbps=t, gpu_gbps=g, planes=p)["max_gpus"] >= target)
+        c = calculate(switch_tbps=t, gpu_gbps=g, planes=planes)
+        return planes, c["max_gpus"], c["multi_plane"]["switches"]
+
+    assert (len(m.PART_A), len({part_a(*d) for d in m.PART_A})) == (17, 10)
+    designs_b = {(p, calculate(switch_tbps=t, gpu_gbps=g, planes=p)["max_gpus"],
+                  calculate(switch_tbps=t, gpu_gbps=g, planes=p)["multi_plane"]["switches"])
+                 for t, g, p in m.PART_B}
+    assert (len(m.PART_B), len(designs_b)) == (15, 11)
+    sets = set()
+    for sid in CLASS:
+        a, b = derive(LAB2, sid).params["part_a"], derive(LAB2, sid).params["part_b"]
+        sets.add((part_a(*a.values()), part_b(*b.values())))
+    assert len(sets) == 47
+    page = (grading.REPO / "docs" / "teaching" / "variants.md").read_text()
+    assert "17 designs give 10 different sets" in " ".join(page.split())
+    assert "15 give 11" in page and "47 different answer sets" in " ".join(page.split())
