@@ -501,3 +501,17 @@ def test_the_teachers_page_counts_lab_2_s_answer_sets():
     page = (grading.REPO / "docs" / "teaching" / "variants.md").read_text()
     assert "17 designs give 10 different sets" in " ".join(page.split())
     assert "15 give 11" in page and "47 different answer sets" in " ".join(page.split())
+
+
+@pytest.mark.parametrize("lab", [lab for lab in grading.all_labs() if lab.number != 2],
+                         ids=lambda lab: lab.name)
+def test_every_lab_s_copy_is_a_valid_scenario_with_the_id_s_seed(lab, tmp_path):
+    copy = students.start(lab, derive(lab, "ada"), tmp_path)
+    seed = derive(lab, "ada").params["seed"]
+    files = [p for p in copy.glob("*.yaml") if p.name != "predictions.yaml"]
+    assert files
+    for path in files:
+        scenario.validate(path)
+        assert yaml.safe_load(path.read_text())["seed"] == seed
+    starter = {p.name for p in (lab.folder / "starter").iterdir()} - {"expected-check.txt"}
+    assert {p.name for p in copy.iterdir()} - {"student.json"} == starter - {"__pycache__"}
