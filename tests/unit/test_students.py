@@ -36,7 +36,7 @@ def test_one_id_always_the_same_values_two_ids_different():
     # pinned: copies handed out must keep grading after an upgrade of the testbed
     assert derive(LAB2, "ada").params == {
         "part_a": {"switch_tbps": 51.2, "gpu_gbps": 1600, "planes": 8},
-        "part_b": {"switch_tbps": 25.6, "gpu_gbps": 1600, "target_gpus": 400}}
+        "part_b": {"switch_tbps": 51.2, "gpu_gbps": 800, "target_gpus": 5300}}
     assert derive(LAB9, "ada").params == {"seed": 14382, "keys": 100, "zipf": 1.1,
                                           "sizes_kb": [16, 64, 64, 256]}
     assert derive(LAB10, "ada").params == {
@@ -100,7 +100,9 @@ def test_start_writes_the_values_into_the_copy(tmp_path, capsys):
     assert answers["part_a"]["single_plane_radix"] == "TODO"
     text = (copy / "answers.yaml").read_text()
     assert "# Part A: a 51.2 Tb/s switch, 1,600 Gb/s per GPU, split over 8 planes." in text
-    assert "(128 lanes of 200 Gb/s)" in text and "reaches 400 GPUs:" in text
+    assert "(256 lanes of 200 Gb/s), 800 Gb/s per GPU." in text
+    assert "so a GPU's 800 Gb/s splits over 1, 2 or 4" in text
+    assert "reaches 5,300 GPUs:" in text
     record = json.loads((copy / "student.json").read_text())
     assert record == {"lab": 2, "student": "ada", "params": params, "course_secret": False,
                       "check": "testbed check 2 RESULTS --student ada"}
@@ -215,7 +217,9 @@ def solve(copy: Path) -> Path:
         d = calculate(switch_tbps=b["switch_tbps"], gpu_gbps=b["gpu_gbps"], planes=planes)
         if d["max_gpus"] >= b["target_gpus"]:
             b.update(planes=planes, max_gpus=d["max_gpus"],
-                     switches=d["multi_plane"]["switches"])
+                     switches=d["multi_plane"]["switches"],
+                     leaves_needed=planes * math.ceil(
+                         b["target_gpus"] / (d["multi_plane"]["radix"] // 2)))
             break
     path.write_text(yaml.safe_dump(data))
     return copy
@@ -471,8 +475,8 @@ def test_start_into_a_file_is_one_line(tmp_path, capsys):
 
 
 def test_the_teachers_page_counts_lab_2_s_answer_sets():
-    """docs/teaching/variants.md: part A's 17 designs give 10 answer sets, part B's 15
-    give 11; 47 different ones in a class of 60."""
+    """docs/teaching/variants.md: part A's 17 designs give 10 answer sets; with part B's
+    (its target's leaves), the 60 ids of a class get 60 different ones."""
     m = students._module(LAB2)
 
     def part_a(t, g, p):
@@ -486,21 +490,24 @@ def test_the_teachers_page_counts_lab_2_s_answer_sets():
         planes = min(p for p in (1, 2, 4, 8) if g / p >= 200 and calculate(
             switch_tbps=t, gpu_gbps=g, planes=p)["max_gpus"] >= target)
         c = calculate(switch_tbps=t, gpu_gbps=g, planes=planes)
-        return planes, c["max_gpus"], c["multi_plane"]["switches"]
+        leaves = planes * math.ceil(target / (c["multi_plane"]["radix"] // 2))
+        return planes, c["max_gpus"], c["multi_plane"]["switches"], leaves
 
     assert (len(m.PART_A), len({part_a(*d) for d in m.PART_A})) == (17, 10)
     designs_b = {(p, calculate(switch_tbps=t, gpu_gbps=g, planes=p)["max_gpus"],
                   calculate(switch_tbps=t, gpu_gbps=g, planes=p)["multi_plane"]["switches"])
                  for t, g, p in m.PART_B}
-    assert (len(m.PART_B), len(designs_b)) == (15, 11)
-    sets = set()
+    assert (len(m.PART_B), len(designs_b)) == (13, 10)  # without the target's leaves
+    sets, parts_b = set(), set()
     for sid in CLASS:
         a, b = derive(LAB2, sid).params["part_a"], derive(LAB2, sid).params["part_b"]
         sets.add((part_a(*a.values()), part_b(*b.values())))
-    assert len(sets) == 47
-    page = (grading.REPO / "docs" / "teaching" / "variants.md").read_text()
-    assert "17 designs give 10 different sets" in " ".join(page.split())
-    assert "15 give 11" in page and "47 different answer sets" in " ".join(page.split())
+        parts_b.add(part_b(*b.values()))
+    assert (len(sets), len(parts_b)) == (60, 57)
+    page = " ".join((grading.REPO / "docs" / "teaching" / "variants.md").read_text().split())
+    assert "its 17 designs give 10 different sets of answers" in page
+    assert "all 60 answer sets came out different (57 different part B answers)" in page
+    assert "part B: 13 designs" in page
 
 
 @pytest.mark.parametrize("lab", [lab for lab in grading.all_labs() if lab.number != 2],
