@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.live_checks import NotApplicable
 from testbed.reports.predictions import Number
 
 UNACCEPTED, ACCEPTED, HEALTHY, REPLACED = "unaccepted", "accepted", "healthy", "replaced"
@@ -136,3 +137,40 @@ CHECKS = [unaccepted_fabric_fails, every_planted_fault_found,
 #: the guide's "Predict, then run" question 3 graded against the run (predictions.yaml):
 #: the chains the unaccepted rack completes, right within 5 chains
 PREDICTIONS = [Number("3", lambda r: _chains(r, UNACCEPTED)[1], unit="chains", within_abs=5)]
+
+
+# -- live checks: ``testbed check 10 --lab NAME`` on a running lab (testbed up) ---------
+#: the scenario the starter and the solution build (a lab of another is refused)
+SCENARIO = "lab10-acceptance"
+
+
+def acceptance_finds_planted_faults(live) -> Verdict:
+    """Student task, on the running rack: the acceptance checks of the accepted variant
+    (acceptance.checks), run now on the rack the lab came up with (testbed accept,
+    nothing excluded), find every fault planted in it and call nothing healthy bad."""
+    from testbed.acceptance.step import score
+    from testbed.lab.commands import ACCEPT_TIMEOUT_S
+
+    planted = (live.record.get("acceptance") or {}).get("planted") or []
+    if not planted:
+        raise NotApplicable(f"nothing is planted in variant {live.variant_name}: bring up "
+                            f"{UNACCEPTED} or {ACCEPTED}")
+    names = [v.name for v in live.loaded.variants]
+    source = ACCEPTED if ACCEPTED in names else live.variant_name
+    checks = list(live.loaded.variant(source).acceptance["checks"])
+    result = live.accept(checks, timeout=ACCEPT_TIMEOUT_S)
+    got = score(live.spec, planted, result)
+    found, missed, extra = got["found"], got["missed"], got["extra"]
+    said = (f"checks {', '.join(checks)} (variant {source}): {len(found)} of "
+            f"{len(found) + len(missed)} exclusions the plants call for "
+            f"({', '.join(found) or 'none'})")
+    if missed:
+        faults = sorted({_plant_of(m, planted) for m in missed})
+        said += (f"; missed {', '.join(faults)}: which check sees a link's rate and loss, "
+                 "which a NIC that slows only under sustained load?")
+    if extra:
+        said += f"; healthy but excluded: {', '.join(extra)}"
+    return verdict(not missed and not extra, said)
+
+
+LIVE = [acceptance_finds_planted_faults]

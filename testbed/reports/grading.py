@@ -377,9 +377,11 @@ def report(lab: Lab, graded: Grade) -> str:
 
 
 def cmd_check(args) -> int:
-    from testbed.reports import predictions
+    from testbed.reports import live_checks, predictions
 
     lab = find(args.lab)
+    if live_checks.wanted(args):
+        return live_checks.cmd_check_live(lab, args.live)
     folders = [Path(f) for f in args.results]
     given = getattr(args, "predictions", None)
     if given and len(folders) > 1:
@@ -487,7 +489,7 @@ def write_csv(path: Path, names: list[str], rows: list[Row],
 
 
 def add_parsers(sub) -> None:
-    from testbed.reports import predictions
+    from testbed.reports import live_checks, predictions
 
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
@@ -501,7 +503,7 @@ def add_parsers(sub) -> None:
                "     so it is not graded: close other programs or give the VM more vCPUs,\n"
                "     then run the lab again")
     p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
-    p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
+    p.add_argument("results", nargs="*", help="the results folder of the lab's run; several: "
                                               "a class, one line each")
     p.add_argument("--csv", help="also write the class's grades as a table (one row a "
                                  "folder, one column a check, one a prediction)")
@@ -511,4 +513,5 @@ def add_parsers(sub) -> None:
                         "the run's measurements beside the checks; without it, RESULTS/"
                         f"{predictions.FILENAME} is graded when the folder has one (a "
                         "class: each folder its own); an unanswered question is never PASS")
+    live_checks.add_arguments(p)
     p.set_defaults(func=cmd_check)
