@@ -132,6 +132,8 @@ SCENARIO = "lab07-backbone"
 REROUTE_WAIT_S = 30.0
 #: seconds the sessions are given to come back after the group is restored
 HEAL_WAIT_S = 90.0
+#: seconds a session that is down is given to come back before it counts as missing
+SESSION_WAIT_S = 15.0
 
 
 def _prefixes(live) -> dict[str, str]:
@@ -162,8 +164,15 @@ def _missing_routes(live) -> dict[str, list[str]]:
 
 def every_router_routes_everywhere(live) -> Verdict:
     """Every router (PoP and region) holds a route to every other router's loopback and
-    every region's site (its kernel table, as FRR installed it)."""
-    missing = _missing_routes(live)
+    every region's site (its kernel table, as FRR installed it; 15 s to be complete)."""
+    missing: dict[str, list[str]] = {}
+
+    def complete() -> bool:
+        missing.clear()
+        missing.update(_missing_routes(live))
+        return not missing
+
+    wait_until(complete, SESSION_WAIT_S, step=1.0)  # a route a flap took comes back
     routers = live.routers()
     shown = "; ".join(f"{n} lacks {', '.join(m[:3])}" + (f" and {len(m) - 3} more"
                                                           if len(m) > 3 else "")
@@ -195,6 +204,21 @@ def _links_up(live) -> set[str]:
     return up
 
 
+def _links_settled(live) -> set[str]:
+    """The links :func:`_links_up` finds up, asked again for up to :data:`SESSION_WAIT_S`
+    while one is missing: a link counts once its session was seen up (a session that
+    flaps on a loaded host is seen; one a cut, the design or the configuration takes
+    away is not)."""
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
+        seen.update(_links_up(live))
+        return seen >= set(live.record["links"])
+
+    wait_until(all_seen, SESSION_WAIT_S, step=1.0)
+    return seen
+
+
 def _live_design(live, up: set[str]) -> Backbone:
     """The scenario's backbone cut down to the links whose sessions are up."""
     from dataclasses import replace
@@ -210,8 +234,8 @@ def _live_design(live, up: set[str]) -> Backbone:
 
 def sessions_on_every_link(live) -> Verdict:
     """Every link of the design carries a routing session up at both ends (OSPF Full, or
-    BGP Established)."""
-    up = _links_up(live)
+    BGP Established; one that is down is given 15 s to be seen up)."""
+    up = _links_settled(live)
     down = sorted(set(live.record["links"]) - up)
     return verdict(not down, f"no session on {', '.join(down)}" if down else
                    f"sessions up on all {len(up)} links")
@@ -221,7 +245,7 @@ def separate_paths_in_sessions(live) -> Verdict:
     """The design rule on what the routers run: over the links whose sessions are up,
     every PoP has 4 separate paths (no shared link or risk group) to >= 2 PoPs and every
     region is homed to 2 PoPs."""
-    up = _links_up(live)
+    up = _links_settled(live)
     try:
         check = design_check(_live_design(live, up))
     except DesignLimit as exc:
@@ -269,8 +293,13 @@ def risk_group_rerouted(live) -> Verdict:
     """A risk group is cut on the running backbone (testbed fault cut_risk_group): within
     30 s every region pair answers again and no route leaves over a cut link; then the
     group is restored."""
-    before = _regions_unreachable(live)
-    if before:
+    before: list[str] = []
+
+    def reachable() -> bool:
+        before[:] = _regions_unreachable(live)
+        return not before
+
+    if wait_until(reachable, SESSION_WAIT_S, step=1.0) is None:
         return failed(f"before the cut, region pairs gave no answer: {', '.join(before[:4])}")
     group = _group_target(live)
     links = live.loaded.experiment.bb.group(group).links

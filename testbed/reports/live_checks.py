@@ -15,9 +15,20 @@ line a check, then the count; 0 when every check passed, 1 when one failed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+from testbed.core import fidelity, layout
 from testbed.errors import ConfigError, HostError
-from testbed.reports.grading import Grade, Lab, Verdict, all_labs, check_name, failed, verdict
+from testbed.reports.grading import (
+    RERUN_CHANGE,
+    Grade,
+    Lab,
+    Verdict,
+    all_labs,
+    check_name,
+    failed,
+    verdict,
+)
 
 LiveCheck = Callable[..., Verdict]
 
@@ -66,14 +77,31 @@ def run_checks(checks: list[LiveCheck], live) -> tuple[list[tuple[str, Verdict]]
 
 
 def report(lab: Lab, live, graded: Grade, skipped: list[tuple[str, str]]) -> str:
-    """What ``testbed check LAB --lab NAME`` prints: a line a check (SKIP for one that
-    does not apply to the running variant), then the count."""
+    """What ``testbed check LAB --lab NAME`` prints: RERUN's reason first when a check
+    failed while the host did not keep up, a line a check (SKIP for one that does not
+    apply to the running variant), then the count."""
     lines = [f"{'PASS' if v.ok else 'FAIL'} {name}: {v.reason}" for name, v in graded.checks]
     lines += [f"SKIP {name}: {why}" for name, why in skipped]
     tail = f", {len(skipped)} not applicable to this variant" if skipped else ""
-    lines.append(f"{lab.title}: live lab {live.name} ({live.scenario}/{live.variant_name}): "
-                 f"{graded.passed}/{len(graded.checks)} checks passed{tail}")
-    return "\n".join(lines) + "\n"
+    what = f"{lab.title}: live lab {live.name} ({live.scenario}/{live.variant_name})"
+    count = f"{graded.passed}/{len(graded.checks)} checks passed{tail}"
+    if graded.rerun:
+        return "\n".join([f"RERUN: {graded.rerun}", *(f"  (not graded) {ln}" for ln in lines),
+                          f"{what}: RERUN (not graded; {count})"]) + "\n"
+    return "\n".join([*lines, f"{what}: {count}"]) + "\n"
+
+
+def rerun_reason(graded: list[tuple[str, Verdict]], fidelity: dict | None) -> str | None:
+    """Why the live checks must be repeated: a check failed while the fidelity monitor
+    found the host not keeping up (a probe's timeout, a routing session's flap, an
+    acceptance measurement can fail for the host's sake; none passes for it, so a pass
+    stands). None when nothing failed or the host kept up."""
+    if fidelity is None or fidelity.get("ok", True) or all(v.ok for _, v in graded):
+        return None
+    why = "; ".join(str(x)[:300] for x in (fidelity.get("reasons") or [])[:3])
+    return (f"the fidelity monitor flagged the host while the live checks ran "
+            f"({why or 'no reason recorded'}): a check that failed may have failed for "
+            f"the host's sake. {RERUN_CHANGE}")
 
 
 def add_arguments(parser) -> None:
@@ -111,12 +139,15 @@ def cmd_check_live(lab: Lab, name: str) -> int:
     live = LiveLab.find(name)
     check_scenario(lab, live)
     _root("testbed check --lab")
-    graded, skipped = run_checks(checks, live)
+    with fidelity.Monitor(Path(live.record["out"]) / layout.LIVE_CHECK_FIDELITY,
+                          owner=live.record["owner"]["pid"]) as monitor:
+        with monitor.watching():
+            graded, skipped = run_checks(checks, live)
     if not graded:
         raise ConfigError("--lab", f"no live check of lab {lab.number} applies to variant "
                                    f"{live.variant_name}: "
                                    + "; ".join(f"{n}: {why}" for n, why in skipped))
-    grade = Grade(graded)
+    grade = Grade(graded, rerun_reason(graded, monitor.result))
     print(report(lab, live, grade, skipped), end="")
     return grade.exit_status
 

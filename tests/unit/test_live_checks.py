@@ -281,6 +281,7 @@ def test_lab7_design_rule_on_the_sessions_that_are_up(monkeypatch) -> None:
     live = SimpleNamespace(loaded=loaded, record={"links": {lk.name: {} for lk in
                                                             bb.all_links}})
     every = {lk.name for lk in bb.all_links}
+    monkeypatch.setattr(check, "SESSION_WAIT_S", 0.1)
     monkeypatch.setattr(check, "_links_up", lambda live: every)
     assert check.separate_paths_in_sessions(live).ok
     assert check.sessions_on_every_link(live).ok
@@ -334,3 +335,49 @@ def test_lab10_scores_the_acceptance_it_runs_on_the_rack() -> None:
     rack.record["acceptance"] = None
     with pytest.raises(live_checks.NotApplicable, match="nothing is planted"):
         check.acceptance_finds_planted_faults(rack)
+
+
+def test_a_failure_on_a_flagged_host_is_rerun_and_a_pass_stands() -> None:
+    from testbed.reports.grading import failed
+
+    flagged = {"ok": False, "reasons": ["the host had less than 10 % idle CPU"]}
+    quiet = {"ok": True, "reasons": []}
+    bad = [("fine", passed("x")), ("slow", failed("no answer"))]
+    good = [("fine", passed("x"))]
+    assert live_checks.rerun_reason(bad, quiet) is None
+    assert live_checks.rerun_reason(good, flagged) is None  # load fails checks, never passes
+    why = live_checks.rerun_reason(bad, flagged)
+    assert why.startswith("the fidelity monitor flagged the host while the live checks ran "
+                          "(the host had less than 10 % idle CPU)")
+    grade = Grade(bad, why)
+    live = SimpleNamespace(name="x", scenario="lab03-hashing", variant_name="v")
+    lines = live_checks.report(find("3"), live, grade, []).splitlines()
+    assert lines[0].startswith("RERUN: the fidelity monitor flagged")
+    assert lines[1:3] == ["  (not graded) PASS fine: x", "  (not graded) FAIL slow: no answer"]
+    assert lines[-1].endswith("(lab03-hashing/v): RERUN (not graded; 1/2 checks passed)")
+    assert grade.exit_status == 3
+
+
+def test_lab7_macsec_counters_must_grow_on_every_link_end(monkeypatch) -> None:
+    check = find("7").module()
+    monkeypatch.setattr(check.time, "sleep", lambda s: None)
+    monkeypatch.setattr(check, "_regions_unreachable", lambda live: [])
+
+    class Secured(LiveLab):
+        def __init__(self, readings):
+            super().__init__({"name": "b", "kind": "backbone", "keys": "k", "links": {}})
+            self.readings = iter(readings)
+
+        def macsec_counters(self):
+            return next(self.readings)
+
+    def end(out, ok, bad=0):
+        return {"OutPktsEncrypted": out, "InPktsOK": ok, "InPktsNotValid": bad}
+
+    before = {"nyc-ams": {"a": end(10, 10), "b": end(10, 10)}}
+    grown = {"nyc-ams": {"a": end(20, 19), "b": end(19, 20)}}
+    assert check.macsec_counters_grow(Secured([before, grown])).ok
+    rejected = {"nyc-ams": {"a": end(20, 19), "b": end(19, 10, bad=9)}}  # b's key is wrong
+    v = check.macsec_counters_grow(Secured([before, rejected]))
+    assert not v.ok and v.reason == ("counters still on nyc-ams:b (+9 protected, +0 "
+                                     "InPktsOK, 9 not valid)")
