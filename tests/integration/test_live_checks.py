@@ -31,7 +31,7 @@ LABS = REPO / "labs"
 RERUN = 3
 
 
-def testbed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_testbed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "testbed.core.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -41,16 +41,16 @@ def lab_up(scenario: Path, variant: str | None, tmp: Path) -> Iterator[dict]:
     """A lab up (its record), taken down at the end whatever happens, nothing left."""
     name = f"lc{os.getpid() % 10000}{scenario.parent.parent.name[3:5]}"
     args = ["up", str(scenario), "--name", name, "--results", str(tmp)]
-    up = testbed(*args, *(["--variant", variant] if variant else []))
+    up = run_testbed(*args, *(["--variant", variant] if variant else []))
     try:
         assert up.returncode == 0, up.stderr[-2000:]
-        listed = json.loads(testbed("ls", "--json").stdout)
+        listed = json.loads(run_testbed("ls", "--json").stdout)
         yield next(r for r in listed if r["name"] == name)
     finally:
-        listed = json.loads(testbed("ls", "--json").stdout or "[]")
+        listed = json.loads(run_testbed("ls", "--json").stdout or "[]")
         record = next((r for r in listed if r["name"] == name), None)
         if record is not None:
-            down = testbed("down", name)
+            down = run_testbed("down", name)
             assert down.returncode == 0, down.stderr
             assert leftovers(f"tb{record['run_id']}") == []
 
@@ -58,7 +58,7 @@ def lab_up(scenario: Path, variant: str | None, tmp: Path) -> Iterator[dict]:
 def check(lab: int, name: str) -> tuple[int, dict[str, str]]:
     """``testbed check LAB --lab NAME``: its exit status and {check: 'PASS reason' |
     'FAIL reason' | 'SKIP why'} (RERUN's checks read from their "(not graded)" lines)."""
-    done = testbed("check", str(lab), "--lab", name)
+    done = run_testbed("check", str(lab), "--lab", name)
     lines = done.stdout.splitlines()
     assert done.returncode in (0, 1, RERUN), done.stderr + done.stdout
     if done.returncode == RERUN:
@@ -96,7 +96,7 @@ def test_lab3_placement_on_the_switches_and_a_leaf_emptied_by_hand(tmp_path) -> 
         assert v["placement-app-loaded"].endswith("16 pinned flows on every leaf")
         assert v["placement-avoids-collisions"].startswith("PASS 16 pinned flows")
         # another lab's checks on it: one line, exit 2
-        wrong = testbed("check", "5", "--lab", name)
+        wrong = run_testbed("check", "5", "--lab", name)
         assert wrong.returncode == 2 and wrong.stdout == "", wrong.stdout
         assert wrong.stderr.strip().splitlines() == [
             f"testbed: error: --lab: lab {name} runs scenario 'lab03-hashing', not lab 5's "
@@ -130,7 +130,7 @@ def test_lab5_a_cut_spine_link_on_the_running_lab(tmp_path, step) -> None:
             assert v["cut-link-repaired"].startswith("FAIL p0l0-p0s1 cut: "), v
             assert "which layer repairs a dead port?" in v["cut-link-repaired"]
         # the cut was undone: the lab answers as before
-        again = testbed("exec", record["name"], "n0", "--", "ping", "-c1", "-W2", "10.0.0.8")
+        again = run_testbed("exec", record["name"], "n0", "--", "ping", "-c1", "-W2", "10.0.0.8")
         assert again.returncode == 0, again.stdout
 
 
@@ -149,7 +149,7 @@ def test_lab7_routes_sessions_paths_and_a_rerouted_risk_group(tmp_path) -> None:
                     "PASS tat-north (nyc-lon-1, nyc-lon-2) cut")
         assert v["macsec-counters-grow"].startswith("SKIP MACsec is off")
         # a link cut by hand: its session is gone, the check names it
-        assert testbed("fault", name, "cut_link", "nyc-ams").returncode == 0
+        assert run_testbed("fault", name, "cut_link", "nyc-ams").returncode == 0
         status, v = check(7, name)
         assert status in (1, RERUN)
         assert v["sessions-on-every-link"] == "FAIL no session on nyc-ams"
