@@ -110,7 +110,9 @@ def add_arguments(parser) -> None:
                         help="grade a running lab (testbed up ... --name NAME) with the "
                              "lab's live checks (labs 3, 5, 7, 10) instead of a results "
                              "folder: probes across it, its switches' flows, its routers' "
-                             "routes and sessions, its MACsec counters")
+                             "routes and sessions, its MACsec counters; exit 2 (one line) "
+                             "when NAME is no running lab or runs another lab's scenario, "
+                             "3 when a check failed while the host did not keep up")
 
 
 def wanted(args) -> bool:
