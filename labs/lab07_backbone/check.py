@@ -209,6 +209,8 @@ def _links_settled(live) -> set[str]:
     while one is missing: a link counts once its session was seen up (a session that
     flaps on a loaded host is seen; one a cut, the design or the configuration takes
     away is not)."""
+    if "lab7-links" in live.memo:  # seen by the check before this one, same grading
+        return set(live.memo["lab7-links"])
     seen: set[str] = set()
 
     def all_seen() -> bool:
@@ -216,6 +218,7 @@ def _links_settled(live) -> set[str]:
         return seen >= set(live.record["links"])
 
     wait_until(all_seen, SESSION_WAIT_S, step=1.0)
+    live.memo["lab7-links"] = set(seen)
     return seen
 
 

@@ -38,6 +38,9 @@ class LiveLab:
         self.name: str = record["name"]
         self.kind: str = record["kind"]
         self.prefix: str = record.get("prefix", "")
+        #: what one check observed that a later check of the same grading may reuse
+        #: (lab 7's settled sessions), keyed by the check's own name
+        self.memo: dict[str, object] = {}
 
     @classmethod
     def find(cls, name: str) -> LiveLab:

@@ -278,8 +278,8 @@ def test_lab7_design_rule_on_the_sessions_that_are_up(monkeypatch) -> None:
     check = find("7").module()
     loaded = scenario.load(find("7").folder / "solution" / "backbone.yaml")
     bb = loaded.experiment.bb
-    live = SimpleNamespace(loaded=loaded, record={"links": {lk.name: {} for lk in
-                                                            bb.all_links}})
+    live = SimpleNamespace(loaded=loaded, memo={}, record={"links": {lk.name: {} for lk in
+                                                                     bb.all_links}})
     every = {lk.name for lk in bb.all_links}
     monkeypatch.setattr(check, "SESSION_WAIT_S", 0.1)
     monkeypatch.setattr(check, "_links_up", lambda live: every)
@@ -287,6 +287,8 @@ def test_lab7_design_rule_on_the_sessions_that_are_up(monkeypatch) -> None:
     assert check.sessions_on_every_link(live).ok
     down = every - {"nyc-ash-1", "nyc-ash-2"}  # nyc's two links to ash, sessions gone
     monkeypatch.setattr(check, "_links_up", lambda live: down)
+    assert check.separate_paths_in_sessions(live).ok  # what this grading saw already
+    live.memo.clear()  # a new grading asks the routers again
     v = check.separate_paths_in_sessions(live)
     assert not v.ok and "PoP nyc" in v.reason, v.reason
     v = check.sessions_on_every_link(live)
