@@ -9,7 +9,11 @@ graded against the same records.
 
 from __future__ import annotations
 
+import re
+
+from testbed.lab.live import wait_until
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.live_checks import NotApplicable, hosts_reach_across_leaves
 from testbed.reports.predictions import Diagnosis, Number
 
 CUT_REPAIR_MS = 100.0
@@ -132,3 +136,84 @@ PREDICTIONS = [
     Number("4", _crash_lost, unit="probes", within_abs=10),
     *(_diagnosis(n) for n in (1, 2, 3, 4)),
 ]
+
+
+# -- live checks: ``testbed check 5 --lab NAME`` on a running lab (testbed up) ----------
+#: the scenario the starter and the solution build (a lab of another is refused)
+SCENARIO = "lab05-resilience"
+#: the spine link the live check cuts when the variant's own faults cut none
+CUT = "p0l0-p0s1"
+#: seconds the cut is given to be repaired (the 100 ms target is the run's to measure:
+#: a round of probes takes about a second here)
+CUT_WAIT_S = 10.0
+#: seconds the lab is given to heal after the cut is undone
+HEAL_WAIT_S = 30.0
+_WATCH = re.compile(r"watch_port:(\d+)")
+
+
+def failover_groups_on_spines(live) -> Verdict:
+    """The switch layer, when the variant switches it on (controller.fast_failover):
+    every spine holds a fast-failover group for each of its downlinks, the downlink
+    first (watched) and a way back out as its backup."""
+    if not live.variant.controller.get("fast_failover"):
+        raise NotApplicable(f"variant {live.variant_name} does not switch on fast "
+                            "failover (controller.fast_failover)")
+    spec, bad, count = live.spec, [], 0
+    for spine in (s for s in spec.switches if s.role == "spine"):
+        # each fast-failover group's primary port (its first bucket's watch_port), when
+        # the group has a backup bucket
+        primary = {int(m.group(1)) for g in live.groups(live.short(spine.name))
+                   if "type=ff" in g and g.count("bucket=") >= 2
+                   and (m := _WATCH.search(g))}
+        downlinks = [p.port for p in spec.switch_ports()
+                     if p.switch == spine.name and p.role.endswith("_downlink")]
+        missing = [p for p in downlinks if p not in primary]
+        count += len(downlinks) - len(missing)
+        if missing:
+            bad.append(f"{live.short(spine.name)}: no fast-failover group for port(s) "
+                       f"{', '.join(map(str, missing))}")
+    return verdict(not bad, "; ".join(bad) or f"{count} spine downlinks each behind a "
+                                              "fast-failover group with a backup")
+
+
+def _cut_target(live) -> str:
+    """The variant's own spine link cut (its link_down fault), else :data:`CUT`."""
+    for fault in live.variant.faults:
+        if fault.action == "link_down" and fault.target:
+            return fault.target
+    return CUT
+
+
+def cut_link_repaired(live) -> Verdict:
+    """Student task, on the running lab: a spine link is cut (testbed fault link_down)
+    and every pair of hosts across leaves answers again within 10 s; the link is then
+    restored."""
+    before, probed = live.unreachable_across_leaves()
+    if before:
+        return verdict(False, f"before the cut, {len(before)} of {probed} pairs gave no "
+                              f"answer ({', '.join(before[:4])})")
+    link = _cut_target(live)
+    last: list[list[str]] = [[]]
+
+    def repaired() -> bool:
+        last[0] = live.unreachable_across_leaves()[0]
+        return not last[0]
+
+    live.fault("link_down", link)
+    try:
+        took = wait_until(repaired, CUT_WAIT_S, step=0.2)
+    finally:
+        live.fault("link_up", link)
+        healed = wait_until(lambda: not live.unreachable_across_leaves()[0], HEAL_WAIT_S)
+    after = "" if healed is not None else (f"; {HEAL_WAIT_S:.0f} s after link_up some "
+                                           "pairs still gave no answer")
+    if took is None:
+        return verdict(False, f"{link} cut: {len(last[0])} of {probed} pairs still gave no "
+                              f"answer after {CUT_WAIT_S:.0f} s ({', '.join(last[0][:4])}): "
+                              f"which layer repairs a dead port?{after}")
+    return verdict(True, f"{link} cut: all {probed} pairs across leaves answered "
+                         f"{took:.1f} s after the cut (probe rounds; the run's repair_ms "
+                         f"measures the 100 ms target); link restored{after}")
+
+
+LIVE = [hosts_reach_across_leaves, failover_groups_on_spines, cut_link_repaired]

@@ -8,7 +8,11 @@ the failover figures are the ones the run measured from its probes.
 
 from __future__ import annotations
 
+import time
+
+from testbed.lab.live import wait_until
 from testbed.reports.grading import Missing, Results, Verdict, failed, passed, verdict
+from testbed.reports.live_checks import NotApplicable
 from testbed.reports.predictions import Choice
 from topologies.backbone import Backbone, default_backbone
 from topologies.backbone_check import PATHS, PEERS, DesignLimit, design_check
@@ -118,3 +122,238 @@ def _slowest(r: Results) -> str:
 #: the guide's "Predict, then run" question 1 graded against the run (predictions.yaml):
 #: the fault slowest to route around, the right choice
 PREDICTIONS = [Choice("1", _slowest, FAULTS)]
+
+
+# -- live checks: ``testbed check 7 --lab NAME`` on a running lab (testbed up) ----------
+#: the scenario the starter and the solution build (a lab of another is refused)
+SCENARIO = "lab07-backbone"
+#: seconds a cut risk group is given to be routed around (the 300 ms target is the run's
+#: to measure: a round of probes takes about a second here)
+REROUTE_WAIT_S = 30.0
+#: seconds the sessions are given to come back after the group is restored
+HEAL_WAIT_S = 90.0
+#: seconds a session that is down is given to come back before it counts as missing
+SESSION_WAIT_S = 15.0
+
+
+def _prefixes(live) -> dict[str, str]:
+    """Every destination a router must route: other routers' loopbacks, regions' sites."""
+    out = {}
+    for node in live.routers():
+        out[live.address(node, "lo")] = f"{node} loopback"
+        site = live.address(node, "site0")
+        if site:
+            out[site.rsplit(".", 1)[0] + ".0/24"] = f"{node} site"
+    return out
+
+
+def _missing_routes(live) -> dict[str, list[str]]:
+    want = _prefixes(live)
+    out = {}
+    for node in live.routers():
+        have = {str(r.get("dst", "")).removesuffix("/32") for r in live.routes(node)}
+        own = {live.address(node, "lo")}
+        site = live.address(node, "site0")
+        if site:
+            own.add(site.rsplit(".", 1)[0] + ".0/24")
+        missing = [what for dst, what in want.items() if dst not in have and dst not in own]
+        if missing:
+            out[node] = missing
+    return out
+
+
+def every_router_routes_everywhere(live) -> Verdict:
+    """Every router (PoP and region) holds a route to every other router's loopback and
+    every region's site (its kernel table, as FRR installed it; 15 s to be complete)."""
+    missing: dict[str, list[str]] = {}
+
+    def complete() -> bool:
+        missing.clear()
+        missing.update(_missing_routes(live))
+        return not missing
+
+    wait_until(complete, SESSION_WAIT_S, step=1.0)  # a route a flap took comes back
+    routers = live.routers()
+    shown = "; ".join(f"{n} lacks {', '.join(m[:3])}" + (f" and {len(m) - 3} more"
+                                                          if len(m) > 3 else "")
+                      for n, m in list(missing.items())[:4])
+    return verdict(not missing, shown or f"each of {len(routers)} routers routes all "
+                                         f"{len(_prefixes(live)) - 1} other destinations")
+
+
+def _links_up(live) -> set[str]:
+    """The backbone's links whose two ends hold a Full OSPF adjacency (or an Established
+    BGP session) over them, from each router's vtysh."""
+    full: dict[str, set[str]] = {}
+    for node in live.routers():
+        nbrs = live.vtysh_json(node, "show ip ospf neighbor json") or {}
+        full[node] = {str(n.get("ifaceName", "")).split(":")[0]
+                      for entries in (nbrs.get("neighbors") or {}).values() for n in entries
+                      if str(n.get("nbrState", "")).startswith("Full")}
+        if not nbrs.get("neighbors"):  # a BGP backbone: sessions by peer address
+            summary = live.vtysh_json(node, "show bgp ipv4 unicast summary json") or {}
+            full[node] |= {f"peer {addr}" for addr, p in (summary.get("peers") or {}).items()
+                           if p.get("state") == "Established"}
+    up = set()
+    for link, ends in live.record["links"].items():
+        i = live.link_index(link)
+        if all(live.link_ifname(link, s) in full.get(ends[s], set()) or
+               f"peer 10.1.{i}.{2 if s == 'a' else 1}" in full.get(ends[s], set())
+               for s in "ab"):
+            up.add(link)
+    return up
+
+
+def _links_settled(live) -> set[str]:
+    """The links :func:`_links_up` finds up, asked again for up to :data:`SESSION_WAIT_S`
+    while one is missing: a link counts once its session was seen up (a session that
+    flaps on a loaded host is seen; one a cut, the design or the configuration takes
+    away is not)."""
+    if "lab7-links" in live.memo:  # seen by the check before this one, same grading
+        return set(live.memo["lab7-links"])
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
+        seen.update(_links_up(live))
+        return seen >= set(live.record["links"])
+
+    wait_until(all_seen, SESSION_WAIT_S, step=1.0)
+    live.memo["lab7-links"] = set(seen)
+    return seen
+
+
+def _live_design(live, up: set[str]) -> Backbone:
+    """The scenario's backbone cut down to the links whose sessions are up."""
+    from dataclasses import replace
+
+    bb = live.loaded.experiment.bb
+    groups = [replace(g, links=tuple(x for x in g.links if x in up)) for g in bb.risk_groups]
+    return replace(bb, links=tuple(lk for lk in bb.links if lk.name in up),
+                   regions=tuple(replace(r, pops=tuple(p for p in r.pops
+                                                       if f"{r.name}-{p}" in up))
+                                 for r in bb.regions),
+                   risk_groups=tuple(g for g in groups if g.links))
+
+
+def sessions_on_every_link(live) -> Verdict:
+    """Every link of the design carries a routing session up at both ends (OSPF Full, or
+    BGP Established; one that is down is given 15 s to be seen up)."""
+    up = _links_settled(live)
+    down = sorted(set(live.record["links"]) - up)
+    return verdict(not down, f"no session on {', '.join(down)}" if down else
+                   f"sessions up on all {len(up)} links")
+
+
+def separate_paths_in_sessions(live) -> Verdict:
+    """The design rule on what the routers run: over the links whose sessions are up,
+    every PoP has 4 separate paths (no shared link or risk group) to >= 2 PoPs and every
+    region is homed to 2 PoPs."""
+    up = _links_settled(live)
+    try:
+        check = design_check(_live_design(live, up))
+    except DesignLimit as exc:
+        return failed(f"the design check does not take this design: {exc}")
+    if not check.ok:
+        return failed(f"over the {len(up)} links with sessions up: " + "; ".join(check.errors))
+    fewest = min(len(e["peers"]) for e in check.pops.values())
+    return passed(f"over the {len(up)} links with sessions up, every PoP reaches >= "
+                  f"{fewest} PoPs over {PATHS} separate paths; every region dual-homed")
+
+
+def _regions_unreachable(live) -> list[str]:
+    """Region pairs whose probes (site address to site address) got no answer."""
+    sites = {n: live.address(n, "site0") for n in live.routers() if live.address(n, "site0")}
+    bad = []
+    for src, addr in sites.items():
+        answered = live.probe(src, [a for n, a in sites.items() if n != src], source=addr)
+        bad += [f"{src}>{n}" for n, a in sites.items() if n != src and not answered[a]]
+    return bad
+
+
+def _routes_over(live, ifnames: set[str]) -> list[str]:
+    """Routes (router: destination) that still leave over one of ``ifnames``."""
+    out = []
+    for node in live.routers():
+        for r in live.routes(node):
+            devs = {r.get("dev")} | {h.get("dev") for h in r.get("nexthops") or ()}
+            if devs & ifnames and r.get("protocol") not in ("kernel",):
+                out.append(f"{node}: {r.get('dst')}")
+    return out
+
+
+def _group_target(live) -> str:
+    """The risk group the variant's own schedule cuts, else the backbone's first."""
+    for fault in live.loaded.experiment.cfg.get("faults") or ():
+        if fault.get("action") == "cut_risk_group":
+            return fault["target"]
+    groups = [g.name for g in live.loaded.experiment.bb.risk_groups if g.links]
+    if not groups:
+        raise NotApplicable("the backbone has no risk group to cut")
+    return groups[0]
+
+
+def risk_group_rerouted(live) -> Verdict:
+    """A risk group is cut on the running backbone (testbed fault cut_risk_group): within
+    30 s every region pair answers again and no route leaves over a cut link; then the
+    group is restored."""
+    before: list[str] = []
+
+    def reachable() -> bool:
+        before[:] = _regions_unreachable(live)
+        return not before
+
+    if wait_until(reachable, SESSION_WAIT_S, step=1.0) is None:
+        return failed(f"before the cut, region pairs gave no answer: {', '.join(before[:4])}")
+    group = _group_target(live)
+    links = live.loaded.experiment.bb.group(group).links
+    ifnames = {live.link_ifname(lk, s) for lk in links for s in "ab"}
+    last: list[list[str]] = [[]]
+
+    def rerouted() -> bool:
+        last[0] = _regions_unreachable(live) + _routes_over(live, ifnames)
+        return not last[0]
+
+    live.fault("cut_risk_group", group)
+    try:
+        took = wait_until(rerouted, REROUTE_WAIT_S, step=0.2)
+    finally:
+        live.fault("restore_risk_group", group)
+        healed = wait_until(lambda: set(links) <= _links_up(live), HEAL_WAIT_S, step=1.0)
+    after = "" if healed is not None else (f"; {HEAL_WAIT_S:.0f} s after the restore the "
+                                           "sessions on it were not all back")
+    if took is None:
+        return failed(f"{group} ({', '.join(links)}) cut: after {REROUTE_WAIT_S:.0f} s "
+                      f"still {', '.join(last[0][:4])}{after}")
+    return passed(f"{group} ({', '.join(links)}) cut: every region pair answered and no "
+                  f"route used it {took:.1f} s later (probe rounds; the run's restore_ms "
+                  f"measures the 300 ms target); restored{after}")
+
+
+def macsec_counters_grow(live) -> Verdict:
+    """With MACsec on, every backbone link end protects what it sends and validates what
+    it receives: its SecY's OutPktsProtected/Encrypted and InPktsOK grow over 3 s of
+    probes (hellos and BFD alone cross every link)."""
+    first = live.macsec_counters()
+    if first is None:
+        raise NotApplicable("MACsec is off in this backbone (backbone.macsec.enabled)")
+    _regions_unreachable(live)
+    time.sleep(3.0)  # the window the counters are compared over, not a wait for a state
+    second = live.macsec_counters()
+    out = ("OutPktsProtected", "OutPktsEncrypted")
+    still = []
+    for link, ends in second.items():
+        for side, now in ends.items():
+            was = first.get(link, {}).get(side, {})
+            sent = sum(now.get(k, 0) for k in out) - sum(was.get(k, 0) for k in out)
+            ok = now.get("InPktsOK", 0) - was.get("InPktsOK", 0)
+            if sent <= 0 or ok <= 0:
+                still.append(f"{link}:{side} (+{sent} protected, +{ok} InPktsOK, "
+                             f"{now.get('InPktsNotValid', 0)} not valid)")
+    ends = sum(len(e) for e in second.values())
+    return verdict(not still, f"counters still on {', '.join(still[:4])}" if still else
+                   f"all {ends} link ends protected what they sent and validated what "
+                   "they received")
+
+
+LIVE = [every_router_routes_everywhere, sessions_on_every_link, separate_paths_in_sessions,
+        risk_group_rerouted, macsec_counters_grow]

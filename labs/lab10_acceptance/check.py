@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 from testbed.reports.grading import Missing, Results, Verdict, verdict
+from testbed.reports.live_checks import NotApplicable
 from testbed.reports.predictions import Number
 from testbed.reports.students import SEEDS, Draw
 
@@ -197,3 +198,40 @@ def student_stated(r: Results) -> dict:
     """Where the run planted the faults (the accepted variant's acceptance record)."""
     record = r.run(ACCEPTED).get("acceptance") or {}
     return {"planted": [f.get("target") for f in record.get("planted") or []]}
+
+
+# -- live checks: ``testbed check 10 --lab NAME`` on a running lab (testbed up) ---------
+#: the scenario the starter and the solution build (a lab of another is refused)
+SCENARIO = "lab10-acceptance"
+
+
+def acceptance_finds_planted_faults(live) -> Verdict:
+    """Student task, on the running rack: the acceptance checks of the accepted variant
+    (acceptance.checks), run now on the rack the lab came up with (testbed accept,
+    nothing excluded), find every fault planted in it and call nothing healthy bad."""
+    from testbed.acceptance.step import score
+    from testbed.lab.commands import ACCEPT_TIMEOUT_S
+
+    planted = (live.record.get("acceptance") or {}).get("planted") or []
+    if not planted:
+        raise NotApplicable(f"nothing is planted in variant {live.variant_name}: bring up "
+                            f"{UNACCEPTED} or {ACCEPTED}")
+    names = [v.name for v in live.loaded.variants]
+    source = ACCEPTED if ACCEPTED in names else live.variant_name
+    checks = list(live.loaded.variant(source).acceptance["checks"])
+    result = live.accept(checks, timeout=ACCEPT_TIMEOUT_S)
+    got = score(live.spec, planted, result)
+    found, missed, extra = got["found"], got["missed"], got["extra"]
+    said = (f"checks {', '.join(checks)} (variant {source}): {len(found)} of "
+            f"{len(found) + len(missed)} exclusions the plants call for "
+            f"({', '.join(found) or 'none'})")
+    if missed:
+        faults = sorted({_plant_of(m, planted) for m in missed})
+        said += (f"; missed {', '.join(faults)}: which check sees a link's rate and loss, "
+                 "which a NIC that slows only under sustained load?")
+    if extra:
+        said += f"; healthy but excluded: {', '.join(extra)}"
+    return verdict(not missed and not extra, said)
+
+
+LIVE = [acceptance_finds_planted_faults]

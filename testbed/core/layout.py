@@ -96,6 +96,8 @@ SWITCH_PROCESSES_LOG = "switch-processes.log"  # the lab's own ovs-vswitchd inst
 LAB_REQUEST = "lab-request.json"  # what testbed up asked its supervisor for
 SUPERVISOR_LOG = "supervisor.log"
 LAB_FAULTS = "lab-faults.jsonl"  # faults applied by hand (testbed fault), as applied
+#: the fidelity monitor's samples while ``testbed check LAB --lab NAME`` ran on the lab
+LIVE_CHECK_FIDELITY = "live-check-fidelity.jsonl"
 MONITOR_LOG = "monitor.log"  # the lab monitor: metrics and the live dashboard
 MONITOR_STATUS = "monitor-status.jsonl"  # where it listens or why not (in the run folder)
 MONITOR_BACKBONE = "monitor-backbone.json"  # a backbone lab described for its monitor

@@ -126,6 +126,9 @@ class FabricLab:
         return {"size": spec.counts(), "prefix": spec.prefix, "servers": self.servers,
                 "spec": str(self.out / layout.SPEC),
                 "switches": [s.name[len(spec.prefix):] for s in spec.switches],
+                # what ovs-ofctl is given for each switch (the live checks read its flows)
+                "ofctl": {s.name[len(spec.prefix):]: live.fabric.ofctl_target(s.name)
+                          for s in spec.switches},
                 "controller": ({"pid": live.controller.pid,
                                 "openflow": f"tcp:127.0.0.1:{live.fabric.controller_port}",
                                 "metrics": live.metrics_url,

@@ -380,9 +380,11 @@ def report(lab: Lab, graded: Grade) -> str:
 
 
 def cmd_check(args) -> int:
-    from testbed.reports import predictions, students
+    from testbed.reports import live_checks, predictions, students
 
     lab = find(args.lab)
+    if live_checks.wanted(args):
+        return live_checks.cmd_check_live(lab, args.live)
     folders = [Path(f) for f in args.results]
     by_id = students.grader(lab, args, folders)  # --student, --students: each id's values
     assess_one = by_id or (lambda folder: assess(lab, folder))
@@ -495,7 +497,7 @@ def write_csv(path: Path, names: list[str], rows: list[Row],
 
 
 def add_parsers(sub) -> None:
-    from testbed.reports import predictions, students
+    from testbed.reports import live_checks, predictions, students
 
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
@@ -509,7 +511,7 @@ def add_parsers(sub) -> None:
                "     so it is not graded: close other programs or give the VM more vCPUs,\n"
                "     then run the lab again")
     p.add_argument("lab", help="lab number (1-10), folder or name (see labs/README.md)")
-    p.add_argument("results", nargs="+", help="the results folder of the lab's run; several: "
+    p.add_argument("results", nargs="*", help="the results folder of the lab's run; several: "
                                               "a class, one line each")
     p.add_argument("--csv", help="also write the class's grades as a table (one row a "
                                  "folder, one column a check, one a prediction)")
@@ -520,4 +522,5 @@ def add_parsers(sub) -> None:
                         f"{predictions.FILENAME} is graded when the folder has one (a "
                         "class: each folder its own); an unanswered question is never PASS")
     students.add_check_options(p)
+    live_checks.add_arguments(p)
     p.set_defaults(func=cmd_check)
