@@ -380,6 +380,10 @@ def cmd_check(args) -> int:
     from testbed.reports import predictions
 
     lab = find(args.lab)
+    if getattr(args, "rerun", False):  # each RESULTS a submission, run again here
+        from testbed.reports import rerun
+
+        return rerun.cmd_rerun(args, lab)
     folders = [Path(f) for f in args.results]
     given = getattr(args, "predictions", None)
     if given and len(folders) > 1:
@@ -511,4 +515,7 @@ def add_parsers(sub) -> None:
                         "the run's measurements beside the checks; without it, RESULTS/"
                         f"{predictions.FILENAME} is graded when the folder has one (a "
                         "class: each folder its own); an unanswered question is never PASS")
+    from testbed.reports import rerun
+
+    rerun.add_arguments(p)
     p.set_defaults(func=cmd_check)
