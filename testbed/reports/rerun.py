@@ -416,8 +416,9 @@ def default_out(lab: Lab, seed: int) -> Path:
     return Path("results") / f"rerun-{lab.folder.name}-seed{seed}"
 
 
-def cmd_rerun(args, lab: Lab, run_fn: RunFn = run_subprocess) -> int:
-    """``testbed check LAB --rerun SUBMISSION...``: the class's re-runs, graded."""
+def cmd_rerun(args, lab: Lab, run_fn: RunFn | None = None) -> int:
+    """``testbed check LAB --rerun SUBMISSION...``: the class's re-runs, graded.
+    ``run_fn``: what runs one job (default: :func:`run_subprocess`, as root)."""
     if getattr(args, "predictions", None):
         raise ConfigError("--predictions", "with --rerun each submission's own "
                                            f"{predictions.FILENAME} is graded")
@@ -428,13 +429,13 @@ def cmd_rerun(args, lab: Lab, run_fn: RunFn = run_subprocess) -> int:
         read_submission(lab, paths[0], head)
     out = Path(args.out) if args.out else default_out(lab, seed)
     queue = Queue(out, lab, head)
-    if run_fn is run_subprocess and os.geteuid() != 0:
+    if run_fn is None and os.geteuid() != 0:
         raise HostError("re-running a submission needs root (namespaces, Open vSwitch): "
                         "run it as root in the lab VM")
     with sigterm_as_interrupt():  # SIGTERM stops the queue as Ctrl-C does
         print(f"{lab.title}: re-running {len(paths)} submission(s) one at a time, seed "
               f"{seed}, {head['duration_s']:g} s a variant; queue in {out}")
-        rows = rerun_class(lab, paths, queue=queue, run_fn=run_fn)
+        rows = rerun_class(lab, paths, queue=queue, run_fn=run_fn or run_subprocess)
     print(grading.rerun_count(rows))
     if args.csv:
         names = [grading.check_name(c) for c in lab.module().CHECKS]
