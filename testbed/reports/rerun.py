@@ -265,7 +265,9 @@ def run_subprocess(job: Job) -> int:
         try:
             return proc.wait()
         except BaseException:
-            proc.send_signal(signal.SIGINT)  # the run's own teardown
+            # SIGTERM: the run tears down as on Ctrl-C (SIGINT may be ignored in it, as
+            # in anything started in the background)
+            proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(TEARDOWN_S)
             except subprocess.TimeoutExpired:
@@ -435,7 +437,12 @@ def cmd_rerun(args, lab: Lab, run_fn: RunFn | None = None) -> int:
     with sigterm_as_interrupt():  # SIGTERM stops the queue as Ctrl-C does
         print(f"{lab.title}: re-running {len(paths)} submission(s) one at a time, seed "
               f"{seed}, {head['duration_s']:g} s a variant; queue in {out}")
-        rows = rerun_class(lab, paths, queue=queue, run_fn=run_fn or run_subprocess)
+        try:
+            rows = rerun_class(lab, paths, queue=queue, run_fn=run_fn or run_subprocess)
+        except (KeyboardInterrupt, Interrupted):
+            print(f"stopped; the same command resumes (queue: {out}): what was done is "
+                  "read back, the submission that was running runs again", file=sys.stderr)
+            raise
     print(grading.rerun_count(rows))
     if args.csv:
         names = [grading.check_name(c) for c in lab.module().CHECKS]
