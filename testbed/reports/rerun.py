@@ -16,6 +16,7 @@ files changed) and runs again, from scratch, one that was interrupted.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -117,30 +118,49 @@ def _commands(data: Any, where: str = "") -> Iterator[str]:
             yield from _commands(item, f"{where}[{i}]")
 
 
-def _shipped(lab: Lab, reference: str, field: str, folder: Path | None) -> tuple[str, Path]:
-    """A plug-in reference of a submission, when it is one of the lab's starter modules:
-    (its file's name, the file that will run: the submission's copy, else the lab's).
+def _shipped(lab: Lab, reference: str, field: str, folder: Path) -> tuple[str, Path, str]:
+    """A plug-in reference of a submission, when it names one of the lab's starter
+    modules, by its package (``labs.lab03_hashing.starter.placement:StridePlacement``)
+    or, as the guides have the student's copy beside the scenario, by its file's name
+    alone (``placement:StridePlacement``): (the file's name, the file that will run: the
+    submission's copy in ``folder``, else the lab's, and the reference by package).
     ConfigError otherwise. Reads source, runs none."""
     package = f"labs.{lab.folder.name}.starter"
     module, _, name = reference.partition(":")
-    rest = module.removeprefix(package + ".")
+    rest = module.removeprefix(package + ".") if module.startswith(package + ".") \
+        else module
     shipped = lab.folder / "starter" / f"{rest}.py"
-    if not module.startswith(package + ".") or "." in rest or not shipped.is_file():
+    if "." in rest or rest.startswith("_") or not shipped.is_file():
+        own = sorted(f"{package}.{p.stem}, or {p.stem} beside the scenario"
+                     for p in (lab.folder / "starter").glob("*.py")
+                     if not p.name.startswith("_"))
         raise ConfigError(field, f"names {clip(reference, 80)}, which lab {lab.number} does "
-                                 f"not ship: a submission may name only the lab's own "
-                                 f"modules ({package}.*); nothing was run")
-    own = folder / shipped.name if folder is not None else None
-    if own is not None and own.is_symlink():
-        raise ConfigError(field, f"{own} is a symbolic link (hand in the file itself)")
-    path = own if own is not None and own.is_file() else shipped
+                                 "not ship: a submission may name only the lab's own modules"
+                                 f" ({'; '.join(own) or 'it has none'}); nothing was run")
+    own_copy = folder / shipped.name
+    if own_copy.is_symlink():
+        raise ConfigError(field, f"{own_copy} is a symbolic link (hand in the file itself)")
+    path = own_copy if own_copy.is_file() else shipped
     try:
         names = plugins.top_level_names(path, field)
     except ParamError as exc:
         raise ConfigError(exc.field, exc.reason) from None
     if name and name not in names:
-        raise ConfigError(field, f"{path.name} of the submission defines no {name!r} at its "
-                                 "top level")
-    return shipped.name, path
+        raise ConfigError(field, f"{path} defines no {name!r} at its top level")
+    return shipped.name, path, f"{package}.{rest}" + (f":{name}" if name else "")
+
+
+def _set(data: Any, field: str, value: Any) -> None:
+    """Set the value at ``field`` (``variants[3].controller.apps[0]``) of a document."""
+    steps: list[str | int] = []
+    for part in field.split("."):
+        key, _, indices = part.partition("[")
+        steps += [key] if key else []
+        steps += [int(i) for i in re.findall(r"(\d+)\]", "[" + indices)] if indices else []
+    node = data
+    for step in steps[:-1]:
+        node = node[step]
+    node[steps[-1]] = value
 
 
 def grader_head(lab: Lab, seed: int, duration_s: float | None) -> dict[str, Any]:
@@ -158,13 +178,17 @@ def read_submission(lab: Lab, path: Path, head: dict[str, Any]) -> Submission:
     """``path`` (a folder or a scenario file) checked as a submission of ``lab``, running
     no code; ConfigError naming the field when it is refused."""
     lab_file = lab_scenario(lab)
+    mine = f"lab{lab.number:02d}"  # the guides' name in my-labs/
     if path.is_dir():
-        folder, file = path, path / lab_file.name
-        if not file.is_file():
-            raise ConfigError(str(path), f"has no {lab_file.name} (the lab's scenario file, "
-                                         "filled in)")
+        folder = path
+        found = [f for f in (path / f"{mine}.yaml", path / lab_file.name) if f.is_file()]
+        if len(found) != 1:
+            raise ConfigError(str(path), f"has {'both' if found else 'neither'} {mine}.yaml "
+                                         f"{'and' if found else 'nor'} {lab_file.name} (the "
+                                         "lab's scenario file, filled in: one of them)")
+        file = found[0]
     elif path.is_file():
-        folder, file = None, path
+        folder, file = path.parent, path
     else:
         raise ConfigError(str(path), "no such submission (a folder or a scenario file)")
     data = scenarios.read(file)
@@ -186,18 +210,19 @@ def read_submission(lab: Lab, path: Path, head: dict[str, Any]) -> Submission:
                                               "submission names (it would run as root and "
                                               "could write the run's records)")
     code: dict[str, Path] = {}
+    run = copy.deepcopy({k: v for k, v in data.items() if k not in GRADER_KEYS}) | head
     for field, reference in scenarios.plugin_references(data):
-        name, source = _shipped(lab, reference, f"{file}: {field}", folder)
+        name, source, by_package = _shipped(lab, reference, f"{file}: {field}", folder)
         code[name] = source
-    run = {k: v for k, v in data.items() if k not in GRADER_KEYS} | head
+        _set(run, field, by_package)  # the staged package holds the copy that runs
     try:
         scenarios.parse(run)  # pure: sections checked as testbed validate does
     except plugins.NotLoaded:
         pass  # what depends on a plug-in is checked by the run, before it creates anything
     except ConfigError as exc:
         raise ConfigError(f"{file}: {exc.field}", exc.reason) from None
-    own = folder / predictions.FILENAME if folder is not None else None
-    given = own if own is not None and own.is_file() else None
+    given = next((f for f in (folder / f"{mine}-{predictions.FILENAME}",
+                              folder / predictions.FILENAME) if f.is_file()), None)
     return Submission(name=row_name(path), source=path, scenario=run, code=code,
                       predictions=given,
                       fingerprint=_fingerprint([file, *code.values(), *([given] if given

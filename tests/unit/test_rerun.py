@@ -165,6 +165,34 @@ def test_the_shipped_plugin_is_accepted_and_the_students_copy_runs(tmp_path):
     assert Path(found) == staged
 
 
+def test_the_guides_my_labs_folder_is_a_submission(tmp_path):
+    """As lab 3's guide has it: my-labs/lab03.yaml names placement:StridePlacement, the
+    student's copy beside it, and the predictions are my-labs/lab03-predictions.yaml."""
+    def beside(data):
+        data["variants"][3]["controller"]["apps"] = ["placement:StridePlacement"]
+
+    mine = (LAB3 / "solution" / "placement.py").read_text()
+    asked = (LAB3 / "starter" / "predictions.yaml").read_text()
+    folder = submission(tmp_path / "my-labs", LAB3, edit=beside, name="lab03.yaml",
+                        code={"placement.py": mine, "lab03-predictions.yaml": asked})
+    lab = grading.find("3")
+    for given in (folder, folder / "lab03.yaml"):
+        got = rerun.read_submission(lab, given, rerun.grader_head(lab, 1, None))
+        assert got.code == {"placement.py": folder / "placement.py"}
+        assert got.scenario["variants"][3]["controller"]["apps"] == [
+            "labs.lab03_hashing.starter.placement:StridePlacement"]
+        assert got.predictions == folder / "lab03-predictions.yaml"
+    rerun.stage(lab, got, tmp_path / "staged")
+    assert (tmp_path / "staged" / "labs" / "lab03_hashing" / "starter" /
+            "placement.py").read_text() == mine
+
+
+def test_a_folder_with_two_scenarios_is_refused(tmp_path, capsys):
+    sub = submission(tmp_path / "kim")
+    shutil.copy(sub / "scenario.yaml", sub / "lab01.yaml")
+    one_line_refusal(capsys, "1", sub, tmp_path / "q", "both lab01.yaml and scenario.yaml")
+
+
 def test_without_a_copy_the_labs_starter_file_runs(tmp_path):
     sub = submission(tmp_path / "ivy", LAB3)
     lab = grading.find("3")
