@@ -198,6 +198,10 @@ def read_submission(lab: Lab, path: Path, head: dict[str, Any]) -> Submission:
     if data.get("name") != starter["name"]:
         raise ConfigError(f"{file}: name", f"is {clip(repr(data.get('name')), 60)}; lab "
                                            f"{lab.number}'s scenario is {starter['name']!r}")
+    if "kind" in data and data["kind"] != starter.get("kind",
+                                                     experiments.kind_of(starter)):
+        raise ConfigError(f"{file}: kind", f"is {clip(repr(data['kind']), 80)}; lab "
+                                           f"{lab.number}'s is {experiments.kind_of(starter)}")
     if experiments.kind_of(data) != experiments.kind_of(starter):
         raise ConfigError(f"{file}: kind", f"a {experiments.kind_of(data)} scenario; lab "
                                            f"{lab.number}'s is {experiments.kind_of(starter)}")
@@ -211,7 +215,7 @@ def read_submission(lab: Lab, path: Path, head: dict[str, Any]) -> Submission:
                                               "could write the run's records)")
     code: dict[str, Path] = {}
     run = copy.deepcopy({k: v for k, v in data.items() if k not in GRADER_KEYS}) | head
-    for field, reference in scenarios.plugin_references(data):
+    for field, reference in scenarios.plugin_references(run):
         name, source, by_package = _shipped(lab, reference, f"{file}: {field}", folder)
         code[name] = source
         _set(run, field, by_package)  # the staged package holds the copy that runs
@@ -219,7 +223,7 @@ def read_submission(lab: Lab, path: Path, head: dict[str, Any]) -> Submission:
         scenarios.parse(run)  # pure: sections checked as testbed validate does
     except plugins.NotLoaded:
         pass  # what depends on a plug-in is checked by the run, before it creates anything
-    except ConfigError as exc:
+    except (ConfigError, ParamError) as exc:
         raise ConfigError(f"{file}: {exc.field}", exc.reason) from None
     given = next((f for f in (folder / f"{mine}-{predictions.FILENAME}",
                               folder / predictions.FILENAME) if f.is_file()), None)
@@ -261,7 +265,7 @@ def stage(lab: Lab, sub: Submission, where: Path) -> Path:
         for name, source in sub.code.items():  # the student's copies over the lab's
             shutil.copyfile(source, package / name)
     path = where / "scenario.yaml"
-    write_text(path, f"# {sub.source}, as the grader runs it\n"
+    write_text(path, f"# {json.dumps(str(sub.source))}, as the grader runs it\n"
                      + yaml.safe_dump(sub.scenario, sort_keys=False))
     return path
 

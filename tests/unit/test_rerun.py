@@ -307,3 +307,18 @@ def test_two_submissions_of_one_name_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="two submissions named ann"):
         rerun.cmd_rerun(args("1", "--rerun", str(a), str(b), "--out", str(tmp_path / "q")),
                         grading.find("1"), FakeRun())
+
+
+def test_a_kind_of_ones_own_is_refused_in_one_line(tmp_path, capsys):
+    sub = submission(tmp_path / "lee", edit=lambda d: d.update(kind="examples.kinds.pingmesh"))
+    one_line_refusal(capsys, "1", sub, tmp_path / "q", "kind", "examples.kinds.pingmesh")
+
+
+def test_a_folder_name_cannot_write_into_the_staged_scenario(tmp_path):
+    """The staged file's first line names the submission: a line break in a folder's
+    name must not start a key of the scenario the grader runs."""
+    sub = submission(tmp_path / "x\nworkloads: [{kind: command, argv: [id]}]")
+    lab = grading.find("1")
+    got = rerun.read_submission(lab, sub, rerun.grader_head(lab, 1, None))
+    staged = rerun.stage(lab, got, tmp_path / "staged")
+    assert yaml.safe_load(staged.read_text()) == got.scenario
