@@ -326,7 +326,8 @@ EXAMPLES = {
              "testbed spec agents-vs-training --variant training-4to1"],
     "decrypt": ["testbed decrypt results/latest/wire.pcap --keys "
                 "results/latest/macsec-keys.json -o plain.pcap"],
-    "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest"],
+    "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest",
+              "testbed check 3 --rerun hand-ins/* --csv lab03.csv   # run them again here"],
     "compare": ["testbed compare results/before results/after   # same scenario, two runs"],
     "results": ["testbed results serve                 # every run under results/, in a browser"],
     "results serve": ["testbed results serve                 # http://127.0.0.1:8470/",

@@ -322,3 +322,16 @@ def test_a_folder_name_cannot_write_into_the_staged_scenario(tmp_path):
     got = rerun.read_submission(lab, sub, rerun.grader_head(lab, 1, None))
     staged = rerun.stage(lab, got, tmp_path / "staged")
     assert yaml.safe_load(staged.read_text()) == got.scenario
+
+
+def test_the_submissions_predictions_are_graded_with_the_rerun(tmp_path):
+    asked = (LAB1 / "starter" / "predictions.yaml").read_text()  # handed in unanswered
+    sub = submission(tmp_path / "mo", name="lab01.yaml",
+                     code={"lab01-predictions.yaml": asked})
+    table = tmp_path / "c.csv"
+    rerun.cmd_rerun(args("1", "--rerun", str(sub), "--out", str(tmp_path / "q"), "--csv",
+                         str(table)), grading.find("1"), FakeRun())
+    (row,) = [r for r in csv.DictReader(table.open()) if r["folder"] == str(sub)]
+    columns = [k for k in row if k.startswith("predict-")]
+    assert columns and {row[k] for k in columns} == {"UNANSWERED"}
+    assert row["predictions_right"] == "0"
