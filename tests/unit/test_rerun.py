@@ -335,3 +335,20 @@ def test_the_submissions_predictions_are_graded_with_the_rerun(tmp_path):
     columns = [k for k in row if k.startswith("predict-")]
     assert columns and {row[k] for k in columns} == {"UNANSWERED"}
     assert row["predictions_right"] == "0"
+
+
+@pytest.mark.parametrize("lab", [lab.folder.name for lab in grading.all_labs()
+                                 if lab.number != 2])
+def test_every_labs_starter_and_solution_scenario_is_accepted(lab, tmp_path):
+    """Each lab's starter as handed out and its solution (lab 3's: its app handed in as
+    the student's copy, the scenario naming the starter's module) are submissions."""
+    found = grading.find(lab)
+    head = rerun.grader_head(found, rerun.GRADER_SEED, None)
+    for part in ("starter", "solution"):
+        folder = tmp_path / part
+        shutil.copytree(found.folder / part, folder)
+        scenario = folder / rerun.lab_scenario(found).name
+        scenario.write_text(scenario.read_text().replace(".solution.", ".starter."))
+        got = rerun.read_submission(found, folder, head)
+        assert got.scenario["seed"] == rerun.GRADER_SEED
+        assert set(got.code.values()) <= {folder / "placement.py"}
