@@ -234,9 +234,14 @@ def read_submission(lab: Lab, path: Path, head: dict[str, Any]) -> Submission:
 
 
 def row_name(path: Path) -> str:
-    """A submission's name in the queue (its folder's or file's stem, made a file name)."""
+    """A submission's name in the queue: its folder's or file's stem in letters, digits,
+    ``-`` and ``_`` (no dot: ``NAME.log`` and ``NAME.staged`` are the queue's own).
+
+    >>> row_name(Path("hand-ins/Ada Lovelace.yaml")), row_name(Path("x/ann.staged.yaml"))
+    ('Ada_Lovelace', 'ann_staged')
+    """
     stem = path.name if path.is_dir() else path.stem
-    return re.sub(r"[^A-Za-z0-9._-]", "_", stem).lstrip(".") or "submission"
+    return re.sub(r"[^A-Za-z0-9_-]", "_", stem) or "submission"
 
 
 def _fingerprint(files: list[Path], head: dict) -> str:
@@ -331,7 +336,8 @@ class Queue:
             self.state["submissions"] = entries
 
     def entry(self, name: str) -> dict[str, Any]:
-        return self.state["submissions"].get(name) or {}
+        found = self.state["submissions"].get(name)
+        return found if isinstance(found, dict) else {}
 
     def save(self, name: str, **entry: Any) -> None:
         self.state["submissions"][name] = entry
