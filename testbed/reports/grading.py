@@ -377,13 +377,11 @@ def report(lab: Lab, graded: Grade) -> str:
 
 
 def cmd_check(args) -> int:
-    from testbed.reports import predictions
+    from testbed.reports import predictions, rerun
 
     lab = find(args.lab)
-    if getattr(args, "rerun", False):  # each RESULTS a submission, run again here
-        from testbed.reports import rerun
-
-        return rerun.cmd_rerun(args, lab)
+    if (status := rerun.dispatch(args, lab)) is not None:  # --rerun: RESULTS submissions
+        return status
     folders = [Path(f) for f in args.results]
     given = getattr(args, "predictions", None)
     if given and len(folders) > 1:
@@ -491,7 +489,7 @@ def write_csv(path: Path, names: list[str], rows: list[Row],
 
 
 def add_parsers(sub) -> None:
-    from testbed.reports import predictions
+    from testbed.reports import predictions, rerun
 
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
@@ -515,7 +513,5 @@ def add_parsers(sub) -> None:
                         "the run's measurements beside the checks; without it, RESULTS/"
                         f"{predictions.FILENAME} is graded when the folder has one (a "
                         "class: each folder its own); an unanswered question is never PASS")
-    from testbed.reports import rerun
-
     rerun.add_arguments(p)
     p.set_defaults(func=cmd_check)

@@ -488,6 +488,18 @@ def cmd_rerun(args, lab: Lab, run_fn: RunFn | None = None) -> int:
     return grading.class_status(rows)
 
 
+def dispatch(args, lab: Lab) -> int | None:
+    """``testbed check``'s re-run: its exit status with ``--rerun``, else None (the
+    options that only a re-run takes refused when given without it)."""
+    if getattr(args, "rerun", False):
+        return cmd_rerun(args, lab)
+    for flag in ("seed", "duration", "out"):
+        if getattr(args, flag, None) is not None:
+            raise ConfigError(f"--{flag}", "only with --rerun (it sets how the grader runs "
+                                           "a submission again)")
+    return None
+
+
 def add_arguments(p) -> None:
     """``testbed check``'s options for re-runs."""
     from testbed.numbers import flag

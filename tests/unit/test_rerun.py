@@ -352,3 +352,9 @@ def test_every_labs_starter_and_solution_scenario_is_accepted(lab, tmp_path):
         got = rerun.read_submission(found, folder, head)
         assert got.scenario["seed"] == rerun.GRADER_SEED
         assert set(got.code.values()) <= {folder / "placement.py"}
+
+
+def test_the_rerun_options_need_rerun(capsys):
+    code = main(["check", "1", str(STARTER1), "--seed", "5"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and "--seed: only with --rerun" in err[0], err
