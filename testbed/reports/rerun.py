@@ -459,6 +459,10 @@ def cmd_rerun(args, lab: Lab, run_fn: RunFn | None = None) -> int:
     if getattr(args, "predictions", None):
         raise ConfigError("--predictions", "with --rerun each submission's own "
                                            f"{predictions.FILENAME} is graded")
+    for flag in ("student", "students"):  # a student's own seed, where --rerun sets its own
+        if getattr(args, flag, None):
+            raise ConfigError(f"--{flag}", "not with --rerun: a re-run uses the grader's "
+                                           "seed, not the student's")
     seed = GRADER_SEED if args.seed is None else args.seed
     head = grader_head(lab, seed, args.duration)
     paths = [Path(p) for p in args.results]
