@@ -35,7 +35,7 @@ down:
 # Grade a results folder against a lab guide (labs/): make check LAB=1 RESULTS=dir
 check: setup
 	@test -n "$(LAB)" || { echo "make check LAB=number RESULTS=dir (labs: labs/README.md)"; exit 2; }
-	$(TESTBED) check $(LAB) $(RESULTS)
+	$(TESTBED) check $(LAB) $(RESULTS) $(if $(STUDENT),--student $(STUDENT))
 
 test: setup-dev
 	$(VENV)/bin/python -m pytest

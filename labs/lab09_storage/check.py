@@ -12,17 +12,28 @@ arithmetic of the objects the run stored.
 (27, 0.75, 2652)
 >>> smallest_cache_mb(s.objects, 0.75), fits(s.objects, 1024), fits(s.objects, 3072)
 (3, 11, 31)
+
+Per student (``testbed start 9 --student ID``): the seed, the Zipf exponent and the order
+of the objects' sizes vary, so the smallest cache differs (3 or 4 MB); the check grades
+the cache against the run's objects and ``student-variant`` that they are the id's.
+
+>>> from testbed.reports.students import Draw
+>>> p = student_params(Draw(9, "ada"))
+>>> p["keys"], p["zipf"] in ZIPF, p["sizes_kb"] in SIZE_ORDERS
+(100, True, True)
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 from testbed.core import layout
 from testbed.experiments.storage.schema import Objects, StorageSection, validate
 from testbed.reports.grading import Missing, Results, Verdict, verdict
 from testbed.reports.predictions import Number
+from testbed.reports.students import Draw, substitute
 from traffic.object_reads import KeyPicker
 
 STORE, CACHED = "uncached", "cached"
@@ -146,3 +157,49 @@ PREDICTIONS = [
            unit="x", within=0.25),
     Number("3", _scaling, unit="x", within=0.25),
 ]
+
+
+# --- per-student variants (testbed start 9 --student ID) --------------------------------
+
+#: the Zipf exponents and orders of the objects' sizes a student may get (100 keys, the
+#: same four sizes: the store's load and the run's length stay those of the measured
+#: runs). Each gives a smallest cache of 3 or 4 MB that holds 75-82 % of the reads (the
+#: measured solution: 3 MB, 77.6 %), within the 6 MB budget, and the starter's 1 MB
+#: holds 49-64 % (too small for every student)
+ZIPF = (0.95, 1.0, 1.05, 1.1)
+SIZE_ORDERS = ([16, 64, 64, 256], [64, 16, 256, 64], [256, 64, 64, 16], [64, 256, 16, 64])
+KEYS = 100
+
+
+def student_params(draw: Draw) -> dict:
+    return {"keys": KEYS, "zipf": draw.pick("zipf", ZIPF),
+            "sizes_kb": list(draw.pick("sizes_kb", SIZE_ORDERS))}
+
+
+def personalize(folder: Path, params: dict) -> None:
+    """Write a student's objects into their copy of scenario.yaml (the comments too)."""
+    path = folder / "scenario.yaml"
+    text, where = path.read_text(), str(path)
+    z = f"{params['zipf']:g}"
+    sizes = ", ".join(map(str, params["sizes_kb"]))
+    text = substitute(text, r"^    sizes_kb: \[.*\]$", f"    sizes_kb: [{sizes}]", where)
+    text = substitute(text, r"^    zipf: .*$", f"    zipf: {z}", where)
+    text = substitute(text, r"^    keys: \d+$", f"    keys: {params['keys']}", where)
+    text = substitute(text, r"# key i \(0\.\.99\) is .*$",
+                      f"# key i (0..99) is sizes_kb[i % 4] KB, read with weight "
+                      f"1/(i+1)^{z}", where)
+    text = substitute(text, r"^# which together draw at least 75 % of the reads \(with zipf "
+                      r"1\.0 the top k of n keys$",
+                      f"# which together draw at least 75 % of the reads (with zipf {z} the "
+                      "top k of n keys", where)
+    text = substitute(text, r"^# draw H_k / H_n of them, H_k = 1 \+ 1/2 \+ \.\.\. \+ 1/k\), "
+                      r"within the node's budget$",
+                      f"# draw S_k / S_n of them, S_k = 1 + 1/2^{z} + ... + 1/k^{z}), within "
+                      "the node's budget", where)
+    path.write_text(text)
+
+
+def student_stated(r: Results) -> dict:
+    """The objects the run stored (manifest.json's scenario, defaults filled in)."""
+    objects = storage_config(r).objects
+    return {"keys": objects.keys, "zipf": objects.zipf, "sizes_kb": list(objects.sizes_kb)}

@@ -7,14 +7,28 @@ Graded from what the run recorded per variant: ``acceptance`` (what was planted,
 the checks excluded and its ``score``: found, missed, extra), ``agents`` (chains
 completed, failed, latency) and ``replacement`` (the health loop's declarations, what
 moved where, the chains that started after each).
+
+Per student (``testbed start 10 --student ID``): the seed, and with it where the four
+faults are planted; ``student-variant`` checks that the run planted them where the id's
+seed puts them. Only seeds whose plants touch at most three nodes are given (the
+measured seeds 1 to 3 touch two or three; a fourth would send every role to a spare).
+
+>>> from testbed.reports.students import Draw
+>>> student_params(Draw(10, "ada")) == student_params(Draw(10, "ada"))
+True
+>>> planted(1)  # the guide's table (seed 1)
+['p0l1-p0s2', 'n4-p0l2', 'n0p0r0', 'n1p0r0']
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 
 from testbed.reports.grading import Missing, Results, Verdict, verdict
 from testbed.reports.predictions import Number
+from testbed.reports.students import SEEDS, Draw
 
 UNACCEPTED, ACCEPTED, HEALTHY, REPLACED = "unaccepted", "accepted", "healthy", "replaced"
 PLANTS = ("rate", "degrade", "swap_rails", "throttle")  # the starter's four plants
@@ -136,3 +150,50 @@ CHECKS = [unaccepted_fabric_fails, every_planted_fault_found,
 #: the guide's "Predict, then run" question 3 graded against the run (predictions.yaml):
 #: the chains the unaccepted rack completes, right within 5 chains
 PREDICTIONS = [Number("3", lambda r: _chains(r, UNACCEPTED)[1], unit="chains", within_abs=5)]
+
+
+# --- per-student variants (testbed start 10 --student ID) -------------------------------
+
+STARTER = Path(__file__).parent / "starter" / "scenario.yaml"
+MAX_NODES_PLANTED = 3  # seeds 1-3 (measured) plant on 3, 3 and 2 nodes
+
+
+@functools.lru_cache(maxsize=1)
+def _rack():
+    """The starter's accepted rack: its spec and acceptance section."""
+    from testbed.core import scenario
+    from testbed.core.tools import SPEC_PREFIX
+
+    variant = scenario.load(STARTER).variant(ACCEPTED)
+    return variant.fabric(SPEC_PREFIX), variant.acceptance
+
+
+def _place(seed: int) -> tuple[list[str], list[str]]:
+    from testbed.acceptance.step import nodes_touched, place
+
+    spec, acceptance = _rack()
+    faults = place(spec, [dict(p) for p in acceptance["plant"]], acceptance["spares"], seed)
+    return [f["target"] for f in faults], nodes_touched(spec, faults)
+
+
+def planted(seed: int) -> list[str]:
+    """Where the starter's four plants land with ``seed`` (rate, degrade, swap_rails,
+    throttle)."""
+    return _place(seed)[0]
+
+
+def student_params(draw: Draw) -> dict:
+    """A student's seed (one whose plants touch at most :data:`MAX_NODES_PLANTED` nodes)
+    and where it plants the faults."""
+    for attempt in range(64):
+        seed = draw.between("seed" if attempt == 0 else f"seed/{attempt}", *SEEDS)
+        targets, nodes = _place(seed)
+        if len(nodes) <= MAX_NODES_PLANTED:
+            return {"seed": seed, "planted": targets}
+    raise RuntimeError("no seed among 64 plants on few enough nodes")  # 1 in 10^50
+
+
+def student_stated(r: Results) -> dict:
+    """Where the run planted the faults (the accepted variant's acceptance record)."""
+    record = r.run(ACCEPTED).get("acceptance") or {}
+    return {"planted": [f.get("target") for f in record.get("planted") or []]}

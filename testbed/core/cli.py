@@ -1,6 +1,7 @@
 """``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
 (up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt;
 check (grading a results folder against a lab guide, :mod:`testbed.reports.grading`);
+start (a lab's starter copied for a student, :mod:`testbed.reports.students`);
 results serve (results folders as web pages, :mod:`testbed.reports.web`).
 
 Bad input ends with one line naming the field and the problem, exit status 2; a host
@@ -274,11 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.lab.commands import add_parsers as add_lab_parsers
     from testbed.reports.compare import add_parsers as add_compare_parsers
     from testbed.reports.grading import add_parsers as add_grading_parsers
+    from testbed.reports.students import add_parsers as add_student_parsers
     from testbed.reports.web import add_parsers as add_results_parsers
 
     add_lab_parsers(sub)
     add_tool_parsers(sub)
     add_grading_parsers(sub)
+    add_student_parsers(sub)
     add_compare_parsers(sub)
     add_results_parsers(sub)
     for name, sub_parser in _subcommands(parser).items():
@@ -327,7 +330,11 @@ EXAMPLES = {
     "decrypt": ["testbed decrypt results/latest/wire.pcap --keys "
                 "results/latest/macsec-keys.json -o plain.pcap"],
     "check": ["testbed check 1 results/latest", "make check LAB=1 RESULTS=results/latest",
+              "testbed check 2 my-labs/lab02-ada --student ada   # ada's own values",
+              "testbed check 9 class/*/lab09 --students roster.csv --csv lab09.csv",
               "testbed check 3 --rerun hand-ins/* --csv lab03.csv   # run them again here"],
+    "start": ["testbed start 2 --student ada          # my-labs/lab02-ada/",
+              "TESTBED_COURSE_SECRET=... testbed start 9 --students roster.csv --out handout"],
     "compare": ["testbed compare results/before results/after   # same scenario, two runs"],
     "results": ["testbed results serve                 # every run under results/, in a browser"],
     "results serve": ["testbed results serve                 # http://127.0.0.1:8470/",

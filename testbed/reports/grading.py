@@ -363,6 +363,9 @@ def _verdicts(checks: list[Check], results: Results) -> list[tuple[str, Verdict]
     return out
 
 
+verdicts = _verdicts  # public: testbed.reports.students grades a student's folder with it
+
+
 def report(lab: Lab, graded: Grade) -> str:
     """What ``testbed check`` prints for one folder: RERUN's reason first when the run was
     flagged, a line a check, then the grade."""
@@ -377,19 +380,21 @@ def report(lab: Lab, graded: Grade) -> str:
 
 
 def cmd_check(args) -> int:
-    from testbed.reports import predictions, rerun
+    from testbed.reports import predictions, rerun, students
 
     lab = find(args.lab)
     if (status := rerun.dispatch(args, lab)) is not None:  # --rerun: RESULTS submissions
         return status
     folders = [Path(f) for f in args.results]
+    by_id = students.grader(lab, args, folders)  # --student, --students: each id's values
+    assess_one = by_id or (lambda folder: assess(lab, folder))
     given = getattr(args, "predictions", None)
     if given and len(folders) > 1:
         raise ConfigError("--predictions", "grades one results folder; for a class, put "
                                            f"each student's {predictions.FILENAME} in their "
                                            "results folder")
     if len(folders) == 1 and not args.csv:
-        graded = assess(lab, folders[0])
+        graded = assess_one(folders[0])
         graded = replace(graded, predictions=predictions.grade_folder(lab, folders[0], given))
         print(report(lab, graded), end="")
         if graded.predictions is not None:
@@ -397,8 +402,9 @@ def cmd_check(args) -> int:
         return graded.exit_status
     rows = [(folder, graded if error else
              replace(graded, predictions=_class_predictions(lab, folder, given)), error)
-            for folder, graded, error in grade_class(lab, folders)]
-    names = [check_name(c) for c in lab.module().CHECKS]
+            for folder, graded, error in grade_class(lab, folders, assess_one)]
+    names = [*([students.CHECK_NAME] if by_id else []),
+             *(check_name(c) for c in lab.module().CHECKS)]
     width = max(len(str(f)) for f in folders)
     print(f"{lab.title}: {len(folders)} results folders")
     for folder, graded, error in rows:
@@ -443,13 +449,15 @@ def rerun_count(rows: list[Row]) -> str:
     return f"{n} of {len(rows)} must rerun"
 
 
-def grade_class(lab: Lab, folders: list[Path]) -> list[Row]:
+def grade_class(lab: Lab, folders: list[Path],
+                assess_one: Callable[[Path], Grade] | None = None) -> list[Row]:
     """Every folder graded (a class's results): its grade, or why it could not be read
-    (one bad folder does not stop the others)."""
+    (one bad folder does not stop the others). ``assess_one``: how a folder is graded
+    (default :func:`assess`; a class with student ids grades each against its own)."""
     rows: list[Row] = []
     for folder in folders:
         try:
-            rows.append((folder, assess(lab, folder), None))
+            rows.append((folder, (assess_one or (lambda f: assess(lab, f)))(folder), None))
         except ConfigError as exc:
             rows.append((folder, None, str(exc)))
         except Exception as exc:  # noqa: BLE001 - a check's own bug: the class's other rows
@@ -489,7 +497,7 @@ def write_csv(path: Path, names: list[str], rows: list[Row],
 
 
 def add_parsers(sub) -> None:
-    from testbed.reports import predictions, rerun
+    from testbed.reports import predictions, rerun, students
 
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
@@ -513,5 +521,6 @@ def add_parsers(sub) -> None:
                         "the run's measurements beside the checks; without it, RESULTS/"
                         f"{predictions.FILENAME} is graded when the folder has one (a "
                         "class: each folder its own); an unanswered question is never PASS")
+    students.add_check_options(p)
     rerun.add_arguments(p)
     p.set_defaults(func=cmd_check)
