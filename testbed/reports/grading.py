@@ -380,9 +380,11 @@ def report(lab: Lab, graded: Grade) -> str:
 
 
 def cmd_check(args) -> int:
-    from testbed.reports import live_checks, predictions, students
+    from testbed.reports import live_checks, predictions, rerun, students
 
     lab = find(args.lab)
+    if (status := rerun.dispatch(args, lab)) is not None:  # --rerun: submissions run again
+        return status
     if live_checks.wanted(args):
         return live_checks.cmd_check_live(lab, args.live)
     folders = [Path(f) for f in args.results]
@@ -497,7 +499,7 @@ def write_csv(path: Path, names: list[str], rows: list[Row],
 
 
 def add_parsers(sub) -> None:
-    from testbed.reports import live_checks, predictions, students
+    from testbed.reports import live_checks, predictions, rerun, students
 
     p = sub.add_parser(
         "check", help="grade results folders against a lab guide (labs/)",
@@ -523,4 +525,5 @@ def add_parsers(sub) -> None:
                         "class: each folder its own); an unanswered question is never PASS")
     students.add_check_options(p)
     live_checks.add_arguments(p)
+    rerun.add_arguments(p)
     p.set_defaults(func=cmd_check)
