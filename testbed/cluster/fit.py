@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,15 @@ def for_file(path: Path, *, cores: float | None = None, datapath: str | None = N
     entry = checked.load().get(name) if isinstance(name, str) else None
     return compute(data, cores=usable_cores() if cores is None else cores,
                    datapath=datapath or host_datapath(), costs=costs, entry=entry)
+
+
+def for_run(path: Path, servers: list | tuple = ()) -> Fit:
+    """``testbed run --fit`` and ``testbed up --fit``: the fit on this host, said in one
+    line on stderr before anything is brought up; ConfigError with ``servers`` (a run
+    over several machines is sized by ``testbed calc --scenario``)."""
+    if servers:
+        raise ConfigError("--fit", "fits a run to this one host; a run spread over "
+                                   "servers is sized with testbed calc --scenario")
+    fitted = for_file(path)
+    print(f"testbed: {fitted.line()}", file=sys.stderr, flush=True)
+    return fitted
