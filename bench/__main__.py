@@ -12,6 +12,7 @@ import sys
 from bench import (
     adaptive_bench,
     afxdp_bench,
+    clean_bench,
     datapath_bench,
     dctcp,
     expand_bench,
@@ -52,6 +53,9 @@ BENCHES = {
     "sizing": ("what the lab's parts cost this machine (the sizing model's costs), and "
                "the model's estimate against whole runs it was not fitted on (verdict "
                "and busy cores within 25 %)", sizing_bench.main),
+    "clean": ("every shipped scenario, every variant, as shipped: no run flagged by the "
+              "fidelity monitor (python -m bench.clean_bench --seeds 1,2,3 for seeds of "
+              "one's own, --record to write scenarios/checked.json)", clean_bench.main),
     "monitor": ("the default scenario plain vs watched live (monitor, Prometheus, the "
                 "dashboard open in a browser): the watched run passes the fidelity monitor",
                 monitor_bench.main),

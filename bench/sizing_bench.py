@@ -89,7 +89,7 @@ CHECKS = (("agents-vs-training", "agents-only"), ("agents-vs-training", "trainin
           ("rack-expansion", "steady"))
 CHECK_S = 15
 CHECK_SEED = 5
-CORES_TOLERANCE = 0.25
+CORES_TOLERANCE = sizing.ERROR  # the estimate's stated error
 
 
 def _median(samples: list[dict], key: str) -> float:

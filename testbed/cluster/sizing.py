@@ -54,6 +54,10 @@ from traffic.roce import OVERHEAD as ROCE_OVERHEAD
 #: the costs measured on the lab's development machine (bench/sizing_bench.py)
 COSTS_FILE = Path(__file__).with_name("costs.json")
 MAX_MACHINES = 64
+#: the error the estimate is held to: its busy cores within this share of a checked
+#: run's measured median (bench/sizing_bench.py's target; docs/machines.md gives how far
+#: it was off); ``testbed run --fit`` raises every need by it, as a margin
+ERROR = 0.25
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,12 @@ class Costs:
     rank_wake_us_per_port: float
     rank_forwarding_us: float
     rank_host_us: float
+
+    @property
+    def datapath(self) -> str:
+        """The Open vSwitch datapath the costs were measured on (as ``measured_on`` names
+        it, :func:`testbed.host.capabilities.machine`)."""
+        return "kernel" if "kernel datapath" in self.measured_on else "userspace"
 
     @classmethod
     def load(cls, path: Path = COSTS_FILE) -> Costs:
@@ -125,14 +135,18 @@ class MachineShare:
     def cores(self) -> float:
         return self.switch_cores + self.generator_cores + self.controller_cores
 
-    def holds(self, cores: int) -> tuple[bool, str]:
-        """Whether a machine of ``cores`` keeps the monitor's headroom, and why not."""
+    def holds(self, cores: float, margin: float = 0.0) -> tuple[bool, str]:
+        """Whether a machine of ``cores`` keeps the monitor's headroom, and why not;
+        ``margin``: every need raised by this share first (the model's error)."""
         room = cores * (1 - THRESHOLDS.host_idle_min)
-        if self.cores > room:
-            return False, f"needs {self.cores:.2f} of {room:.2f} cores (10 % kept idle)"
-        if self.busiest_thread_cores > THRESHOLDS.ovs_cores_max:
-            return False, (f"a switch thread needs {self.busiest_thread_cores:.2f} cores "
-                           f"(more than {THRESHOLDS.ovs_cores_max})")
+        raised = 1 + margin
+        with_margin = f" with a {margin * 100:g} % margin" if margin else ""
+        if self.cores * raised > room:
+            return False, (f"needs {self.cores * raised:.2f} of {room:.2f} cores (10 % kept "
+                           f"idle){with_margin}")
+        if self.busiest_thread_cores * raised > THRESHOLDS.ovs_cores_max:
+            return False, (f"a switch thread needs {self.busiest_thread_cores * raised:.2f} "
+                           f"cores (more than {THRESHOLDS.ovs_cores_max}){with_margin}")
         return True, ""
 
 

@@ -58,10 +58,17 @@ def cmd_run(args) -> int:
     seeds = None
     if args.seeds not in (None, ""):
         seeds = [number(s, "SEEDS", 0, MAX_SEED, integer=True) for s in args.seeds.split(",")]
-    sc = scenario.load(scenario.path_of(args.scenario), duration_override=duration,
-                       seeds_override=seeds)
+    path = scenario.path_of(args.scenario)
+    sc = scenario.load(path, duration_override=duration, seeds_override=seeds)
     servers = (parse_all(args.servers, "--servers") if args.servers is not None
                else parse_all(list(sc.servers)))
+    fitted = None
+    if args.fit:
+        from testbed.cluster.fit import for_run
+
+        fitted = for_run(path, servers)
+        sc = scenario.load(path, duration_override=duration, seeds_override=seeds,
+                           rate_factor=fitted.factor)
     if servers and not experiments.get(sc.kind).LAB_SERVERS:
         raise ConfigError("--servers" if args.servers else "servers",
                           f"a {sc.kind} scenario runs on one machine; a fabric scenario can "
@@ -78,7 +85,8 @@ def cmd_run(args) -> int:
     out = Path(args.out) if args.out else runner.default_out(results_root, sc.name)
     if args.out and out.exists() and any(out.iterdir()):
         raise ConfigError("OUT", f"{out} exists and is not empty")
-    summary = runner.run(sc, out, monitor=not args.no_fidelity, servers=tuple(servers))
+    summary = runner.run(sc, out, monitor=not args.no_fidelity, servers=tuple(servers),
+                         fit=fitted.to_dict() if fitted else None)
     if not args.out:
         runner.link_latest(results_root, out)
     print()
@@ -226,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "127.0.0.1 (the scenario's monitor key)")
     p.add_argument("--no-fidelity", action="store_true",
                    help="run without the fidelity monitor (to measure what it costs)")
+    p.add_argument("--fit", action="store_true",
+                   help="on a host smaller than the scenario's: scale every rate by the "
+                        "largest factor at which the run is predicted clean (fabric "
+                        "scenarios; said in one line, recorded in the results)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a scenario file without touching the host")
@@ -296,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
 EXAMPLES = {
     "run": ["testbed run                                  # agents-vs-training",
             "testbed run fat-tree --duration 10 --seeds 4,5",
+            "testbed run ecmp-vs-adaptive --fit        # rates scaled to fit this host",
             "testbed run my-scenario.yaml --out /tmp/r1"],
     "validate": ["testbed validate scenarios/lossless.yaml", "testbed validate my.yaml"],
     "schema": ["testbed schema -o scenario.schema.json    # for an editor's YAML support"],

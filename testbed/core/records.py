@@ -268,6 +268,36 @@ CONTROLLER_EVENT_FIELDS = (
 )
 
 
+#: ``fit`` of summary.json and manifest.json: what ``testbed run --fit`` decided
+FIT_FIELDS = (
+    opt("fit", "object", "", "only with --fit: every rate of the scenario scaled by one "
+        "factor to fit this host (testbed.cluster.fit)"),
+    F("fit.factor", "float", "", "every rate (links, traffic, rate thresholds) times this; "
+      "1.0: as shipped"),
+    F("fit.scaled", "bool", "", "factor below 1: the results are of the scaled scenario"),
+    F("fit.host_cores", "float", "cores", "the cores this run could use (CPU affinity, "
+      "cgroup quota)"),
+    F("fit.datapath", "str", "", "Open vSwitch's datapath here: userspace or kernel"),
+    F("fit.basis", "str", "", "checked (at least the host it was checked clean on), "
+      "model (the sizing model alone) or checked+model (the model calibrated there)"),
+    F("fit.margin", "float", "", "every predicted need raised by this share (the model's "
+      "error)"),
+    F("fit.variant", "str|null", "", "the variant nearest the monitor's limits"),
+    F("fit.predicted_cores", "float|null", "cores", "that variant's predicted busy cores "
+      "at the factor (before the margin)"),
+    F("fit.predicted_thread_cores", "float|null", "cores", "its busiest switch thread, "
+      "predicted at the factor"),
+    F("fit.predicted_cores_at_1", "float|null", "cores", "the busiest variant's predicted "
+      "cores as shipped (factor 1.0)"),
+    F("fit.reference", "object|null", "", "where the scenario was checked clean "
+      "(scenarios/checked.json), if it was"),
+    F("fit.calibration", "list|null", "", "measured over predicted on that host: "
+      "[cores, switch thread]"),
+    F("fit.approximated", "list", "", "what the model approximates in these variants"),
+    F("fit.line", "str", "", "the line the run printed"),
+)
+
+
 def _rec(pattern: str, where: str, fmt: str, writer: str, meaning: str,
          fields: tuple[Field, ...] = (), closed: bool = False) -> Record:
     return Record(pattern, where, fmt, writer, meaning, fields, closed)
@@ -289,6 +319,7 @@ RECORDS: dict[str, Record] = {
                         F("started", "str", "ISO 8601", "when the run started"),
                         opt("finished", "str", "ISO 8601", "when it finished"),
                         F("runs", "list", "", "one entry a variant"),
+                        *FIT_FIELDS,
                         *RUN_FIELDS)),
     "MANIFEST": _rec(layout.MANIFEST, "run", "json", "testbed.core.runner",
                      "what the run was measured on: scenario (and its source), seed, "
@@ -298,7 +329,9 @@ RECORDS: dict[str, Record] = {
                          F("capabilities", "object", "", "the host's probed features"),
                          F("runs", "list", "", "the variants run"),
                          opt("fidelity", "object", "", "did the host keep up, per variant"),
-                         opt("scenario_source", "object", "", "the scenario file as read"),
+                         opt("scenario_source", "object", "", "the scenario file as read "
+                             "(with --fit: its rates scaled)"),
+                         *FIT_FIELDS,
                      )),
     "DIGEST": _rec(layout.DIGEST, "run", "json", "testbed.core.digest",
                    "the SHA-256 of every other file of the results folder, written when the "
@@ -589,7 +622,7 @@ RECORDS: dict[str, Record] = {
     "CAPTURE_GLOB": _rec(layout.CAPTURE_GLOB, "variant", "pcap", "testbed.lab.capture",
                          "a scenario's capture of one port (capture-PORT.pcap)"),
     "LAB_REQUEST": _rec(layout.LAB_REQUEST, "lab", "json", "testbed.lab.commands",
-                        "what testbed up asked its supervisor for"),
+                        "what testbed up asked its supervisor for", FIT_FIELDS),
     "SUPERVISOR_LOG": _rec(layout.SUPERVISOR_LOG, "lab", "log", "testbed.lab",
                            "the lab supervisor's log"),
     "LAB_FAULTS": _rec(layout.LAB_FAULTS, "lab", "jsonl", "testbed.lab.state",

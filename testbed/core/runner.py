@@ -54,10 +54,13 @@ def _fidelity_record(runs: list[dict]) -> dict:
 
 
 def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
-        run_id: str | None = None, monitor: bool = True, servers: tuple = ()) -> dict:
+        run_id: str | None = None, monitor: bool = True, servers: tuple = (),
+        fit: dict | None = None) -> dict:
     """Run every variant of ``scenario`` into ``out``; returns the summary. ``run_id``:
     the id of what a kind creates for the whole run (else a fresh one). ``servers``: the
-    other machines a fabric is spread over. ``monitor``:
+    other machines a fabric is spread over. ``fit``: what ``--fit`` decided
+    (:meth:`testbed.cluster.fit.Fit.to_dict`; the scenario given is already scaled),
+    recorded in the summary and the manifest. ``monitor``:
     False runs without the fidelity monitor (to measure its own cost). ``out`` may be
     relative (``--out results/x``): it is made absolute here, since helpers (nginx, weed,
     forwarders) run in other working directories and take their paths from it."""
@@ -81,6 +84,7 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
             "duration_s": scenario.duration_s,
             "capabilities": caps.to_dict(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **({"fit": fit} if fit is not None else {}),
             "runs": [],
         }
         write_json(out / layout.MANIFEST, {**summary, "fidelity": _fidelity_record([]),

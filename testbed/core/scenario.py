@@ -156,9 +156,11 @@ def _no_nul(data: Any, where: str = "") -> None:
 
 
 def parse(data: Any, duration_override: float | None = None,
-          seeds_override: list[int] | None = None) -> Scenario:
+          seeds_override: list[int] | None = None, rate_factor: float = 1.0) -> Scenario:
     """Validate a scenario already loaded from YAML; raises :class:`ConfigError`.
-    ``seeds_override`` replaces the file's ``seeds`` (judge on seeds it was not tuned on)."""
+    ``seeds_override`` replaces the file's ``seeds`` (judge on seeds it was not tuned on);
+    ``rate_factor`` below 1 scales every rate of it alike (``--fit``: the kind's
+    ``scale_rates``), and the scaled document is what is validated and recorded."""
     if not isinstance(data, dict):
         raise ConfigError("scenario", "must be a YAML mapping")
     _no_nul(data)
@@ -168,6 +170,8 @@ def parse(data: Any, duration_override: float | None = None,
     kind = experiments.kind_of(data)
     cls = experiments.get(kind)
     _check_keys(data, kind, cls)
+    if rate_factor != 1.0:
+        data = cls.scale_rates(data, rate_factor)
     seeds = tuple(head.seeds) if head.seeds else (head.seed,)
     sections = {k: data[k] for k in cls.SECTIONS if k in data}
     experiment = cls(sections, name=head.name, seed=head.seed, seeds=seeds,
@@ -308,10 +312,10 @@ def read(path: Path | str) -> Any:
 
 
 def load(path: Path | str, duration_override: float | None = None,
-         seeds_override: list[int] | None = None) -> Scenario:
+         seeds_override: list[int] | None = None, rate_factor: float = 1.0) -> Scenario:
     """Read and validate a scenario file (plug-ins it names may live beside it)."""
     plugins.add_folder(Path(path).parent)
-    return parse(read(path), duration_override, seeds_override)
+    return parse(read(path), duration_override, seeds_override, rate_factor)
 
 
 def plugin_references(data: Any, where: str = "") -> list[tuple[str, str]]:

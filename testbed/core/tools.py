@@ -60,16 +60,20 @@ def scenario_rows(folder: Path) -> list[tuple[str, str, str, str]]:
 
 def cmd_scenarios(args) -> int:
     from testbed import REPO
+    from testbed.core import checked
 
     rows = scenario_rows(REPO / "scenarios")
+    clean = checked.load(Path(args.checked) if args.checked else checked.CHECKED_FILE)
     if args.json:
-        print(json.dumps([dict(zip(("name", "kind", "variants", "description"), r,
-                                   strict=True)) for r in rows], indent=1))
+        print(json.dumps([{**dict(zip(("name", "kind", "variants", "description"), r,
+                                      strict=True)), "checked": clean.get(r[0])}
+                          for r in rows], indent=1))
         return 0
     for name, kind, variants, description in rows:
         print(f"{name} ({kind})" + (f": {variants}" if variants else ""))
         if description:
             print(f"    {description}")
+        print(f"    {checked.describe(clean.get(name))}")
     return 0
 
 
@@ -133,6 +137,9 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("scenarios", help="list the shipped scenarios with their kinds, "
                                          "variants and descriptions")
     p.add_argument("--json", action="store_true", help="the list as JSON")
+    p.add_argument("--checked", help="where each was checked clean (default: "
+                                     "scenarios/checked.json, written by make bench "
+                                     "BENCH=clean)")
     p.set_defaults(func=cmd_scenarios)
 
     p = sub.add_parser("spec", help="a fabric scenario's topology spec as JSON (hosts, "

@@ -94,6 +94,13 @@ class Experiment(ABC):
         module, _, name = cls.LAB.partition(":")
         return getattr(importlib.import_module(module), name)
 
+    @classmethod
+    def scale_rates(cls, data: dict, factor: float) -> dict:
+        """The scenario document with every rate times ``factor`` (``testbed run --fit``);
+        ConfigError when the kind cannot scale its rates."""
+        raise ConfigError("--fit", f"a {cls.KIND} scenario's rates cannot be scaled to fit "
+                                   "a host (fabric scenarios' can)")
+
     def __init__(self, data: dict, *, name: str, seed: int, seeds: tuple[int, ...],
                  duration_s: float) -> None:
         self.data = data

@@ -83,6 +83,13 @@ def cmd_up(args) -> int:
     if servers and not kind.LAB_SERVERS:
         raise ConfigError("--servers", f"a {sc.kind} lab runs on one machine; a fabric lab "
                                        "can be spread over several")
+    fitted = None
+    if args.fit:
+        from testbed.cluster.fit import for_run
+
+        fitted = for_run(path, servers)
+        sc = scenario.load(path, duration_override=duration, rate_factor=fitted.factor)
+        variant = sc.variant(args.variant)
     if servers and (variant.acceptance.get("enabled") or variant.acceptance.get("plant")):
         raise ConfigError("--servers", "a lab over several machines does not run acceptance "
                                        "checks yet")
@@ -103,6 +110,7 @@ def cmd_up(args) -> int:
                "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
                "monitor_port": monitor_port, "prometheus": args.monitor, "out": str(out),
                "servers": servers,
+               **({"fit": fitted.to_dict()} if fitted else {}),
                "created": time.time(),
                "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
     request_file = out / layout.LAB_REQUEST
@@ -219,6 +227,9 @@ def describe(record: dict) -> str:
             where += f" on {host['server']}"
         extra = f" [{host['role']}]" if host.get("role") else ""
         lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}  ({where}){extra}")
+    if (record.get("fit") or {}).get("scaled"):
+        lines.append(f"rates scaled x{record['fit']['factor']:g} to fit this host "
+                     f"({record['fit']['line']})")
     if record.get("switches"):
         lines.append(f"switches: {' '.join(record['switches'])}")
     if record.get("traffic"):
@@ -656,6 +667,9 @@ def add_parsers(sub) -> None:
                    "of the lab's own, on 127.0.0.1, scraping it every second (fabric)")
     p.add_argument("--monitor-port", default="auto", help="where the lab's dashboard and "
                    "metrics listen on 127.0.0.1 (default: auto, a free port)")
+    p.add_argument("--fit", action="store_true",
+                   help="on a host smaller than the scenario's: scale every rate by the "
+                        "largest factor at which it is predicted clean (fabric scenarios)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("accept", help="acceptance checks of a running fabric lab: cabling "

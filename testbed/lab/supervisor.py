@@ -206,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             claim(run_id)
             stack.callback(shutil.rmtree, run_dir(run_id), True)
             (run_dir(run_id) / state.SUPERVISOR_PID).write_text(pid_record(os.getpid()))
+            fitted = request.get("fit") or {}
             sc = scenario_mod.load(request["scenario_file"],
-                                   duration_override=request.get("duration_s"))
+                                   duration_override=request.get("duration_s"),
+                                   rate_factor=fitted.get("factor", 1.0))
             variant = next(v for v in sc.variants if v.name == request["variant"])
             out = Path(request["out"])
             lab = lab_class(sc.kind)(sc, variant, run_id=run_id, name=name, out=out,
@@ -224,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 "owner": {"pid": os.getpid(), "user": request.get("user")
                           or pwd.getpwuid(os.getuid()).pw_name},
                 "hosts": lab.hosts(), **lab.record(), "examples": lab.examples(name),
+                **({"fit": fitted} if fitted else {}),
                 "state": "up",
             }
             state.write(record)

@@ -194,6 +194,27 @@ def _findings(summary: dict) -> list[str]:
     return lines
 
 
+def fit_lines(summary: dict) -> list[str]:
+    """What ``--fit`` did, for the top of the report (nothing without ``--fit``).
+
+    >>> fit_lines({"fit": {"factor": 0.6, "scaled": True, "line": "fit: 1 core ..."}})[0]
+    '**Rates scaled x0.6 to fit this host**: every link, traffic and rate threshold of the \
+scenario times 0.6, so the results are of the scaled scenario (fit: 1 core ...).'
+    >>> fit_lines({"fit": {"factor": 1.0, "scaled": False, "line": "fit: 4 cores ..."}})
+    ['Run with --fit: rates unchanged (fit: 4 cores ...).', '']
+    >>> fit_lines({})
+    []
+    """
+    fit = summary.get("fit")
+    if not fit:
+        return []
+    if fit.get("scaled"):
+        return [f"**Rates scaled x{fit['factor']:g} to fit this host**: every link, traffic "
+                f"and rate threshold of the scenario times {fit['factor']:g}, so the results "
+                f"are of the scaled scenario ({fit['line']}).", ""]
+    return [f"Run with --fit: rates unchanged ({fit['line']}).", ""]
+
+
 def write(summary: dict, out: Path) -> Path:
     """Plots plus report.md in ``out``; returns the report's path."""
     chain_png = plot_chain_latency(summary, out)
@@ -203,6 +224,7 @@ def write(summary: dict, out: Path) -> Path:
     lines = [
         f"# {summary['scenario']}",
         "",
+        *fit_lines(summary),
         *(f"**{line}**" for line in warnings),
         *([""] if warnings else []),
         summary.get("description", ""),

@@ -244,6 +244,7 @@ class ResultsSite:
                 f"<td>{escape(str(summary.get('scenario', '')))}</td>"
                 f"<td>{escape(str(summary.get('kind', '')))}</td>"
                 f"<td>{escape(names)}</td>"
+                f"<td>{escape(rates(summary))}</td>"
                 f"<td>{escape(time.strftime('%Y-%m-%d %H:%M', time.localtime(_mtime(folder))))}"
                 f'</td><td><a href="{escape(self.url(folder))}?zip=1" download>.zip</a></td>'
                 "</tr>")
@@ -261,7 +262,8 @@ class ResultsSite:
         body = [f"<h1>Results in {escape(str(self.root))}</h1>", *note]
         if rows:
             body += ["<table><thead><tr><th>folder</th><th>scenario</th><th>kind</th>"
-                     "<th>variants</th><th>written</th><th></th></tr></thead><tbody>", *rows,
+                     "<th>variants</th><th>rates</th><th>written</th><th></th></tr></thead>"
+                     "<tbody>", *rows,
                      "</tbody></table>"]
         else:
             body.append("<p>No results folder here yet: <code>testbed run</code> writes one.</p>")
@@ -404,6 +406,21 @@ class ResultsSite:
 def _cell(value) -> str:
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
     return text if len(text) <= CELL else text[:CELL - 1] + "…"
+
+
+def rates(summary: dict) -> str:
+    """The index's ``rates`` cell: the scenario's rates as shipped, or scaled by ``--fit``.
+
+    >>> rates({}), rates({"fit": {"factor": 0.6, "scaled": True}})
+    ('as shipped', 'x0.6 (--fit)')
+    >>> rates({"fit": "tampered"})
+    'as shipped'
+    """
+    fit = summary.get("fit")
+    if isinstance(fit, dict) and fit.get("scaled") and isinstance(fit.get("factor"),
+                                                                  int | float):
+        return f"x{fit['factor']:g} (--fit)"
+    return "as shipped"
 
 
 def _summary(folder: Path) -> dict:

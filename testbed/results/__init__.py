@@ -79,11 +79,17 @@ RUN_COLUMNS = {
     "chain_p50_ms": "ms", "chain_p95_ms": "ms", "chain_p99_ms": "ms", "chain_max_ms": "ms",
     "training_bytes": "bytes", "training_goodput_mbps": "Mb/s", "training_iterations": "",
     "iteration_p50_ms": "ms", "iteration_p99_ms": "ms", "fidelity_ok": "",
+    "rate_factor": "",
 }
 
 
 def runs(folder: Path | str) -> pd.DataFrame:
-    """One row a variant and seed: the summary's numbers (``summary.json``)."""
+    """One row a variant and seed: the summary's numbers (``summary.json``);
+    ``rate_factor``: every rate of the scenario times this (``--fit``; 1.0: as shipped),
+    and ``df.attrs["fit"]`` what ``--fit`` decided (None without it)."""
+    fit = json.loads((Path(folder) / layout.SUMMARY).read_text()).get("fit")
+    factor = fit.get("factor", 1.0) if isinstance(fit, dict) else 1.0
+
     def make(vdir: Path, run: dict):
         fabric, agents = run.get("fabric", {}), run.get("agents", {})
         lat, training = agents.get("latency_ms") or {}, run.get("training") or {}
@@ -99,8 +105,11 @@ def runs(folder: Path | str) -> pd.DataFrame:
                "training_goodput_mbps": training.get("goodput_mbps"),
                "training_iterations": training.get("iterations"),
                "iteration_p50_ms": it.get("p50"), "iteration_p99_ms": it.get("p99"),
-               "fidelity_ok": (run.get("fidelity") or {}).get("ok")}
-    return _per_variant(folder, make, RUN_COLUMNS)
+               "fidelity_ok": (run.get("fidelity") or {}).get("ok"),
+               "rate_factor": factor}
+    df = _per_variant(folder, make, RUN_COLUMNS)
+    df.attrs["fit"] = fit
+    return df
 
 
 CHAIN_COLUMNS = {"chain": "", "template": "", "start_s": "s (Unix time)",

@@ -219,6 +219,12 @@ class FabricExperiment(base.Experiment):
                             "description": "ports to capture (pcap per port), e.g. "
                                            "[p0l0e3, n0p0r0]"}}
 
+    @classmethod
+    def scale_rates(cls, data: dict, factor: float) -> dict:
+        from testbed.experiments.fabric.rates import scale
+
+        return scale(data, factor)
+
     def __init__(self, data: dict, **kw: Any) -> None:
         super().__init__(data, **kw)
         base_ = {s: {} if data.get(s) is None else data[s] for s in ("topology", *SECTIONS)}
