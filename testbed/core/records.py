@@ -632,6 +632,11 @@ RECORDS: dict[str, Record] = {
                            F("target", "str|null", "", "its target"),
                            F("text", "str", "", "what was done"),
                        ), closed=True),
+    "LIVE_CHECK_FIDELITY": _rec(layout.LIVE_CHECK_FIDELITY, "lab", "jsonl",
+                                "testbed.reports.live_checks",
+                                "the fidelity monitor's samples while `testbed check "
+                                "--lab` graded the lab (a failure on an overloaded host "
+                                "grades RERUN)", FIDELITY_FIELDS, closed=True),
     "MONITOR_LOG": _rec(layout.MONITOR_LOG, "lab", "log", "testbed.monitor",
                         "the lab monitor's log"),
     "MONITOR_STATUS": _rec(layout.MONITOR_STATUS, "lab", "jsonl", "testbed.monitor",
