@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import time
+import subprocess
 
 import pytest
 
@@ -23,39 +23,30 @@ def test_the_pid_file_names_the_program_itself(tmp_path):
     assert not (tmp_path / "s.pid").exists()
 
 
-def _children() -> set[int]:
-    out = set()
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and open(f"/proc/{p}/stat").read().split()[3] == str(os.getpid()):
-                out.add(int(p))
-        except OSError:
-            continue
-    return out
-
-
 def test_a_starter_that_dies_before_the_pid_file_starts_nothing(tmp_path, monkeypatch):
     marker = tmp_path / "ran"
+    started: list[subprocess.Popen] = []  # held here: no garbage collection reaps it first
+    real_popen = subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
 
     def die(*_args):
         raise KeyboardInterrupt  # the starter ends between fork and the pid file
 
-    before = _children()  # (other tests' children are not this test's to wait for)
+    monkeypatch.setattr(procs.subprocess, "Popen", recorded)
     monkeypatch.setattr(procs.Path, "write_text", die)
     with pytest.raises(KeyboardInterrupt):
         procs.Helper("m", ["touch", str(marker)], pid_dir=tmp_path)
     monkeypatch.undo()
+    assert len(started) == 1, "the helper's shell was never started"
     # the gate saw its pipe closed: the shell exits without running the program
-    started = _children() - before
-    assert started, "the helper's shell was never started"
-    left = set(started)
-    deadline = time.monotonic() + 10
-    while left and time.monotonic() < deadline:
-        for pid in list(left):
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                left.discard(pid)
-        time.sleep(0.02)
-    assert not left, f"the gate's shell did not exit: {left}"
+    try:
+        started[0].wait(10)
+    except subprocess.TimeoutExpired:
+        started[0].kill()
+        pytest.fail(f"the gate's shell did not exit: {started[0].pid}")
     assert not marker.exists()
 
 
