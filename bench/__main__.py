@@ -18,6 +18,7 @@ from bench import (
     expand_bench,
     fabric_bench,
     fresh_switch_bench,
+    grading_bench,
     macsec_bench,
     monitor_bench,
     replay_bench,
@@ -56,6 +57,8 @@ BENCHES = {
     "clean": ("every shipped scenario, every variant, as shipped: no run flagged by the "
               "fidelity monitor (python -m bench.clean_bench --seeds 1,2,3 for seeds of "
               "one's own, --record to write scenarios/checked.json)", clean_bench.main),
+    "grading": ("the grader on hostile results folders (YAML aliases, deep nesting, a 17 MB "
+                "summary) and a real one: each answered within 10 s", grading_bench.main),
     "monitor": ("the default scenario plain vs watched live (monitor, Prometheus, the "
                 "dashboard open in a browser): the watched run passes the fidelity monitor",
                 monitor_bench.main),

@@ -320,7 +320,10 @@ def test_a_part_samples_its_machine_over_the_window_only(tmp_path, monkeypatch):
         time.sleep(0.3)  # standing: nothing sampled
         assert not list(tmp_path.glob("fidelity-*.jsonl"))
         yield json.dumps({"op": "watch"})
-        time.sleep(0.6)
+        deadline = time.monotonic() + 30  # three samples of 0.1 s, however slow the host
+        while time.monotonic() < deadline and sum(
+                len(p.read_text().splitlines()) for p in tmp_path.glob("fidelity-*.jsonl")) < 3:
+            time.sleep(0.05)
         yield json.dumps({"op": "unwatch"})
         yield json.dumps({"op": "stop"})
 

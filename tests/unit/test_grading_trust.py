@@ -23,7 +23,10 @@ from testbed.reports import grading
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STARTER1 = FIXTURES / "starters" / "lab01_oversubscription"
 SMALL = FIXTURES / "results" / "small"
-LIMIT_S = 10.0
+#: a guard against a grader that hangs (an alias bomb expanded, a recursion run away), not
+#: the speed target: answering within 10 s is `make bench BENCH=grading`'s (these answers
+#: take under 1.5 s here, 12 s in an emulated arm64 VM beside other work)
+LIMIT_S = 60.0
 
 
 def copy(src: Path, dst: Path) -> Path:
