@@ -124,9 +124,11 @@ def wanted(args) -> bool:
             raise ConfigError("RESULTS", "name a results folder, or a running lab with "
                                          "--lab NAME")
         return False
-    if args.results or args.csv or getattr(args, "predictions", None):
-        given = "a results folder" if args.results else ("--csv" if args.csv
-                                                         else "--predictions")
+    others = [("a results folder", args.results), ("--csv", args.csv),
+              *((f"--{o}", getattr(args, o, None)) for o in ("predictions", "student",
+                                                                "students"))]
+    given = next((name for name, value in others if value), None)
+    if given:
         raise ConfigError("--lab", f"grades a running lab; {given} goes with a results "
                                    "folder, not with --lab")
     return True

@@ -104,6 +104,8 @@ def test_lab_and_results_folder_exclude_each_other(run_root, tmp_path) -> None:
     one_line(cli("check", "3", str(tmp_path), "--lab", "x"), "--lab: grades a running lab; "
                                                               "a results folder")
     one_line(cli("check", "3", "--lab", "x", "--csv", str(tmp_path / "c.csv")), "--csv")
+    one_line(cli("check", "3", "--lab", "x", "--student", "ada"), "--lab: grades a running "
+                                                                "lab; --student")
     one_line(cli("check", "3"), "RESULTS: name a results folder, or a running lab with "
                                 "--lab NAME")
     assert not (tmp_path / "c.csv").exists()
