@@ -113,4 +113,4 @@ image-test:
 
 # The same, and each lab's starter run measured inside the VM (docs/install/sizes.md)
 image-sizes:
-	@IMAGE_TEST_SIZES=$(or $(LABS),all) ./scripts/image/test.sh $(ARCH)
+	@IMAGE_TEST_SIZES="$(or $(LABS),all)" ./scripts/image/test.sh $(ARCH)

@@ -129,3 +129,12 @@ def test_the_documented_login_is_the_images_login():
 
 def test_checkouts_keep_lf_line_ends():
     assert "* text=auto eol=lf" in (REPO / ".gitattributes").read_text()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_image_sizes_passes_a_list_of_labs_whole():
+    """docs/install/sizes.md documents LABS="1 3 4": the list must reach the script as one
+    value, not end the variable at its first space (make -n only prints the recipe)."""
+    out = subprocess.run(["make", "-n", "image-sizes", "ARCH=amd64", "LABS=5 6 7"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    assert 'IMAGE_TEST_SIZES="5 6 7" ./scripts/image/test.sh amd64' in out
