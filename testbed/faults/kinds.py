@@ -422,7 +422,7 @@ class AddRack(FaultKind):
     PARAMS = RackParams
 
     def check(self, spec: Any, params: dict, where: str) -> None:
-        from testbed.acceptance.step import Plant
+        from testbed.acceptance.schema import Plant
         from testbed.operations.expand import planted_in
 
         for i, entry in enumerate(params["plant"]):

@@ -359,7 +359,7 @@ def cmd_accept(args) -> int:
 
 # -- expand ----------------------------------------------------------------------------
 def cmd_expand(args) -> int:
-    from testbed.acceptance.step import PLANT_KINDS
+    from testbed.acceptance.schema import PLANT_KINDS
     from testbed.operations.expand import RECORD, grown_spec, planted_in
     from topologies.spec import FabricSpec
 

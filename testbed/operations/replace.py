@@ -46,27 +46,13 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
-from pydantic import Field
-
 from testbed.core import layout
 from testbed.faults.fabric import short
 from testbed.host.files import read_jsonl, write_json
 from testbed.operations import health
 from testbed.workloads.chains import start_service
 from testbed.workloads.generators import agent_plan, roles_by_node, service_on, start_ranks
-from topologies.params import Section
 from topologies.spec import FabricSpec
-
-
-class Replacement(Section):
-    """Node health during the run; a degraded node's services and training ranks move
-    to spares (:mod:`testbed.operations.replace`)."""
-
-    enabled: bool = Field(False, description="watch the nodes' health during the run and "
-                                             "replace a degraded one")
-    spares: list[int] = Field(default_factory=list, description="node indices that take "
-                                                                "over a degraded node's "
-                                                                "roles, in order")
 
 
 class Replacer:

@@ -14,6 +14,8 @@ libraries depend on the host layer, never on the run core.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,27 @@ def test_a_planted_forbidden_import_fails(tmp_path, where, line):
     (tmp_path / "testbed" / "host").mkdir()
     (tmp_path / where).write_text(line)
     assert len(violations(tmp_path)) == 1, violations(tmp_path)
+
+
+def test_validating_every_shipped_scenario_loads_no_os_ken_and_draws_nothing():
+    """The same contract at run time: registries answer "is this name known?" without
+    importing what the name stands for (a routing mode's class imports os-ken), and
+    reading a scenario loads no plotting library. In a fresh process, as ``testbed
+    validate`` reads them."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from testbed.core import scenario\n"
+        "files = sorted(Path('scenarios').glob('*.yaml')) + sorted(\n"
+        "    p for p in Path('labs').glob('*/*/*.yaml') if p.name in ('scenario.yaml', "
+        "'backbone.yaml'))\n"
+        "assert len(files) > 20, files\n"
+        "for path in files:\n"
+        "    scenario.load(path)\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(done.stdout.split())
+    assert not loaded & {"os_ken", "ryu"}, "the testbed process loaded os-ken"
+    assert "matplotlib" not in loaded

@@ -21,11 +21,11 @@ from controllers.schema import (  # noqa: F401
     EcnClasses,
     Health,
 )
-from testbed.acceptance.step import Acceptance
+from testbed.acceptance.schema import Acceptance
 from testbed.fabric.qos import Qos
 from testbed.fabric.switchd import SwitchSettings
 from testbed.faults import kinds
-from testbed.operations.replace import Replacement
+from testbed.operations.schema import Replacement
 from topologies import plugins
 from topologies.params import Section
 
