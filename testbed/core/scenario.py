@@ -122,8 +122,8 @@ def _check_keys(data: dict, kind: str, cls: type[Experiment]) -> None:
     for key in data:
         if key in mine:
             continue
-        for other, other_cls in experiments.all_kinds().items():
-            if other != kind and key in other_cls.SECTIONS:
+        for other in experiments.KINDS:
+            if other != kind and key in experiments.sections_of(other):
                 where = next((k for k in cls.SECTIONS if k in data), kind)
                 raise ConfigError(key, f"not used by a {kind} scenario (it is set in "
                                        f"'{where}')")

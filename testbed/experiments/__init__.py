@@ -17,7 +17,17 @@ from topologies.params import ParamError
 #: the experiment kinds by name (:class:`topologies.plugins.Registry`, the shape every
 #: extension axis has): the testbed's own are imported when first asked for
 KINDS = plugins.Registry("experiment kind", Experiment, key="KIND", default="EXPERIMENT")
-for _kind in ("fabric", "macsec", "backbone", "storage"):
+#: the top-level sections each built-in kind reads: a scenario's kind is found without
+#: importing every kind (each loads its run code: netlink, Scapy, networkx, about half a
+#: second of a CLI start); tests/unit/test_experiments.py holds them to each SECTIONS
+BUILT_IN_SECTIONS: dict[str, tuple[str, ...]] = {
+    "fabric": ("topology", "controller", "agents", "training", "qos", "switches",
+               "acceptance", "replacement", "faults", "workloads", "variants", "capture"),
+    "macsec": ("macsec",),
+    "backbone": ("backbone",),
+    "storage": ("storage",),
+}
+for _kind in BUILT_IN_SECTIONS:
     KINDS.add(_kind, f"testbed.experiments.{_kind}.run")
 DEFAULT_KIND = "fabric"
 #: a kind named by the dotted path of its module (a plug-in outside the testbed)
@@ -27,6 +37,7 @@ DOTTED = plugins.MODULE
 def register(kind: str, module: str) -> None:
     """Make ``kind`` known as the ``EXPERIMENT`` of ``module`` (a plug-in, or a test's
     example kind)."""
+    BUILT_IN_SECTIONS.pop(kind, None)  # its own sections now
     KINDS.add(kind, module)
 
 
@@ -43,6 +54,13 @@ def all_kinds() -> dict[str, type]:
     return {kind: get(kind) for kind in KINDS}
 
 
+def sections_of(kind: str) -> tuple[str, ...]:
+    """The top-level keys ``kind`` reads (a built-in kind's without importing it)."""
+    if kind in BUILT_IN_SECTIONS:
+        return BUILT_IN_SECTIONS[kind]
+    return tuple(get(kind).SECTIONS)
+
+
 def kind_of(data: dict) -> str:
     """The kind a scenario selects: its ``kind:`` key, else the kind whose sections it
     has (one kind only), else :data:`DEFAULT_KIND`."""
@@ -56,7 +74,7 @@ def kind_of(data: dict) -> str:
     for kind in KINDS:
         if kind == DEFAULT_KIND:
             continue
-        keys = [k for k in get(kind).SECTIONS if k in data]
+        keys = [k for k in sections_of(kind) if k in data]
         if keys:
             found.append((kind, keys[0]))
     if len(found) > 1:

@@ -27,6 +27,22 @@ def test_every_kind_is_an_experiment_with_its_sections():
     assert {"fabric", "macsec", "backbone"} <= set(kinds)
     for kind, cls in kinds.items():
         assert issubclass(cls, Experiment) and cls.KIND == kind and cls.SECTIONS
+        if kind in experiments.BUILT_IN_SECTIONS:  # what is found without importing it
+            assert experiments.BUILT_IN_SECTIONS[kind] == tuple(cls.SECTIONS), kind
+
+
+def test_a_scenarios_kind_is_found_without_importing_the_other_kinds():
+    """A fabric scenario read in a fresh process loads the fabric kind alone (each other
+    kind's run code loads netlink, MACsec or networkx: time at every CLI start)."""
+    code = ("import sys\n"
+            "from testbed.core.scenario import load\n"
+            "load('scenarios/agents-vs-training.yaml')\n"
+            "print(' '.join(m for m in sys.modules if m.startswith('testbed.experiments.')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = {m.split(".")[2] for m in done.stdout.split()}
+    assert "fabric" in loaded and not loaded & {"macsec", "backbone", "storage"}, loaded
 
 
 @pytest.mark.parametrize("data, kind", [
