@@ -62,6 +62,8 @@ from topologies.backbone_check import design_check
 Progress = Callable[[str], None]
 IPERF_PORT = 5301
 WIRE_SAMPLE = 500  # frames captured on one wire per variant (with MACsec)
+#: how long the regions' probes may take to start (their first line written)
+PROBES_START_S = 60.0
 ZERO_AGENTS = {"chains_started": 0, "chains_completed": 0, "chains_failed": 0,
                "latency_ms": {"p50": None, "p95": None, "p99": None, "max": None}}
 
@@ -174,8 +176,15 @@ class Variant:
                 probes.append(self._helper(stack, f"probe-{region}", argv,
                                            log=self.out / f"probe-{region}.log"))
             files = [self.out / f"probes-{r}.jsonl" for r in regions]
-            if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files), 10):
-                raise BringUpError("probes did not start")
+            # 60 s: a probe writes its first line as soon as its Python has started, well
+            # under a second on a lab machine; four took over 10 s in the amd64 lab VM
+            # under software emulation beside another VM (waiting costs nothing when ready)
+            if not wait_for(lambda: all(f.exists() and f.stat().st_size for f in files),
+                            PROBES_START_S):
+                late = [r for r, f in zip(regions, files, strict=True)
+                        if not (f.exists() and f.stat().st_size)]
+                raise BringUpError(f"the probes of {', '.join(late)} did not start in "
+                                   f"{PROBES_START_S:g} s (see probe-{late[0]}.log)")
             t0 = min(json.loads(f.read_text().splitlines()[0])["t0"] for f in files)
             if ckpt:  # the run's clock has started: the writer's first shard
                 ckpt.go()
