@@ -12,11 +12,20 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+import struct
 from collections.abc import Callable
 from typing import TypeVar
 
 CLONE_NEWNET = 0x40000000
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_ATTACH_FILTER = 26
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+#: classic BPF (linux/filter.h): opcodes, and the offset that loads the frame's packet
+#: type (incoming, outgoing, ...) instead of its bytes
+BPF_LD, BPF_JMP, BPF_RET = 0x00, 0x05, 0x06
+BPF_W, BPF_H, BPF_ABS, BPF_JEQ, BPF_K = 0x00, 0x08, 0x20, 0x10, 0x00
+SKF_AD_PKTTYPE = (-0x1000 + 4) & 0xFFFFFFFF
 #: getsockopt: the cookie of the socket's network namespace (Linux 5.14)
 SO_NETNS_COOKIE = 71
 T = TypeVar("T")
@@ -83,16 +92,46 @@ def of_pid(pid: int) -> str:
     return f"/proc/{pid}/ns/net"
 
 
+def ethertype_filter(ethertype: int) -> bytes:
+    """A classic BPF program (``SO_ATTACH_FILTER``'s instructions) that keeps the frames
+    of ``ethertype`` that arrive, and drops every other frame and every frame the
+    interface sends.
+
+    >>> len(ethertype_filter(0x88CC)) // 8  # instructions of 8 bytes each
+    6
+    """
+    drop, keep = 0, 0x40000  # a filter returns how many bytes of the frame to keep
+    return b"".join(struct.pack("HBBI", *insn) for insn in (
+        (BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_PKTTYPE),
+        (BPF_JMP | BPF_JEQ | BPF_K, 3, 0, PACKET_OUTGOING),   # sent here: drop
+        (BPF_LD | BPF_H | BPF_ABS, 0, 0, 12),                # the Ethernet type
+        (BPF_JMP | BPF_JEQ | BPF_K, 0, 1, ethertype),
+        (BPF_RET | BPF_K, 0, 0, keep),
+        (BPF_RET | BPF_K, 0, 0, drop),
+    ))
+
+
 def packet_socket(path: str | os.PathLike | None, ifname: str, ethertype: int,
                   rcvbuf: int = 0) -> socket.socket:
-    """A non-blocking packet socket for ``ethertype`` on interface ``ifname`` of the
-    namespace at ``path`` (None: this thread's own); ``rcvbuf``: its receive buffer in
-    bytes, forced past the system's limit (0: the default)."""
+    """A non-blocking packet socket for the frames of ``ethertype`` that arrive on
+    interface ``ifname`` of the namespace at ``path`` (None: this thread's own);
+    ``rcvbuf``: its receive buffer in bytes, forced past the system's limit (0: the
+    default).
+
+    The socket listens to every protocol (``ETH_P_ALL``) through a filter for
+    ``ethertype`` (:func:`ethertype_filter`), as lldpd does: the kernel hands a frame to
+    such a socket before a port's owner takes it, and to a socket of one protocol only
+    after. A switch port of Open vSwitch's kernel datapath is such a port: its datapath
+    takes every frame that arrives, and a socket bound to one protocol there hears
+    nothing. The filter is set before the socket is bound, so no other frame gets in."""
     def make() -> socket.socket:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ethertype))
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # bound: hears nothing
+        program = ctypes.create_string_buffer(ethertype_filter(ethertype))
+        fprog = struct.pack("HL", len(program.raw) // 8, ctypes.addressof(program))
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
         if rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
-        sock.bind((ifname, ethertype))
+        sock.bind((ifname, ETH_P_ALL))
         sock.setblocking(False)
         return sock
     return made_in(path, make)

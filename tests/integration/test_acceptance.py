@@ -50,6 +50,7 @@ def excluded(result: dict) -> list[str]:
     return [c["link"] for c in result["checks"][0]["cables"] if c["verdict"] == "excluded"]
 
 
+@pytest.mark.vm  # the kernel datapath's switch ports too (make vm-test)
 def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
     with lab(tmp_path, "a") as (name, record, out):
         code, text, result = accept(name, out, "cabling")
@@ -78,6 +79,7 @@ def _check(result: dict, name: str) -> dict:
     return next(c for c in result["checks"] if c["check"] == name)
 
 
+@pytest.mark.vm  # the kernel datapath's switch ports too (make vm-test)
 def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
     with lab(tmp_path, "b") as (name, record, out):
         code, text, result = accept(name, out, "links", "paths")

@@ -4,11 +4,14 @@ own: the interface each is bound to, its buffers and the process that holds it."
 from __future__ import annotations
 
 import os
+import select
 import socket
+import subprocess
+import time
 
 import pytest
 
-from testbed.host import packet_sockets
+from testbed.host import netns, packet_sockets
 
 pytestmark = pytest.mark.root
 
@@ -34,3 +37,42 @@ def test_a_bound_and_an_unbound_socket_are_found_with_their_owner():
     finally:
         bound.close()
         unbound.close()
+
+
+def test_a_packet_socket_hears_its_ethertype_arriving_and_nothing_else(tmp_path):
+    """netns.packet_socket listens to every protocol through a filter (so that a port
+    whose owner takes every frame, a switch port of the OVS kernel datapath, still hears
+    LLDP): it must hear the frames of its ethertype that arrive, and neither another
+    ethertype's nor the frames its own interface sends. On a veth pair in a namespace of
+    the test's own."""
+    ns = f"tbps{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "ea", "type", "veth", "peer", "name",
+                        "eb"], check=True)
+        for dev in ("ea", "eb"):
+            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+        path = f"/run/netns/{ns}"
+        listen = netns.packet_socket(path, "ea", 0x88CC)
+        other_end = netns.packet_socket(path, "eb", 0x88CC)
+        also_a = netns.packet_socket(path, "ea", 0x88B5)  # another socket of a's
+        try:
+            def frame(ethertype: int, tag: bytes) -> bytes:
+                return bytes.fromhex("0180c200000e" "020000000001") \
+                    + ethertype.to_bytes(2, "big") + tag.ljust(46, b"\0")
+            also_a.send(frame(0x88CC, b"sent by a"))        # outgoing on a: not heard
+            other_end.send(frame(0x88B5, b"other type"))    # arrives, another type
+            other_end.send(frame(0x88CC, b"lldp from b"))   # arrives: heard
+            heard = []
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                if select.select([listen], [], [], 0.2)[0]:
+                    heard.append(listen.recv(2048))
+                elif heard:
+                    break
+            assert [h[14:14 + len(b"lldp from b")] for h in heard] == [b"lldp from b"], heard
+        finally:
+            for sock in (listen, other_end, also_a):
+                sock.close()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
