@@ -10,6 +10,7 @@ thread held, and the run with it. ``setns`` here moves the calling thread only.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 import struct
@@ -21,6 +22,8 @@ SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_ATTACH_FILTER = 26
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+#: setsockopt(SOL_PACKET): hand the socket no frame its interface sends (Linux 4.20)
+SOL_PACKET, PACKET_IGNORE_OUTGOING = 263, 23
 #: classic BPF (linux/filter.h): opcodes, and the offset that loads the frame's packet
 #: type (incoming, outgoing, ...) instead of its bytes
 BPF_LD, BPF_JMP, BPF_RET = 0x00, 0x05, 0x06
@@ -123,9 +126,18 @@ def packet_socket(path: str | os.PathLike | None, ifname: str, ethertype: int,
     such a socket before a port's owner takes it, and to a socket of one protocol only
     after. A switch port of Open vSwitch's kernel datapath is such a port: its datapath
     takes every frame that arrives, and a socket bound to one protocol there hears
-    nothing. The filter is set before the socket is bound, so no other frame gets in."""
+    nothing. The filter is set before the socket is bound, so no other frame gets in.
+
+    Such a socket would also be handed a copy of every frame its interface sends, only for
+    the filter to drop it; ``PACKET_IGNORE_OUTGOING`` (Linux 4.20) spares that copy, and
+    the filter still drops them on a kernel without it."""
     def make() -> socket.socket:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # bound: hears nothing
+        try:
+            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError as e:
+            if e.errno != errno.ENOPROTOOPT:
+                raise
         program = ctypes.create_string_buffer(ethertype_filter(ethertype))
         fprog = struct.pack("HL", len(program.raw) // 8, ctypes.addressof(program))
         sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
