@@ -386,7 +386,7 @@ def cmd_check(args) -> int:
     if (status := rerun.dispatch(args, lab)) is not None:  # --rerun: submissions run again
         return status
     if live_checks.wanted(args):
-        return live_checks.cmd_check_live(lab, args.live)
+        return live_checks.cmd_check_live(lab, args.live, args.live_checks)
     folders = [Path(f) for f in args.results]
     by_id = students.grader(lab, args, folders)  # --student, --students: each id's values
     assess_one = by_id or (lambda folder: assess(lab, folder))

@@ -113,6 +113,9 @@ def add_arguments(parser) -> None:
                              "routes and sessions, its MACsec counters; exit 2 (one line) "
                              "when NAME is no running lab or runs another lab's scenario, "
                              "3 when a check failed while the host did not keep up")
+    parser.add_argument("--checks", dest="live_checks", metavar="NAMES", default=None,
+                        help="with --lab: only these live checks, comma-separated, in the "
+                             "lab's order (a check's name as the report prints it)")
 
 
 def wanted(args) -> bool:
@@ -120,6 +123,9 @@ def wanted(args) -> bool:
     command line mixes that with a results folder, or names neither."""
     live = getattr(args, "live", None)
     if live is None:
+        if getattr(args, "live_checks", None) is not None:
+            raise ConfigError("--checks", "chooses among a running lab's live checks: it "
+                                          "goes with --lab NAME")
         if not args.results:
             raise ConfigError("RESULTS", "name a results folder, or a running lab with "
                                          "--lab NAME")
@@ -134,12 +140,28 @@ def wanted(args) -> bool:
     return True
 
 
-def cmd_check_live(lab: Lab, name: str) -> int:
-    """``testbed check LAB --lab NAME``: the live checks of ``lab`` on the running lab."""
+def chosen(checks: list[LiveCheck], names: str | None) -> list[LiveCheck]:
+    """The checks ``--checks`` names (comma-separated), in the lab's order; all for None;
+    ConfigError naming an unknown one and the lab's checks."""
+    if names is None:
+        return checks
+    wanted_names = [n.strip() for n in names.split(",") if n.strip()]
+    have = [check_name(c) for c in checks]
+    unknown = [n for n in wanted_names if n not in have]
+    if unknown or not wanted_names:
+        said = f"unknown check {unknown[0]!r}" if unknown else "names no check"
+        raise ConfigError("--checks", f"{said} (this lab's live checks: {', '.join(have)})")
+    return [c for c in checks if check_name(c) in wanted_names]
+
+
+def cmd_check_live(lab: Lab, name: str, names: str | None = None) -> int:
+    """``testbed check LAB --lab NAME [--checks NAMES]``: the live checks of ``lab`` (those
+    named) on the running lab."""
     from testbed.lab.commands import _root
     from testbed.lab.live import LiveLab
 
-    checks = live_checks(lab)  # before the lab is looked up: bad input touches nothing
+    # before the lab is looked up: bad input touches nothing
+    checks = chosen(live_checks(lab), names)
     live = LiveLab.find(name)
     check_scenario(lab, live)
     _root("testbed check --lab")

@@ -46,32 +46,45 @@ def lab(tmp_path: Path, letter: str) -> Iterator[tuple[str, dict, Path]]:
     assert leftovers(f"tb{record['run_id']}") == []
 
 
+@pytest.fixture(scope="module")
+def rails(tmp_path_factory) -> Iterator[tuple[str, dict, Path]]:
+    """One test lab for the three tests below, in the file's order: each undoes its
+    faults before it ends, but the last one's quarter-rate link and ECMP exclusion."""
+    with lab(tmp_path_factory.mktemp("rails"), "a") as up:
+        yield up
+
+
 def excluded(result: dict) -> list[str]:
     return [c["link"] for c in result["checks"][0]["cables"] if c["verdict"] == "excluded"]
 
 
-def test_cabling_is_checked_with_lldp_on_every_cable(tmp_path):
-    with lab(tmp_path, "a") as (name, record, out):
-        code, text, result = accept(name, out, "cabling")
-        assert code == 0, text
-        assert result["accepted"] and excluded(result) == []
-        assert len(result["checks"][0]["cables"]) == 12  # 8 NIC cables, 4 between switches
+def test_cabling_is_checked_with_lldp_on_every_cable(rails):
+    name, record, out = rails
+    code, text, result = accept(name, out, "cabling")
+    assert code == 0, text
+    assert result["accepted"] and excluded(result) == []
+    assert len(result["checks"][0]["cables"]) == 12  # 8 NIC cables, 4 between switches
 
-        assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
-        code, text, result = accept(name, out, "cabling")
-        assert code == 1, text
-        assert excluded(result) == ["n1-p0l0", "n1-p0l1"]
-        assert result["checks"][0]["swapped"] == [["n1-p0l0", "n1-p0l1"]]
-        assert "n1p0r0 hears p0l1e2, not p0l0e2" in text, text
+    assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
+    code, text, result = accept(name, out, "cabling")
+    assert code == 1, text
+    assert excluded(result) == ["n1-p0l0", "n1-p0l1"]
+    assert result["checks"][0]["swapped"] == [["n1-p0l0", "n1-p0l1"]]
+    assert "n1p0r0 hears p0l1e2, not p0l0e2" in text, text
 
-        assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
-        code, text, result = accept(name, out, "cabling", "links")  # a swap undone: nothing
-        assert code == 0 and excluded(result) == [], text
+    assert run_testbed("fault", name, "swap_rails", "n1p0r0").returncode == 0
+    code, text, result = accept(name, out, "cabling", "links")  # a swap undone: nothing
+    assert code == 0 and excluded(result) == [], text
 
-        assert run_testbed("fault", name, "link_down", "p0l0-p0s0").returncode == 0
+    assert run_testbed("fault", name, "link_down", "p0l0-p0s0").returncode == 0
+    try:
         code, text, result = accept(name, out, "cabling")
         assert code == 1 and excluded(result) == ["p0l0-p0s0"], text
         assert "hears nothing" in text
+    finally:
+        assert run_testbed("fault", name, "link_up", "p0l0-p0s0").returncode == 0
+    code, text, result = accept(name, out, "cabling")  # the cable heard again
+    assert code == 0 and excluded(result) == [], text
 
 
 @pytest.mark.vm
@@ -101,51 +114,51 @@ def _check(result: dict, name: str) -> dict:
     return next(c for c in result["checks"] if c["check"] == name)
 
 
-def test_links_and_paths_are_measured_and_what_fails_is_named(tmp_path):
-    with lab(tmp_path, "b") as (name, record, out):
-        code, text, result = accept(name, out, "links", "paths")
-        assert code == 0 and result["excluded_links"] == [], text
-        rates = _check(result, "links")
-        assert len(rates["links"]) == 12
-        for lk in rates["links"]:  # both ways, near the rate (sent at 0.97 of it), within
-            for way in lk["directions"]:  # the rule's loss (a frame lost here or there)
-                assert way["rate_mbps"] >= 0.9 * way["mbps"] and way["loss"] <= 0.005, lk
-        routes = _check(result, "paths")
-        assert len(routes["paths"]) == 4  # two leaves, each way over each spine
-        assert all(p["verdict"] == "passes" and p["lost"] == 0 for p in routes["paths"])
+def test_links_and_paths_are_measured_and_what_fails_is_named(rails):
+    name, record, out = rails
+    code, text, result = accept(name, out, "links", "paths")
+    assert code == 0 and result["excluded_links"] == [], text
+    rates = _check(result, "links")
+    assert len(rates["links"]) == 12
+    for lk in rates["links"]:  # both ways, near the rate (sent at 0.97 of it), within
+        for way in lk["directions"]:  # the rule's loss (a frame lost here or there)
+            assert way["rate_mbps"] >= 0.9 * way["mbps"] and way["loss"] <= 0.005, lk
+    routes = _check(result, "paths")
+    assert len(routes["paths"]) == 4  # two leaves, each way over each spine
+    assert all(p["verdict"] == "passes" and p["lost"] == 0 for p in routes["paths"])
 
-        # a link trained down to a quarter, a host port losing 2 %
-        assert run_testbed("fault", name, "rate", "p0l1-p0s0",
-                           "--rate-mbps", "25").returncode == 0
-        assert run_testbed("fault", name, "degrade", "n2-p0l1", "--loss", "0.02").returncode == 0
-        code, text, result = accept(name, out, "links", "paths")
-        assert code == 1, text
-        assert result["excluded_links"] == ["n2-p0l1", "p0l1-p0s0"], text
-        assert result["excluded_switches"] == [], text
-        bad = {lk["link"]: lk for lk in _check(result, "links")["links"]
-               if lk["verdict"] == "excluded"}
-        for way in bad["p0l1-p0s0"]["directions"]:  # at a quarter, the rest lost
-            assert 20 < way["rate_mbps"] < 30 and way["loss"] > 0.6, bad["p0l1-p0s0"]
-        for way in bad["n2-p0l1"]["directions"]:
-            assert 0.005 < way["loss"] < 0.06, bad["n2-p0l1"]
-        # the paths left: over p0s1 only, both pass
-        assert [p["via"] for p in _check(result, "paths")["paths"]] == [["p0s1"], ["p0s1"]]
-        assert run_testbed("fault", name, "rate_restore", "p0l1-p0s0").returncode == 0
-        assert run_testbed("fault", name, "restore", "n2-p0l1").returncode == 0
+    # a link trained down to a quarter, a host port losing 2 %
+    assert run_testbed("fault", name, "rate", "p0l1-p0s0",
+                       "--rate-mbps", "25").returncode == 0
+    assert run_testbed("fault", name, "degrade", "n2-p0l1", "--loss", "0.02").returncode == 0
+    code, text, result = accept(name, out, "links", "paths")
+    assert code == 1, text
+    assert result["excluded_links"] == ["n2-p0l1", "p0l1-p0s0"], text
+    assert result["excluded_switches"] == [], text
+    bad = {lk["link"]: lk for lk in _check(result, "links")["links"]
+           if lk["verdict"] == "excluded"}
+    for way in bad["p0l1-p0s0"]["directions"]:  # at a quarter, the rest lost
+        assert 20 < way["rate_mbps"] < 30 and way["loss"] > 0.6, bad["p0l1-p0s0"]
+    for way in bad["n2-p0l1"]["directions"]:
+        assert 0.005 < way["loss"] < 0.06, bad["n2-p0l1"]
+    # the paths left: over p0s1 only, both pass
+    assert [p["via"] for p in _check(result, "paths")["paths"]] == [["p0s1"], ["p0s1"]]
+    assert run_testbed("fault", name, "rate_restore", "p0l1-p0s0").returncode == 0
+    assert run_testbed("fault", name, "restore", "n2-p0l1").returncode == 0
 
-        # a spine that drops every IPv4 packet: its links pass alone, its paths do not
-        spine = f"{record['prefix']}p0s1"
-        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", spine,
-                        "cookie=0xbad,priority=65000,ip,actions=drop"], check=True)
-        code, text, result = accept(name, out, "links", "paths")
-        assert code == 1, text
-        assert result["excluded_links"] == [] and result["excluded_switches"] == ["p0s1"], text
-        failing = [p for p in _check(result, "paths")["paths"] if p["verdict"] == "fails"]
-        assert [p["via"] for p in failing] == [["p0s1"], ["p0s1"]], text
-        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", spine,
-                        "cookie=0xbad/-1"], check=True)
-        code, text, result = accept(name, out, "paths")
-        assert code == 0, text
+    # a spine that drops every IPv4 packet: its links pass alone, its paths do not
+    spine = f"{record['prefix']}p0s1"
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", spine,
+                    "cookie=0xbad,priority=65000,ip,actions=drop"], check=True)
+    code, text, result = accept(name, out, "links", "paths")
+    assert code == 1, text
+    assert result["excluded_links"] == [] and result["excluded_switches"] == ["p0s1"], text
+    failing = [p for p in _check(result, "paths")["paths"] if p["verdict"] == "fails"]
+    assert [p["via"] for p in failing] == [["p0s1"], ["p0s1"]], text
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", spine,
+                    "cookie=0xbad/-1"], check=True)
+    code, text, result = accept(name, out, "paths")
+    assert code == 0, text
 
 
 def _route_ports(bridge: str) -> set[int]:
@@ -163,40 +176,40 @@ def _route_ports(bridge: str) -> set[int]:
     return ports
 
 
-def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(tmp_path):
+def test_a_throttled_nic_fails_the_system_test_and_exclusion_reroutes(rails):
     """A NIC that sends its first half second's worth (3.1 MB at 50 Mb/s) at full rate
     and then at a quarter passes the link check (3 MB each way) and is the system test's
     outlier (about 11 MB a NIC); a quarter-rate link, excluded, leaves the
     ECMP set of the leaf (the controller restarted on the accepted fabric)."""
-    with lab(tmp_path, "c") as (name, record, out):
-        code, text, result = accept(name, out, "links", "system")
-        assert code == 0 and result["system"] == "passes", text
-        run, = _check(result, "system")["runs"]
-        assert run["complete"] and len(run["nodes"]) == 4 and run["ratio"] <= 2.0, run
+    name, record, out = rails
+    code, text, result = accept(name, out, "links", "system")
+    assert code == 0 and result["system"] == "passes", text
+    run, = _check(result, "system")["runs"]
+    assert run["complete"] and len(run["nodes"]) == 4 and run["ratio"] <= 2.0, run
 
-        assert run_testbed("fault", name, "throttle", "n2p0r0", "--rate-mbps", "12.5",
-                           "--burst-kb", "3125").returncode == 0
-        code, text, result = accept(name, out, "links", "system")
-        assert code == 1, text
-        assert result["excluded_links"] == [], text  # the short test passes it
-        assert result["excluded_nodes"] == ["n2"], text
-        test = _check(result, "system")
-        assert [n["node"] for n in test["nodes"]] == ["n2"], text
-        again = test["runs"][1]
-        assert again["nodes"] == ["n0", "n1", "n3"] and again["complete"], text
-        assert run_testbed("fault", name, "throttle_restore", "n2p0r0").returncode == 0
+    assert run_testbed("fault", name, "throttle", "n2p0r0", "--rate-mbps", "12.5",
+                       "--burst-kb", "3125").returncode == 0
+    code, text, result = accept(name, out, "links", "system")
+    assert code == 1, text
+    assert result["excluded_links"] == [], text  # the short test passes it
+    assert result["excluded_nodes"] == ["n2"], text
+    test = _check(result, "system")
+    assert [n["node"] for n in test["nodes"]] == ["n2"], text
+    again = test["runs"][1]
+    assert again["nodes"] == ["n0", "n1", "n3"] and again["complete"], text
+    assert run_testbed("fault", name, "throttle_restore", "n2p0r0").returncode == 0
 
-        leaf, spine = f"{record['prefix']}p0l1", f"{record['prefix']}p0s0"
-        spec = json.loads(Path(record["spec"]).read_text())
-        port = next(lk["a_port"] for lk in spec["links"]
-                    if lk["a"] == leaf and lk["b"] == spine)
-        assert port in _route_ports(leaf)
-        assert run_testbed("fault", name, "rate", "p0l1-p0s0",
-                           "--rate-mbps", "25").returncode == 0
-        done = run_testbed("accept", name, "--checks", "links", "--exclude")
-        assert done.returncode == 1, done.stdout + done.stderr
-        assert "excluded from every ECMP set: p0l1-p0s0" in done.stdout, done.stdout
-        assert port not in _route_ports(leaf)
+    leaf, spine = f"{record['prefix']}p0l1", f"{record['prefix']}p0s0"
+    spec = json.loads(Path(record["spec"]).read_text())
+    port = next(lk["a_port"] for lk in spec["links"]
+                if lk["a"] == leaf and lk["b"] == spine)
+    assert port in _route_ports(leaf)
+    assert run_testbed("fault", name, "rate", "p0l1-p0s0",
+                       "--rate-mbps", "25").returncode == 0
+    done = run_testbed("accept", name, "--checks", "links", "--exclude")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "excluded from every ECMP set: p0l1-p0s0" in done.stdout, done.stdout
+    assert port not in _route_ports(leaf)
 
 
 def test_accept_of_no_lab_is_one_line_and_exit_2():

@@ -21,7 +21,9 @@ from topologies.backbone import small_backbone
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables")]
 
-SENT = 2000
+#: at the 10 % set, the lost share of 1,000 has a standard deviation of 0.0095: the
+#: assertion's band of 0.05 is 5.3 of them
+SENT = 1000
 
 
 def _tables(netns: str) -> list[str]:

@@ -89,17 +89,39 @@ def ping(lab: str, src: str, ip: str) -> bool:
     return run_testbed("exec", lab, src, "--", "ping", "-n", "-c1", "-W1", ip).returncode == 0
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A lab brought up with training and a capture of n0's NIC; removed at the end."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A lab brought up with training and a capture of n0's NIC, shared by the module's
+    tests (test_lab_up_ls_exec_fault_capture_down, the last to use it, takes it down and
+    checks that); removed at the end in any case."""
     name = f"t{os.getpid() % 100000}"
     up = run_testbed("up", str(SCENARIO), "--name", name, "--traffic", "--duration", "4",
-                 "--results", str(tmp_path))
+                 "--results", str(tmp_path_factory.mktemp("lab")))
     assert up.returncode == 0, up.stderr + up.stdout
     record = record_of(name)
     yield name, record, up.stdout
     run_testbed("down", name)
     assert leftovers(f"tb{record['run_id']}") == []
+
+
+def test_clean_removes_a_dead_lab_and_leaves_a_live_one(lab, tmp_path):
+    name, record, _ = lab
+    dead = f"d{os.getpid() % 100000}"
+    up = run_testbed("up", str(SCENARIO), "--name", dead, "--results", str(tmp_path))
+    assert up.returncode == 0, up.stderr
+    dead_record = record_of(dead)
+    os.kill(dead_record["owner"]["pid"], signal.SIGKILL)  # the supervisor dies
+    assert wait_for(lambda: not Path(f"/proc/{dead_record['owner']['pid']}").exists(), 10)
+    assert "dead" in run_testbed("ls").stdout
+    dry = run_testbed("clean", "--dry-run")
+    assert f"/run/testbed/{dead_record['run_id']}" in dry.stdout
+    assert f"/run/testbed/{record['run_id']}" not in dry.stdout
+    assert f"left alone: lab {name}" in dry.stdout or record["run_id"] in dry.stdout
+    done = run_testbed("clean")
+    assert done.returncode == 0, done.stderr
+    assert leftovers(f"tb{dead_record['run_id']}") == []
+    assert record_of(name)["alive"]  # the live lab is untouched
+    assert ping(name, "n0", "10.0.0.4")
 
 
 def test_lab_up_ls_exec_fault_capture_down(lab):
@@ -191,26 +213,6 @@ def test_lab_up_ls_exec_fault_capture_down(lab):
     assert done.returncode == 0 and f"lab {name} is down" in done.stdout, done.stderr
     assert leftovers(f"tb{run_id}") == []
     assert name not in run_testbed("ls").stdout
-
-
-def test_clean_removes_a_dead_lab_and_leaves_a_live_one(lab, tmp_path):
-    name, record, _ = lab
-    dead = f"d{os.getpid() % 100000}"
-    up = run_testbed("up", str(SCENARIO), "--name", dead, "--results", str(tmp_path))
-    assert up.returncode == 0, up.stderr
-    dead_record = record_of(dead)
-    os.kill(dead_record["owner"]["pid"], signal.SIGKILL)  # the supervisor dies
-    assert wait_for(lambda: not Path(f"/proc/{dead_record['owner']['pid']}").exists(), 10)
-    assert "dead" in run_testbed("ls").stdout
-    dry = run_testbed("clean", "--dry-run")
-    assert f"/run/testbed/{dead_record['run_id']}" in dry.stdout
-    assert f"/run/testbed/{record['run_id']}" not in dry.stdout
-    assert f"left alone: lab {name}" in dry.stdout or record["run_id"] in dry.stdout
-    done = run_testbed("clean")
-    assert done.returncode == 0, done.stderr
-    assert leftovers(f"tb{dead_record['run_id']}") == []
-    assert record_of(name)["alive"]  # the live lab is untouched
-    assert ping(name, "n0", "10.0.0.4")
 
 
 def _running(pid: int) -> bool:

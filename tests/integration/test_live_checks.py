@@ -55,10 +55,11 @@ def lab_up(scenario: Path, variant: str | None, tmp: Path) -> Iterator[dict]:
             assert leftovers(f"tb{record['run_id']}") == []
 
 
-def check(lab: int, name: str) -> tuple[int, dict[str, str]]:
-    """``testbed check LAB --lab NAME``: its exit status and {check: 'PASS reason' |
-    'FAIL reason' | 'SKIP why'} (RERUN's checks read from their "(not graded)" lines)."""
-    done = run_testbed("check", str(lab), "--lab", name)
+def check(lab: int, name: str, *options: str) -> tuple[int, dict[str, str]]:
+    """``testbed check LAB --lab NAME [OPTIONS]``: its exit status and {check: 'PASS
+    reason' | 'FAIL reason' | 'SKIP why'} (RERUN's checks read from their "(not graded)"
+    lines)."""
+    done = run_testbed("check", str(lab), "--lab", name, *options)
     lines = done.stdout.splitlines()
     assert done.returncode in (0, 1, RERUN), done.stderr + done.stdout
     if done.returncode == RERUN:
@@ -150,7 +151,8 @@ def test_lab7_routes_sessions_paths_and_a_rerouted_risk_group(tmp_path) -> None:
         assert v["macsec-counters-grow"].startswith("SKIP MACsec is off")
         # a link cut by hand: its session is gone, the check names it
         assert run_testbed("fault", name, "cut_link", "nyc-ams").returncode == 0
-        status, v = check(7, name)
+        status, v = check(7, name, "--checks", "sessions-on-every-link")
+        assert list(v) == ["sessions-on-every-link"], v
         assert status in (1, RERUN)
         assert v["sessions-on-every-link"] == "FAIL no session on nyc-ams"
 

@@ -111,6 +111,26 @@ def test_lab_and_results_folder_exclude_each_other(run_root, tmp_path) -> None:
     assert not (tmp_path / "c.csv").exists()
 
 
+def test_checks_name_a_labs_live_checks_and_go_with_lab_only(run_root, tmp_path) -> None:
+    """``--checks`` chooses among the lab's live checks, before any lab is looked up."""
+    one_line(cli("check", "7", "--lab", "nosuch", "--checks", "sessions-on-every-link,x"),
+             "--checks: unknown check 'x' (this lab's live checks: "
+             "every-router-routes-everywhere, sessions-on-every-link")
+    one_line(cli("check", "7", "--lab", "nosuch", "--checks", ","), "--checks: names no check")
+    one_line(cli("check", "7", str(tmp_path), "--checks", "sessions-on-every-link"),
+             "--checks: chooses among a running lab's live checks: it goes with --lab NAME")
+    # a known name passes validation: the lab is looked up next
+    one_line(cli("check", "7", "--lab", "nosuch", "--checks", "sessions-on-every-link"),
+             "no lab named 'nosuch'")
+
+
+def test_chosen_keeps_the_labs_order() -> None:
+    def a(live): ...
+    def b_c(live): ...
+    assert live_checks.chosen([a, b_c], "b-c, a") == [a, b_c]
+    assert live_checks.chosen([a, b_c], None) == [a, b_c]
+
+
 def test_every_live_lab_names_its_scenario() -> None:
     from testbed.core import scenario
 
