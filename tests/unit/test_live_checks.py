@@ -304,6 +304,7 @@ def test_lab7_design_rule_on_the_sessions_that_are_up(monkeypatch) -> None:
                                                                      bb.all_links}})
     every = {lk.name for lk in bb.all_links}
     monkeypatch.setattr(check, "SESSION_WAIT_S", 0.1)
+    monkeypatch.setattr(check, "_links_cut", lambda live: set())
     monkeypatch.setattr(check, "_links_up", lambda live: every)
     assert check.separate_paths_in_sessions(live).ok
     assert check.sessions_on_every_link(live).ok
@@ -315,6 +316,32 @@ def test_lab7_design_rule_on_the_sessions_that_are_up(monkeypatch) -> None:
     assert not v.ok and "PoP nyc" in v.reason, v.reason
     v = check.sessions_on_every_link(live)
     assert not v.ok and v.reason == "no session on nyc-ash-1, nyc-ash-2"
+
+
+def test_lab7_a_cut_link_is_not_waited_for(monkeypatch) -> None:
+    """A link with an end down when the check begins cannot get its session back: the
+    check asks the routers once and names it, instead of waiting for it."""
+    check = find("7").module()
+    links = {"nyc-ash-1": {}, "nyc-ash-2": {}, "nyc-lon-1": {}}
+    ifnames = {"nyc-ash-1": "tbxl0", "nyc-ash-2": "tbxl1", "nyc-lon-1": "tbxl2"}
+    links_json = {"nyc": '[{"ifname": "lo", "operstate": "UNKNOWN"}, '
+                         '{"ifname": "tbxl0a", "operstate": "LOWERLAYERDOWN"}, '
+                         '{"ifname": "tbxl1a", "operstate": "UP"}]',
+                  "ash": '[{"ifname": "tbxl0b", "operstate": "DOWN"}, '
+                         '{"ifname": "tbxl1b", "operstate": "UP"}]',
+                  "lon": '[{"ifname": "tbxl2b", "operstate": "UP"}]'}
+    live = SimpleNamespace(
+        memo={}, record={"links": links}, routers=lambda: list(links_json),
+        link_ifname=lambda link, side: ifnames[link] + side,
+        run=lambda node, argv: SimpleNamespace(returncode=0, stdout=links_json[node]))
+    assert check._links_cut(live) == {"nyc-ash-1"}
+    asked = []
+    monkeypatch.setattr(check, "SESSION_WAIT_S", 30.0)
+    monkeypatch.setattr(check, "_links_up", lambda live: asked.append(1) or
+                        {"nyc-ash-2", "nyc-lon-1"})
+    v = check.sessions_on_every_link(live)
+    assert not v.ok and v.reason == "no session on nyc-ash-1"
+    assert len(asked) == 1  # every link that can come up was seen at once
 
 
 def test_lab7_macsec_off_is_not_applicable() -> None:
