@@ -37,8 +37,13 @@ check: setup
 	@test -n "$(LAB)" || { echo "make check LAB=number RESULTS=dir (labs: labs/README.md)"; exit 2; }
 	$(TESTBED) check $(LAB) $(RESULTS) $(if $(STUDENT),--student $(STUDENT))
 
+# The unit tests and doctests on every CPU (pytest-xdist), then the tests that build real
+# networks one at a time (a run that shares the host with another is not a measurement);
+# both always run, and either one failing fails the target
 test: setup-dev
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n auto --ignore=tests/integration --ignore=tests/agents; \
+	units=$$?; $(VENV)/bin/python -m pytest tests/integration tests/agents; \
+	labs=$$?; [ $$units -eq 0 ] && [ $$labs -eq 0 ]
 
 bench: setup
 	$(VENV)/bin/python -m bench $(BENCH)
