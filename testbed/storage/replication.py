@@ -44,7 +44,7 @@ from testbed.storage.seaweedfs import (
     S3_PORT,
     Store,
     StoreSize,
-    start_store,
+    start_stores,
     weed_binary,
 )
 from topologies.params import Section
@@ -261,11 +261,11 @@ class CheckpointRun:
         data = self.folder / "stores"
         data.mkdir(parents=True, exist_ok=True)
         size = StoreSize(volume_mb=self.cfg["volume_mb"], volumes=self.cfg["volumes"])
-        for region in (self.src, self.dst):
-            self.stores[region] = start_store(
-                self.hosts[region], self.ips[region], folder=data, pid_dir=self.pid_dir,
-                stack=self.stack, log=self.out / f"store-{region}.log", size=size,
-                name=f"store-{region}")
+        regions = (self.src, self.dst)
+        stores = start_stores([(self.hosts[r], self.ips[r], f"store-{r}",
+                                self.out / f"store-{r}.log") for r in regions],
+                              folder=data, pid_dir=self.pid_dir, stack=self.stack, size=size)
+        self.stores.update(zip(regions, stores, strict=True))
         if self.mode == "async":
             helper = self.hosts[self.src].spawn(
                 "filer-sync", sync_argv(weed_binary(), self.ips[self.src], self.ips[self.dst]),

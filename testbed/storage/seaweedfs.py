@@ -149,38 +149,72 @@ def start_store(host: Host, ip: str, *, folder: Path, pid_dir: Path, stack: Exit
     """Start a store in ``host`` bound to ``ip``, data under ``folder`` (made, and
     removed again by ``stack``), of ``size`` (the defaults if none); returns once it
     stored a probe object in the bucket."""
+    return start_stores([(host, ip, name, log)], folder=folder, pid_dir=pid_dir,
+                        stack=stack, size=size)[0]
+
+
+def start_stores(wanted: list[tuple[Host, str, str, Path]], *, folder: Path, pid_dir: Path,
+                 stack: ExitStack, size: StoreSize | None = None) -> list[Store]:
+    """Start a store for each (host, ip, name, log) of ``wanted`` as :func:`start_store`
+    does, all at once: every one is started before any is waited for, so their start-up
+    times overlap (a store takes seconds to come up, most of them waiting). Returns them
+    in that order once every one is ready; BringUpError naming the first that is not."""
     weed = weed_binary()
     size = size or StoreSize()
-    data = folder / name
-    data.mkdir(parents=True)
-    stack.callback(shutil.rmtree, data, ignore_errors=True)
-    t0 = time.monotonic()
-    helper = host.spawn(name, private_tmp(weed_argv(weed, ip, data, size)), pid_dir=pid_dir,
-                        log=log)
-    stack.callback(helper.stop, STOP_GRACE_S)
-    wait_ready(host, helper, ip, log)
-    return Store(host=host, ip=ip, helper=helper, data=data, start_s=time.monotonic() - t0)
+    started = []
+    for host, ip, name, log in wanted:
+        data = folder / name
+        data.mkdir(parents=True)
+        stack.callback(shutil.rmtree, data, ignore_errors=True)
+        t0 = time.monotonic()
+        helper = host.spawn(name, private_tmp(weed_argv(weed, ip, data, size)),
+                            pid_dir=pid_dir, log=log)
+        stack.callback(helper.stop, STOP_GRACE_S)
+        started.append((host, ip, log, helper, data, t0))
+    waiters = [_ready_waiter(host, ip) for host, ip, *_ in started]
+    ready_at: dict[int, float] = {}
+
+    def settled() -> bool:
+        for i, (waiter, (*_, helper, _data, _t0)) in enumerate(zip(waiters, started,
+                                                                   strict=True)):
+            if i not in ready_at and (waiter.poll() is not None or not helper.alive()):
+                ready_at[i] = time.monotonic()
+        return len(ready_at) == len(started)
+
+    try:
+        wait_for(settled, READY_S + 10, interval=0.1)
+    finally:
+        saids = [_end_waiter(w) for w in waiters]
+    for (host, _ip, log, helper, _data, _t0), waiter, said in zip(started, waiters, saids,
+                                                                   strict=True):
+        _ready_or_raise(host, helper, log, waiter.returncode, said)
+    return [Store(host=host, ip=ip, helper=helper, data=data,
+                  start_s=ready_at.get(i, time.monotonic()) - t0)
+            for i, (host, ip, _log, helper, data, t0) in enumerate(started)]
 
 
-def wait_ready(host: Host, helper: Helper, ip: str, log: Path) -> None:
-    """Until the store at ``ip`` stored a probe object (the S3 client's ``ready``, run in
-    ``host``), watching ``helper``: BringUpError with its log's last lines as soon as
-    weed exits, not after ``READY_S``."""
-    waiter = subprocess.Popen(
+def _ready_waiter(host: Host, ip: str) -> subprocess.Popen:
+    """The S3 client's ``ready`` for the store at ``ip``, run in ``host``."""
+    return subprocess.Popen(
         host.argv([*s3.CLIENT, "ready", f"http://{ip}:{S3_PORT}", BUCKET, "--timeout",
                    f"{READY_S:g}"]),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, env=python_env(), start_new_session=True)
-    try:
-        wait_for(lambda: waiter.poll() is not None or not helper.alive(), READY_S + 10,
-                 interval=0.1)
-    finally:
-        if waiter.poll() is None:
-            stop_group(waiter.pid, 1.0, lambda: waiter.poll() is not None)
-        waiter.wait()
-        said = waiter.stderr.read().strip()
-        waiter.stderr.close()
-    if waiter.returncode == 0 and helper.alive():
+
+
+def _end_waiter(waiter: subprocess.Popen) -> str:
+    """Stop ``waiter`` if it still runs; what it said on stderr."""
+    if waiter.poll() is None:
+        stop_group(waiter.pid, 1.0, lambda: waiter.poll() is not None)
+    waiter.wait()
+    said = waiter.stderr.read().strip()
+    waiter.stderr.close()
+    return said
+
+
+def _ready_or_raise(host: Host, helper: Helper, log: Path, returncode: int | None,
+                    said: str) -> None:
+    if returncode == 0 and helper.alive():
         return
     if not helper.alive():
         raise BringUpError(f"store on {host.name} exited {helper.proc.returncode} before it "

@@ -23,6 +23,7 @@ from testbed.host.naming import new_run_id, run_dir
 from testbed.macsec.decrypt import keys_from
 from testbed.macsec.kernel import kernel_macsec_available
 
+from .test_backbone import QUICK_RETRANSMIT
 from .test_macsec_experiment import SECTION
 
 pytestmark = pytest.mark.root
@@ -186,7 +187,7 @@ def test_a_backbone_run_leaves_its_keys_in_its_key_files_alone(backend, tmp_path
     forwarders' configs in the run folder hold no key while they run."""
     _backend(backend)
     run_id = new_run_id()
-    section = {"topology": "small", "timers": {"fast": {}}, "settle_s": 1,
+    section = {"topology": "small", "timers": {"fast": QUICK_RETRANSMIT}, "settle_s": 1,
                "probe_rate_pps": 50, "macsec": {"enabled": True, "backend": backend}}
     with Watch(run_dir(run_id)) as watch:
         result = run_section("backbone", section, tmp_path, duration_s=4, seed=1,
