@@ -21,7 +21,7 @@ def test_a_bound_and_an_unbound_socket_are_found_with_their_owner():
     unbound = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
         bound.bind(("lo", 0))
-        unbound.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 300_000)
+        unbound.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 100_000)  # < wmem_max
         inodes = {os.fstat(s.fileno()).st_ino: s for s in (bound, unbound)}
         found = {s.inode: s for s in packet_sockets.dump() if s.inode in inodes}
         assert set(found) == set(inodes)
@@ -29,8 +29,9 @@ def test_a_bound_and_an_unbound_socket_are_found_with_their_owner():
         u = found[os.fstat(unbound.fileno()).st_ino]
         assert (b.protocol, packet_sockets.ifname(b.ifindex)) == (3, "lo")
         assert (u.protocol, u.ifindex) == (0, 0)
-        # the kernel doubles what SO_SNDBUF asks for (the bookkeeping overhead)
-        assert u.sndbuf == unbound.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == 600_000
+        # the kernel doubles what SO_SNDBUF asks for (the bookkeeping overhead), up to
+        # twice net.core.wmem_max (Debian's 212,992: 300,000 became 425,984 there)
+        assert u.sndbuf == unbound.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == 200_000
         assert b.drops == 0
         owners = packet_sockets.socket_fds([os.getpid()])
         assert owners[u.inode] == (os.getpid(), unbound.fileno())
