@@ -39,7 +39,7 @@ from pydantic import Field
 
 from testbed.errors import BringUpError, HostError
 from testbed.host.hosts import Host
-from testbed.host.procs import Helper, python_env, stop_group, wait_for
+from testbed.host.procs import Helper, python_env, stop_group, stop_groups, wait_for
 from testbed.storage import s3
 from topologies.params import Section
 
@@ -161,15 +161,18 @@ def start_stores(wanted: list[tuple[Host, str, str, Path]], *, folder: Path, pid
     in that order once every one is ready; BringUpError naming the first that is not."""
     weed = weed_binary()
     size = size or StoreSize()
-    started = []
-    for host, ip, name, log in wanted:
-        data = folder / name
+    datas = [folder / name for _host, _ip, name, _log in wanted]
+    for data in datas:
         data.mkdir(parents=True)
         stack.callback(shutil.rmtree, data, ignore_errors=True)
+    helpers: list[Helper] = []
+    stack.callback(_stop_together, helpers)  # before the folders go, all at once
+    started = []
+    for (host, ip, name, log), data in zip(wanted, datas, strict=True):
         t0 = time.monotonic()
         helper = host.spawn(name, private_tmp(weed_argv(weed, ip, data, size)),
                             pid_dir=pid_dir, log=log)
-        stack.callback(helper.stop, STOP_GRACE_S)
+        helpers.append(helper)
         started.append((host, ip, log, helper, data, t0))
     waiters = [_ready_waiter(host, ip) for host, ip, *_ in started]
     ready_at: dict[int, float] = {}
@@ -191,6 +194,15 @@ def start_stores(wanted: list[tuple[Host, str, str, Path]], *, folder: Path, pid
     return [Store(host=host, ip=ip, helper=helper, data=data,
                   start_s=ready_at.get(i, time.monotonic()) - t0)
             for i, (host, ip, _log, helper, data, t0) in enumerate(started)]
+
+
+def _stop_together(helpers: list[Helper]) -> None:
+    """Stop the stores of ``helpers`` together: one grace for all (a store takes all of
+    :data:`STOP_GRACE_S` to go)."""
+    stop_groups([h.pid for h in helpers], STOP_GRACE_S,
+                lambda: all(not h.alive() for h in helpers))
+    for helper in helpers:
+        helper.stop(0.0)  # gone: reaped, its log closed, its pid file removed
 
 
 def _ready_waiter(host: Host, ip: str) -> subprocess.Popen:
