@@ -280,11 +280,10 @@ def separate_paths_in_sessions(live) -> Verdict:
 def _regions_unreachable(live) -> list[str]:
     """Region pairs whose probes (site address to site address) got no answer."""
     sites = {n: live.address(n, "site0") for n in live.routers() if live.address(n, "site0")}
-    bad = []
-    for src, addr in sites.items():
-        answered = live.probe(src, [a for n, a in sites.items() if n != src], source=addr)
-        bad += [f"{src}>{n}" for n, a in sites.items() if n != src and not answered[a]]
-    return bad
+    answers = live.probes([(src, [a for n, a in sites.items() if n != src], addr)
+                           for src, addr in sites.items()])
+    return [f"{src}>{n}" for src, answered in zip(sites, answers, strict=True)
+            for n, a in sites.items() if n != src and not answered[a]]
 
 
 def _routes_over(live, ifnames: set[str]) -> list[str]:

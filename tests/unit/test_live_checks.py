@@ -432,3 +432,32 @@ def test_lab7_macsec_counters_must_grow_on_every_link_end(monkeypatch) -> None:
     v = check.macsec_counters_grow(Secured([before, rejected]))
     assert not v.ok and v.reason == ("counters still on nyc-ams:b (+9 protected, +0 "
                                      "InPktsOK, 9 not valid)")
+
+
+def test_probes_ask_a_few_nodes_at_once_and_answer_in_order() -> None:
+    import threading
+    import time
+
+    from testbed.lab import live as live_module
+
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    class Probed(LiveLab):
+        def __init__(self) -> None:  # no lab behind it: probe answers by name
+            pass
+
+        def probe(self, src, ips, count=3, source=None):
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.02)
+            with lock:
+                running[0] -= 1
+            return {ip: not ip.endswith("dead") and source in (None, f"{src}-site")
+                    for ip in ips}
+
+    asks = [(f"n{i}", [f"n{i}-ok", f"n{i}-dead"], f"n{i}-site" if i % 2 else None)
+            for i in range(10)]
+    answers = Probed().probes(asks)
+    assert answers == [{f"n{i}-ok": True, f"n{i}-dead": False} for i in range(10)]
+    assert 1 <= peak[0] <= live_module.PROBE_SOURCES
