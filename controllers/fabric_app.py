@@ -100,7 +100,11 @@ class FabricRouting(app_manager.OSKenApp):
             return ecmp.spread(parser, plan.groups[route.group])
         return parser.OFPActionOutput(route.port)
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    # CONFIG too: os-ken moves a switch to MAIN only once its own port-description reply
+    # is handled, in its own thread; a barrier answered before that (seen under the lab
+    # VM's emulation: the first switch to connect never reported "installed") arrives in
+    # CONFIG and a MAIN-only handler never sees it
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_barrier(self, ev) -> None:
         dp = ev.msg.datapath
         if self.pending_barrier.get(dp.id) != ev.msg.xid:
@@ -112,7 +116,7 @@ class FabricRouting(app_manager.OSKenApp):
             flows=2 * len(plan.routes) + 1, ecmp_sets=len(plan.groups),
         )
 
-    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_error(self, ev) -> None:
         msg, dp = ev.msg, ev.msg.datapath
         ofp = dp.ofproto

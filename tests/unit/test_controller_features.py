@@ -47,3 +47,26 @@ def test_the_failover_app_knows_a_switch_whose_id_os_ken_has_not_set_yet():
     ResilientRouting.on_features(app, ev)
     assert app.status.events == [("connected", {"dpid": sw.dpid, "name": sw.name})]
     assert sent == ["port-desc"]
+
+
+def test_a_barrier_answered_before_os_ken_moves_the_switch_to_main_still_counts():
+    """os-ken moves a switch to MAIN only after its own port-description reply, in its
+    own thread: the paths' barrier may be answered first, while the switch is in CONFIG.
+    os-ken hands a message only to handlers registered for the switch's state (the
+    ``dispatchers`` read here), so the routing app listens in both, and reports it."""
+    from os_ken.controller import ofp_event
+    from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER
+
+    for handler, event in ((FabricRouting.on_barrier, ofp_event.EventOFPBarrierReply),
+                           (FabricRouting.on_error, ofp_event.EventOFPErrorMsg)):
+        assert {CONFIG_DISPATCHER, MAIN_DISPATCHER} <= set(handler.callers[event].dispatchers)
+    spec = build_fabric(prefix="tb0f0f", nodes=2, leaves_per_plane=1, spines_per_plane=1)
+    sw = spec.switches[0]
+    app = SimpleNamespace(status=Status(), pending_barrier={sw.dpid: 7},
+                          plans={sw.dpid: SimpleNamespace(name=sw.name, routes=[1, 2],
+                                                          groups={})})
+    reply = SimpleNamespace(msg=SimpleNamespace(datapath=SimpleNamespace(id=sw.dpid), xid=7))
+    FabricRouting.on_barrier(app, reply)
+    assert app.status.events == [("installed", {"dpid": sw.dpid, "name": sw.name, "flows": 5,
+                                                "ecmp_sets": 0})]
+    assert app.pending_barrier == {}
