@@ -12,8 +12,10 @@ VENV := .venv
 TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
+UNIT_TESTS := $(VENV)/bin/python -m pytest -n auto --ignore=tests/integration --ignore=tests/agents
+INTEGRATION_TESTS := $(VENV)/bin/python -m pytest tests/integration tests/agents
 
-.PHONY: setup setup-dev figures run-scenario test bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes
+.PHONY: setup setup-dev figures run-scenario test test-units test-integration bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes
 
 setup:
 	@./scripts/setup.sh
@@ -39,11 +41,17 @@ check: setup
 
 # The unit tests and doctests on every CPU (pytest-xdist), then the tests that build real
 # networks one at a time (a run that shares the host with another is not a measurement);
-# both always run, and either one failing fails the target
+# both always run, and either one failing fails the target. Each half alone:
+# make test-units, make test-integration
 test: setup-dev
-	$(VENV)/bin/python -m pytest -n auto --ignore=tests/integration --ignore=tests/agents; \
-	units=$$?; $(VENV)/bin/python -m pytest tests/integration tests/agents; \
-	labs=$$?; [ $$units -eq 0 ] && [ $$labs -eq 0 ]
+	$(UNIT_TESTS); units=$$?; $(INTEGRATION_TESTS); labs=$$?; \
+	[ $$units -eq 0 ] && [ $$labs -eq 0 ]
+
+test-units: setup-dev
+	$(UNIT_TESTS)
+
+test-integration: setup-dev
+	$(INTEGRATION_TESTS)
 
 bench: setup
 	$(VENV)/bin/python -m bench $(BENCH)

@@ -83,7 +83,7 @@ def test_a_routing_mode_of_ones_own_places_the_flows(tmp_path):
 
 
 #: shorter than the examples' own durations, where the check holds as well
-DURATION = {"ring": 6}
+DURATION = {"ring": 4}
 
 
 @pytest.mark.parametrize("example, check", [

@@ -38,7 +38,7 @@ def no_testbed_leftovers() -> list[str]:
 @pytest.mark.vm  # and in the lab VM: the default scenario on the kernel datapath
 def test_short_default_scenario_writes_valid_results(tmp_path):
     out = tmp_path / "out"
-    proc = cli("run", "agents-vs-training", "--duration", "6", "--out", str(out))
+    proc = cli("run", "agents-vs-training", "--duration", "3", "--out", str(out))
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
