@@ -205,22 +205,24 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
     assert wait_for(lambda: len(placed()) >= 2, 5), events(live, "flow_placed")
     time.sleep(0.5)
     # a bad hash: put both elephants on the first uplink, behind the controller's back,
-    # both rules in one ovs-ofctl call, the clock started when it returns (with one call
-    # each, the lab VM's controller moved a flow between the two calls, before the clock;
-    # with the clock started before the call, a move the call then undid was counted)
+    # both rules in one ovs-ofctl call (with one call each, the lab VM's controller moved
+    # a flow between the two calls). The clock starts before the call: the controller can
+    # move a flow as soon as the rules are in, before the call has returned (seen in CI:
+    # a clock started after it missed the move). A move that the call undid instead
+    # (made before the rules went in) is caught below: then the idle uplink stays idle.
     rules = []
     for e in placed()[-2:]:
         src, dst = e["flow"].split()[1].split(">")  # "udp 10.0.0.1:40000>10.0.0.3:5001"
         (sip, sport), (dip, dport) = src.split(":"), dst.split(":")
         rules.append(f"priority=200,udp,nw_src={sip},nw_dst={dip},tp_src={sport},"
                      f"tp_dst={dport},actions=output:{uplinks[0]}")
+    t_collide = time.time()
     subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--strict", "mod-flows", leaf, "-"],
                    input="\n".join(rules) + "\n", text=True, check=True)
-    t_collide = time.time()
     assert wait_for(lambda: any(m["t"] > t_collide for m in events(live, "flow_moved")), 3), [
         e for e in read_jsonl(live.status) if e.get("t", 0) > t_collide - 2
         and e.get("event") not in ("port_stats",)][-40:]
-    move = next(m for m in events(live, "flow_moved") if m["t"] > t_collide)
+    move = [m for m in events(live, "flow_moved") if m["t"] > t_collide][-1]
     assert (move["switch"], move["from_port"], move["to_port"]) == (leaf, uplinks[0],
                                                                        uplinks[1])
     assert move["t"] - t_collide < 1.0  # within a few telemetry intervals
