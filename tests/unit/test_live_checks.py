@@ -460,4 +460,4 @@ def test_probes_ask_a_few_nodes_at_once_and_answer_in_order() -> None:
             for i in range(10)]
     answers = Probed().probes(asks)
     assert answers == [{f"n{i}-ok": True, f"n{i}-dead": False} for i in range(10)]
-    assert 1 <= peak[0] <= live_module.PROBE_SOURCES
+    assert 2 <= peak[0] <= live_module.PROBE_SOURCES  # several at once, never more

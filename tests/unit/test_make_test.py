@@ -39,10 +39,13 @@ def test_make_test_is_its_two_halves_and_both_always_run():
 
 def test_ci_runs_both_halves_and_the_integration_tests_after_the_lab_vm():
     ci = (REPO / ".ci" / "run").read_text()
-    steps = [line.split()[1] for line in ci.splitlines()
-             if line.startswith(("make ", "wait ", "vm_tools || make "))]
-    # the set-up before the unit tests, and before the lab VM where the VM's tools would
-    # have to be installed first (both run apt-get)
-    assert steps[0] == "||" and steps.index("vm-test") < steps.index("setup-dev")
-    assert steps.index("setup-dev") < steps.index("test-units") < steps.index('"$vm"') \
-        < steps.index("test-integration")
+    lines = ci.splitlines()
+
+    def at(start: str) -> int:
+        return next(i for i, line in enumerate(lines) if line.startswith(start))
+
+    # the set-up first where the lab VM's tools would have to be installed (both run
+    # apt-get), else after the VM has started; the unit tests beside the VM, the
+    # integration tests once it has finished
+    assert at("vm_tools || make setup-dev") < at("make vm-test") < at("make setup-dev") \
+        < at("make test-units") < at('wait "$vm"') < at("make test-integration")
