@@ -11,6 +11,10 @@ The BTH dest QP carries a step sequence number (iteration*steps+step mod
 early packets of a future step are kept for it.  Received traffic arrives on
 ordinary UDP sockets bound to (channel ip, 4791), drained while waiting.
 One JSON line per iteration goes to ``--out``; a JSON summary to stdout.
+A timed run (``--duration``) is ended by one rank, the lowest of its ring, which sends
+an end-of-run message (BTH opcode 0xC0, from the manufacturer-specific range) that
+goes round the ring: so every rank runs the same iterations, and none waits out its
+time-outs for an iteration its peers never started.
 
 Beyond the ring: ``send_to`` in the config gives any permutation of destinations
 (stride and random elephant patterns, traffic/patterns.py); with ``ecn`` the senders
@@ -67,6 +71,10 @@ BURST_S = 0.001
 MAX_PAYLOAD = 9000 - 20 - 8 - 12 - 4
 LAST_OPCODES = (roce.SEND_LAST, roce.SEND_ONLY)
 FIRST_OPCODES = (roce.SEND_FIRST, roce.SEND_ONLY)
+#: the lab's end-of-run message, from the manufacturer-specific opcodes (0xC0-0xFF) the
+#: InfiniBand transport keeps free: "I start no step from the one in DestQP on"
+END_OPCODE = 0xC0
+END_COPIES = 3  # sent on every channel this many times: one lost copy must not hang a peer
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
 QPN_BASE = 0x100  # a sender's own QP number: QPN_BASE + rank * 64 + channel (CNPs go there)
@@ -201,6 +209,19 @@ def opcode_for(index: int, count: int) -> int:
     return roce.SEND_LAST if index == count - 1 else roce.SEND_MIDDLE
 
 
+def cycle(dest: list[int], rank: int) -> list[int]:
+    """The ranks of ``rank``'s cycle of the permutation ``dest``, from ``rank`` on.
+
+    >>> cycle([1, 2, 0, 4, 3], 0), cycle([1, 2, 0, 4, 3], 4)
+    ([0, 1, 2], [4, 3])
+    """
+    members, r = [rank], dest[rank]
+    while r != rank:
+        members.append(r)
+        r = dest[r]
+    return members
+
+
 def data_sender(iface: str) -> RawSender:
     """A channel's data socket: a send blocks while ``NIC_TX_BYTES`` wait in the NIC."""
     return RawSender(iface, sndbuf=NIC_TX_BYTES)
@@ -245,6 +266,13 @@ class RingRank:
         self.me = cfg.ranks[rank]
         dest = cfg.send_to or [(i + 1) % n for i in range(n)]
         self.succ_rank, self.pred_rank = dest[rank], sources(dest)[rank]
+        #: the rank that ends a timed run for its cycle of the permutation (its lowest):
+        #: ranks that read the clock each would disagree when the end falls between their
+        #: iterations' ends, and the ones that started one more iteration wait out their
+        #: time-outs for data that never comes, counted as lost
+        self.leader = min(cycle(dest, rank))
+        #: the first step the predecessor will not send (its end-of-run message), if any
+        self.end_seq: int | None = None
         self.succ = cfg.ranks[self.succ_rank]
         self.pred = cfg.ranks[self.pred_rank]
         self.nch = len(self.me)
@@ -387,6 +415,10 @@ class RingRank:
         if not bth.icrc_ok:
             st.icrc_errors += 1
             return
+        if bth.opcode == END_OPCODE:
+            end = self._unwrap(bth.dqpn)
+            self.end_seq = end if self.end_seq is None else min(self.end_seq, end)
+            return
         if tos & 0b11 == roce.ECN_CE:
             st.ce_received += 1
             if self.pacer.allow(k, time.perf_counter()):
@@ -422,6 +454,15 @@ class RingRank:
             self._last_trace = now
             wall = self.clock0[1] + (now - self.clock0[0])
             self.trace.append([round(wall, 4), *(round(rp.rate_mbps, 3) for rp in self.rps)])
+
+    def _unwrap(self, dqpn: int) -> int:
+        """The step number a 24-bit DestQP stands for, the one nearest the expected step."""
+        delta = (dqpn - self.expect_seq) & SEQ_MASK
+        return self.expect_seq + delta - (SEQ_MASK + 1 if delta >= SEQ_HALF else 0)
+
+    def ended(self, seq: int) -> bool:
+        """The predecessor has said it sends no step from ``seq`` on."""
+        return self.end_seq is not None and seq >= self.end_seq
 
     def _complete(self, seq: int) -> bool:
         rx = self.pending.get(seq)
@@ -495,6 +536,8 @@ class RingRank:
         while not self.stop_requested:
             if seq is not None and self._complete(seq):
                 return True
+            if seq is not None and self.ended(seq):
+                return False
             left = deadline - time.perf_counter()
             if left <= 0:
                 return False
@@ -514,8 +557,9 @@ class RingRank:
         if self.cfg.multipath:  # per channel counts depend on the sender's split
             st.packets_lost += max(0, sum(self.expected) - sum(m.packets for m in rx))
 
-    def run_iteration(self, it: int) -> dict[str, Any]:
-        """Run compute then the ring steps of iteration ``it``; return its record."""
+    def run_iteration(self, it: int) -> dict[str, Any] | None:
+        """Run compute then the ring steps of iteration ``it``; return its record, or None
+        when the predecessor ended the run before it (the iteration is not one)."""
         self.stats = IterStats()
         self.trace = []
         self.send_errors = 0
@@ -523,6 +567,8 @@ class RingRank:
         t0 = time.perf_counter()
         self.expect_seq = it * self.steps
         self._wait_until(t0 + self.cfg.compute_ms / 1000)
+        if self.ended(self.expect_seq):
+            return None
         t1 = time.perf_counter()
         timeout = self.cfg.step_timeout_ms / 1000
         done_steps = 0
@@ -543,6 +589,8 @@ class RingRank:
             if not self._wait_until(time.perf_counter() + timeout, seq):
                 if self.stop_requested:
                     break
+                if self.ended(seq):
+                    return None
                 self.stats.timeouts += 1
             self._account(seq)
             done_steps += 1
@@ -601,7 +649,14 @@ class RingRank:
         first: int = 0,
     ) -> dict[str, Any]:
         """Run iterations (numbered from ``first``) until a limit or a stop request;
-        return the summary."""
+        return the summary.
+
+        With a ``duration`` only the cycle's leader reads the clock; it ends the run with
+        an end-of-run message to its successor, and every rank that hears one from its
+        predecessor stops before the step named and passes it on. So every rank of a
+        cycle runs the same iterations. Should that message never come (every copy lost,
+        or the leader gone), a rank past the end stops after an iteration that timed out.
+        """
         if start_at is not None:
             lag = time.time() - start_at
             if lag > 0:
@@ -614,14 +669,37 @@ class RingRank:
         while not self.stop_requested:
             if iterations is not None and it - first >= iterations:
                 break
-            if duration is not None and time.time() >= begin + duration:
+            if self.ended(it * self.steps):
+                break
+            if duration is not None and time.time() >= begin + duration and (
+                    self.rank == self.leader or (records and records[-1]["timeouts"])):
                 break
             rec = self.run_iteration(it)
+            if rec is None:
+                break
             out.write(json.dumps(rec) + "\n")
             out.flush()
             records.append(rec)
             it += 1
+        if not self.stop_requested:
+            self._send_end(it * self.steps)
         return self.summary(records)
+
+    def _send_end(self, seq: int) -> None:
+        """Tell the successor, on every channel, that no step from ``seq`` on will come.
+        Never blocks: a paused or dead NIC loses it (the successor then times out)."""
+        for k, ch in enumerate(self.me):
+            peer = self.succ[k]
+            frame = roce.FrameTemplate(
+                src_mac=ch.mac, dst_mac=ch.gw_mac or peer.mac, src_ip=ch.ip, dst_ip=peer.ip,
+                sport=self._sport(k), dqpn=0, payload_len=0,
+                ecn=roce.ECN_ECT0 if self.cfg.ecn else roce.ECN_NOT_ECT,
+                dscp=roce.DATA_DSCP).frame(self.psn[k], END_OPCODE, seq & SEQ_MASK)
+            for _ in range(END_COPIES):
+                try:
+                    self.senders[k].sock.send(frame, socket.MSG_DONTWAIT)
+                except OSError:
+                    break
 
     def summary(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Totals over the iterations written."""

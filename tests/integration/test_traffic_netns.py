@@ -102,12 +102,9 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-@pytest.mark.root
-@pytest.mark.parametrize("qps", [1, 4])
-def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: int) -> None:
-    """3 ranks, 2 channels each (one bridge per plane): every byte arrives, nothing lost;
-    with 4 queue pairs a channel's packets leave from 4 UDP source ports, round-robin."""
-    n, planes = 3, 2
+def bridged_ranks(lab: Lab, n: int, planes: int) -> tuple[str, list[str], list[dict]]:
+    """``n`` hosts, each with one NIC per plane on that plane's bridge in a switch
+    namespace: the switch, the hosts and the ranks' channels of a training config."""
     switch = lab.netns("s")
     hosts = [lab.netns(f"h{r}") for r in range(n)]
     for k in range(planes):
@@ -124,6 +121,16 @@ def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: in
             ns_sh(host, "ip", "addr", "add", f"{ip}/24", "dev", dev)
             channels.append({"iface": dev, "ip": ip, "mac": mac_of(host, dev)})
         ranks.append({"channels": channels})
+    return switch, hosts, ranks
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("qps", [1, 4])
+def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: int) -> None:
+    """3 ranks, 2 channels each (one bridge per plane): every byte arrives, nothing lost;
+    with 4 queue pairs a channel's packets leave from 4 UDP source ports, round-robin."""
+    n, planes = 3, 2
+    switch, hosts, ranks = bridged_ranks(lab, n, planes)
     cfg = {"bytes": 600_000, "compute_ms": 10, "rate_mbps": 60, "step_timeout_ms": 1000,
            "payload": 1000, "ranks": ranks, "qps": qps}
     cfg_path = tmp_path / "cfg.json"
@@ -173,6 +180,50 @@ def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: in
             assert line["icrc_errors"] == 0, line
             assert line["complete"] is True
             assert line["comm_ms"] > 0 and line["compute_ms"] >= 9
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("leader_s, others_s", [(2.0, 1.0), (1.0, 30.0)])
+def test_a_timed_ring_ends_on_the_same_iteration_everywhere(lab: Lab, tmp_path: Path,
+                                                            leader_s: float,
+                                                            others_s: float) -> None:
+    """Ranks that read the end of a timed run each from the clock disagree when it falls
+    between their iterations' ends: the ones that start one more iteration time out on
+    data that never comes. Here the ranks are given different ends on purpose: rank 0
+    (the ring's leader) ends the run for all, at its own end, with no step timed out."""
+    n = 4
+    _, hosts, ranks = bridged_ranks(lab, n, 1)
+    cfg = {"bytes": 200_000, "compute_ms": 20, "rate_mbps": 100, "step_timeout_ms": 300,
+           "payload": 1000, "ranks": ranks}
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(json.dumps(cfg))
+    start_at = time.time() + 1.5
+    procs = [
+        subprocess.Popen(
+            traffic_cmd(host, "training", "--rank", str(r), "--config", str(cfg_path),
+                        "--out", str(tmp_path / f"rank{r}.jsonl"), "--start-at", str(start_at),
+                        "--duration", str(leader_s if r == 0 else others_s)),
+            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r, host in enumerate(hosts)
+    ]
+    try:
+        outs = [p.communicate(timeout=30) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    ended = time.time() - start_at
+    lines = []
+    for r, (stdout, stderr) in enumerate(outs):
+        assert procs[r].returncode == 0, stderr
+        assert json.loads(stdout)["timeouts"] == 0, stdout
+        lines.append([json.loads(x) for x in (tmp_path / f"rank{r}.jsonl").read_text()
+                      .splitlines()])
+    iterations = [[x["iteration"] for x in rank] for rank in lines]
+    assert iterations[0] and all(its == iterations[0] for its in iterations), iterations
+    assert all(x["complete"] and x["packets_lost"] == 0 for rank in lines for x in rank)
+    assert leader_s <= ended < leader_s + 3, ended  # the leader's end, not the others'
 
 
 @pytest.mark.root
