@@ -36,16 +36,14 @@ def test_summary():
 
 
 def test_median_iteration_is_the_median_of_an_even_count():
-    from types import SimpleNamespace
-
-    from traffic.training import RingRank
+    from traffic.ring import totals
 
     keys = ("bytes_sent", "bytes_received", "packets_sent", "packets_received", "packets_lost",
             "timeouts", "icrc_errors", "reordered_packets", "ce_received", "cnps_sent",
             "cnps_received")
     records = [{"iteration_ms": ms, "complete": True, "comm_ms": ms, **dict.fromkeys(keys, 0)}
                for ms in (400.0, 100.0, 300.0, 200.0)]
-    rank = SimpleNamespace(rank=0, n=2, nch=1, steps=1, chunk=1, senders=[])
-    out = RingRank.summary(rank, records)
+    out = totals(records, rank=0, ranks=2, channels=1, expected_bytes_per_iteration=1,
+                 enobufs=0)
     assert out["median_iteration_ms"] == 250.0  # not the upper middle (300)
     assert out["mean_iteration_ms"] == 250.0 and out["max_iteration_ms"] == 400.0
