@@ -203,7 +203,15 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
     placed = lambda: [e for e in events(live, "flow_placed")  # noqa: E731
                       if e["switch"] == leaf and e["flow"].endswith(":5001")]
     assert wait_for(lambda: len(placed()) >= 2, 5), events(live, "flow_placed")
-    time.sleep(0.5)
+    # the controller's own rebalancing first (both may be placed on one uplink at once,
+    # before telemetry shows either; it moves one about a telemetry period later, once a
+    # second): a move of its own made while the collision below goes in is undone by it,
+    # and taken for the answer to it (seen in a run: the move came 0.5 s after placement,
+    # the collision at that time, and the idle uplink carried 48 KB in the next second)
+    def settled() -> bool:
+        moves = [m["t"] for m in events(live, "flow_moved") if m["switch"] == leaf]
+        return time.time() - max([*moves, placed()[-1]["t"]]) > 1.5
+    assert wait_for(settled, 8), events(live, "flow_moved")
     # a bad hash: put both elephants on the first uplink, behind the controller's back,
     # both rules in one ovs-ofctl call (with one call each, the lab VM's controller moved
     # a flow between the two calls). The clock starts before the call: the controller can
