@@ -215,6 +215,48 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def helper_label(argv: list[str], comm: str) -> str:
+    """What a helper process is, for the monitor's top list: a Python module or script
+    (with the generators' subcommand), else the program's name.
+
+    >>> helper_label(["/x/.venv/bin/python", "-m", "traffic", "training", "--rank", "1"], "p")
+    'traffic training'
+    >>> helper_label(["python3", "-m", "testbed.fabric.pfc", "--config", "c"], "python3")
+    'testbed.fabric.pfc'
+    >>> helper_label(["/usr/lib/frr/ospfd", "-f", "x"], "ospfd"), helper_label([], "bash")
+    ('ospfd', 'bash')
+    """
+    if not argv:
+        return comm
+    name = Path(argv[0]).name
+    if not name.startswith("python"):
+        return name
+    rest = argv[1:]
+    if "-m" in rest[:-1]:
+        i = rest.index("-m")
+        module = rest[i + 1]
+        sub_cmd = rest[i + 2] if module == "traffic" and len(rest) > i + 2 else ""
+        return f"{module} {sub_cmd}".strip()
+    script = next((a for a in rest if not a.startswith("-")), "")
+    return Path(script).name or name
+
+
+def _label(pid: int, comm: str) -> str:
+    raw = _read(PROC / str(pid) / "cmdline") or ""
+    return helper_label([a for a in raw.split("\0") if a], comm)
+
+
+def top_helpers(cores: dict[str, float], n: int = 3, floor: float = 0.05) -> list[list]:
+    """The ``n`` busiest kinds of helper, [label, cores] each, those under ``floor`` left
+    out.
+
+    >>> top_helpers({"traffic training": 0.42, "ospfd": 0.01, "testbed.fabric.pfc": 0.9})
+    [['testbed.fabric.pfc', 0.9], ['traffic training', 0.42]]
+    """
+    ranked = sorted(cores.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [[label, round(c, 3)] for label, c in ranked[:n] if c >= floor]
+
+
 def _stat(path: Path) -> ProcStat | None:
     text = _read(path)
     if not text:
@@ -292,6 +334,13 @@ def _share(n: int, of: int) -> str:
     return f"{100 * n / of:.0f} %"
 
 
+def _busiest(stats: dict) -> str:
+    """" (most: traffic training 0.90 cores, ...)" from a verdict's stats, or ""."""
+    top = stats.get("helpers_top") or []
+    return (" (most: " + ", ".join(f"{label} {_cores(c)}" for label, c in top) + ")"
+            if top else "")
+
+
 def _cores(value: float | None) -> str:
     return "?" if value is None else f"{value:.2f} cores"
 
@@ -357,6 +406,10 @@ def verdict(samples: list[dict], thresholds: Thresholds = THRESHOLDS) -> dict:
     ovs_thread = [s["ovs_thread_cores"] for s in ss if s.get("ovs_thread_cores") is not None]
     helpers = [s["helpers_cores"] for s in ss if s.get("helpers_cores") is not None]
     other = [s["other_cores"] for s in ss if s.get("other_cores") is not None]
+    kinds: dict[str, float] = {}
+    for s in ss:
+        for label, cores in s.get("helpers_top", ()):
+            kinds[label] = kinds.get(label, 0.0) + cores / n
     delivery = [lk["delivered"] for s in ss for lk in s.get("saturated", ())]
     stats = {
         "host_idle": {"p10": _r(_pct(idle, 0.1)), "mean": _r(_mean(idle))},
@@ -364,6 +417,7 @@ def verdict(samples: list[dict], thresholds: Thresholds = THRESHOLDS) -> dict:
         "ovs_thread_cores": {"p90": _r(_pct(ovs_thread, 0.9)),
                              "max": _r(max(ovs_thread, default=None))},
         "helpers_cores": {"mean": _r(_mean(helpers)), "max": _r(max(helpers, default=None))},
+        "helpers_top": top_helpers(kinds),
         "other_cores": {"mean": _r(_mean(other)), "p90": _r(_pct(other, 0.9))},
         "delivery": {"p10": _r(_pct(delivery, 0.1)), "link_samples": len(delivery)},
     }
@@ -374,7 +428,8 @@ def verdict(samples: list[dict], thresholds: Thresholds = THRESHOLDS) -> dict:
             f"the host had less than {t.host_idle_min * 100:g} % idle CPU in "
             f"{_share(starved, len(idle))} of the samples (ovs-vswitchd "
             f"{_cores(stats['ovs_cores']['p90'])} at p90, the lab's helpers "
-            f"{_cores(stats['helpers_cores']['mean'])} on average, everything else "
+            f"{_cores(stats['helpers_cores']['mean'])} on average{_busiest(stats)}, "
+            "everything else "
             f"{_cores(stats['other_cores']['mean'])} on average)")
     pegged = sum(1 for v in ovs_thread if v > t.ovs_cores_max)
     if ovs_thread and pegged > t.share_max * len(ovs_thread):
@@ -518,6 +573,7 @@ class _Cpu:
         self.host: CpuTimes | None = None
         self.ovs: dict[int, int] = {}  # tid -> ticks
         self.helpers: dict[int, int] = {}
+        self.labels: dict[int, str] = {}  # pid -> what it is (read once)
         self.runner: int | None = None
         self.boot_tick = 0.0  # uptime at the previous sample, in ticks
 
@@ -552,11 +608,17 @@ class _Cpu:
         exclude = {self.owner, *switches}
         helpers, members = self._helpers(exclude)
         if not baseline:
-            used = sum(ticks - self.helpers.get(p, ticks if start <= self.boot_tick else 0)
-                       for p, (ticks, start) in helpers.items())
-            out["helpers_cores"] = round(used / scale, 3)
+            by_kind: dict[str, float] = {}
+            for p, (ticks, start, comm) in helpers.items():
+                used = ticks - self.helpers.get(p, ticks if start <= self.boot_tick else 0)
+                if p not in self.labels:
+                    self.labels[p] = _label(p, comm)
+                by_kind[self.labels[p]] = by_kind.get(self.labels[p], 0.0) + used / scale
+            out["helpers_cores"] = round(sum(by_kind.values()), 3)
             out["helpers"] = members
-        self.helpers = {p: ticks for p, (ticks, _) in helpers.items()}
+            out["helpers_top"] = top_helpers(by_kind)
+        self.helpers = {p: ticks for p, (ticks, _, _) in helpers.items()}
+        self.labels = {p: label for p, label in self.labels.items() if p in helpers}
         me = _stat(PROC / str(self.owner) / "stat")
         if me is not None:
             if self.runner is not None:
@@ -570,8 +632,9 @@ class _Cpu:
                                            - out.get("runner_cores", 0)), 3)
         return out
 
-    def _helpers(self, exclude: set[int | None]) -> tuple[dict[int, tuple[int, int]], int]:
-        """Every process of the run: (ticks, start tick) by pid, and how many. The run's
+    def _helpers(self, exclude: set[int | None]
+                 ) -> tuple[dict[int, tuple[int, int, str]], int]:
+        """Every process of the run: (ticks, start tick, name) by pid, and how many. The run's
         processes are those in its pid files and their groups (daemons that left the
         runner's tree, FRR), and every descendant of the runner (helpers started
         without a pid file: MACsec forwarders, Mininet's node shells)."""
@@ -592,7 +655,7 @@ class _Cpu:
             if p not in members:
                 members.add(p)
                 todo += children.get(p, ())
-        found = {p: (stats[p].ticks, stats[p].start) for p in members}
+        found = {p: (stats[p].ticks, stats[p].start, stats[p].comm) for p in members}
         return found, len(found)
 
 

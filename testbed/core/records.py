@@ -199,6 +199,8 @@ FIDELITY_FIELDS = (
     F("ovs_thread", "str|null", "", "that thread's name"),
     F("helpers_cores", "float", "cores", "CPU used by the lab's helpers"),
     F("helpers", "int", "", "helper processes"),
+    opt("helpers_top", "list", "[str, cores]", "the busiest kinds of helper (a Python "
+        "module with its subcommand, else the program), at most three"),
     F("runner_cores", "float", "cores", "CPU used by the runner"),
     F("other_cores", "float", "cores", "CPU used by everything else"),
     F("links", "int", "", "shaped links watched"),

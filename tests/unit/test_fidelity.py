@@ -158,6 +158,7 @@ def test_cpu_sample_splits_the_host_into_ovs_helpers_runner_and_the_rest(tmp_pat
               threads={500: ("ovs-vswitchd", 1000 + hz // 2), 501: ("handler1", 10 + hz // 10)})
     proc.proc(600, "python3", 600, ticks=400 + hz // 10)  # 0.1 core
     proc.proc(701, "python3", 700, ticks=hz // 5, start=int(100.5 * hz))  # new, in group 700
+    (proc.root / "701" / "cmdline").write_text("/v/bin/python\0-m\0traffic\0training\0")
     proc.proc(800, "late", 700, ticks=1000, start=1)  # in the group, seen late: baseline
     proc.proc(900, "stress", 900, ticks=5000 + hz)
     proc.proc(950, "forwarder", 950, ticks=100 + hz // 10, ppid=10)  # 0.1 core
@@ -170,6 +171,10 @@ def test_cpu_sample_splits_the_host_into_ovs_helpers_runner_and_the_rest(tmp_pat
     # 600, the new 701, the runner's child 950
     assert s["helpers_cores"] == pytest.approx(0.4, abs=0.02)
     assert s["helpers"] == 6  # 600, 700, 701, 800, 950, 951
+    # by kind, busiest first: the rank (by its command line), then by name
+    assert s["helpers_top"] == [["traffic training", pytest.approx(0.2, abs=0.02)],
+                                ["forwarder", pytest.approx(0.1, abs=0.02)],
+                                ["python3", pytest.approx(0.1, abs=0.02)]]
     assert s["runner_cores"] == pytest.approx(0.1, abs=0.02)
     # 1.1 cores busy: 0.6 ovs + 0.4 helpers + 0.1 runner; nothing else
     assert s["other_cores"] == pytest.approx(0.0, abs=0.03)
@@ -346,6 +351,20 @@ def test_only_the_measured_window_is_judged_when_there_is_one():
 def test_no_samples_is_no_evidence_against_the_run():
     v = verdict([])
     assert v["ok"] and v["samples"] == 0 and v["stats"]["host_idle"]["p10"] is None
+
+
+def test_a_starved_host_names_the_busiest_helpers():
+    samples = [{"host_idle": 0.05, "helpers_cores": 1.5, "other_cores": 0.1,
+                "helpers_top": [["testbed.fabric.pfc", 0.9], ["traffic training", 0.5]],
+                "saturated": []}] * 4
+    samples += [{**samples[0], "helpers_top": [["traffic training", 1.3]]}]
+    v = verdict(samples)
+    # means over the window: 0.9 in four samples of five, 0.5 in four and 1.3 in one
+    assert v["stats"]["helpers_top"] == [["testbed.fabric.pfc", 0.72],
+                                         ["traffic training", 0.66]]
+    reason, = v["reasons"]
+    assert ("the lab's helpers 1.50 cores on average (most: testbed.fabric.pfc 0.72 cores, "
+            "traffic training 0.66 cores), everything else") in reason
 
 
 def test_samples_without_ovs_figures():
