@@ -13,7 +13,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -124,6 +124,28 @@ def bridged_ranks(lab: Lab, n: int, planes: int) -> tuple[str, list[str], list[d
     return switch, hosts, ranks
 
 
+def run_ranks(hosts: list[str], cfg_path: Path, tmp_path: Path,
+              args: Callable[[int], list[str]], timeout: float = 30
+              ) -> tuple[list[int], list[tuple[str, str]]]:
+    """One training rank in each host (``args(rank)`` added to its command line), run to
+    the end: their exit codes and (stdout, stderr); none is left running."""
+    procs = [
+        subprocess.Popen(
+            traffic_cmd(host, "training", "--rank", str(r), "--config", str(cfg_path),
+                        "--out", str(tmp_path / f"rank{r}.jsonl"), *args(r)),
+            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r, host in enumerate(hosts)
+    ]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [p.returncode for p in procs], outs
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("qps", [1, 4])
 def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: int) -> None:
@@ -142,21 +164,10 @@ def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: in
                              str(pcap), "-U", "-s", "64", "udp dst port 4791"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)
-    procs = [
-        subprocess.Popen(
-            traffic_cmd(host, "training", "--rank", str(r), "--config", str(cfg_path),
-                        "--out", str(tmp_path / f"rank{r}.jsonl"),
-                        "--iterations", str(iterations), "--start-at", str(start_at)),
-            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r, host in enumerate(hosts)
-    ]
     try:
-        outs = [p.communicate(timeout=60) for p in procs]
+        codes, outs = run_ranks(hosts, cfg_path, tmp_path, lambda r: [
+            "--iterations", str(iterations), "--start-at", str(start_at)], timeout=60)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
         time.sleep(0.5)
         dump.terminate()
         dump.wait(10)
@@ -166,7 +177,7 @@ def test_ring_allreduce_three_ranks_two_planes(lab: Lab, tmp_path: Path, qps: in
     assert sports[:2 * qps] == sports[:qps] * 2  # round-robin over the QPs
     expected = 2 * (n - 1) * (cfg["bytes"] // n)
     for r, (stdout, stderr) in enumerate(outs):
-        assert procs[r].returncode == 0, stderr
+        assert codes[r] == 0, stderr
         summary = json.loads(stdout)
         assert summary["iterations"] == iterations
         lines = [json.loads(x) for x in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()]
@@ -198,25 +209,12 @@ def test_a_timed_ring_ends_on_the_same_iteration_everywhere(lab: Lab, tmp_path: 
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cfg))
     start_at = time.time() + 1.5
-    procs = [
-        subprocess.Popen(
-            traffic_cmd(host, "training", "--rank", str(r), "--config", str(cfg_path),
-                        "--out", str(tmp_path / f"rank{r}.jsonl"), "--start-at", str(start_at),
-                        "--duration", str(leader_s if r == 0 else others_s)),
-            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r, host in enumerate(hosts)
-    ]
-    try:
-        outs = [p.communicate(timeout=30) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    codes, outs = run_ranks(hosts, cfg_path, tmp_path, lambda r: [
+        "--start-at", str(start_at), "--duration", str(leader_s if r == 0 else others_s)])
     ended = time.time() - start_at
     lines = []
     for r, (stdout, stderr) in enumerate(outs):
-        assert procs[r].returncode == 0, stderr
+        assert codes[r] == 0, stderr
         assert json.loads(stdout)["timeouts"] == 0, stdout
         lines.append([json.loads(x) for x in (tmp_path / f"rank{r}.jsonl").read_text()
                       .splitlines()])
