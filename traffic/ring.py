@@ -251,6 +251,7 @@ def await_start(path: Path, stopped: Callable[[], bool],
     1796400000.5
     >>> await_start(f.with_name("none"), lambda: True) is None
     True
+    >>> import shutil; shutil.rmtree(f.parent)
     """
     deadline = time.monotonic() + timeout
     while not stopped() and time.monotonic() < deadline:

@@ -17,6 +17,7 @@ recompute it (running the lab again on the grader's machine is the answer to tha
 Traceback (most recent call last):
 ...
 testbed.errors.ConfigError: RESULTS: ...: summary.json changed since the run wrote digest.json ...
+>>> import shutil; shutil.rmtree(root)
 """
 
 from __future__ import annotations

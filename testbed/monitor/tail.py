@@ -22,6 +22,7 @@ class Tail:
     ...     _ = f.write('}\\nnot json\\n')
     >>> t.read()
     [{'a': 2}]
+    >>> import shutil; shutil.rmtree(path.parent)
     """
 
     def __init__(self, path: Path) -> None:
