@@ -535,18 +535,15 @@ class RingRank:
     def _send_end(self, seq: int) -> None:
         """Tell the successor, on every channel, that no step from ``seq`` on will come.
         Never blocks: a paused or dead NIC loses it (the successor then times out)."""
-        for k, ch in enumerate(self.me):
-            peer = self.succ[k]
-            frame = roce.FrameTemplate(
-                src_mac=ch.mac, dst_mac=ch.gw_mac or peer.mac, src_ip=ch.ip, dst_ip=peer.ip,
-                sport=self._sport(k), dqpn=0, payload_len=0,
-                ecn=roce.ECN_ECT0 if self.cfg.ecn else roce.ECN_NOT_ECT,
-                dscp=roce.DATA_DSCP).frame(self.psn[k], END_OPCODE, seq & SEQ_MASK)
+        for k in range(self.nch):
+            # the channel's own frame, without payload: its addresses, port, class, ECN
+            frame = self._template(k, 0).frame(self.psn[k], END_OPCODE, seq & SEQ_MASK)
             for _ in range(END_COPIES):
                 try:
                     self.senders[k].sock.send(frame, socket.MSG_DONTWAIT)
                 except OSError:
                     break
+
 
 def main(argv: list[str]) -> int:
     """Run one rank; return the process exit code."""

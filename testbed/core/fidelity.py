@@ -406,7 +406,7 @@ def verdict(samples: list[dict], thresholds: Thresholds = THRESHOLDS) -> dict:
     ovs_thread = [s["ovs_thread_cores"] for s in ss if s.get("ovs_thread_cores") is not None]
     helpers = [s["helpers_cores"] for s in ss if s.get("helpers_cores") is not None]
     other = [s["other_cores"] for s in ss if s.get("other_cores") is not None]
-    kinds: dict[str, float] = {}
+    kinds: dict[str, float] = {}  # a kind counts 0 in a sample where it was not in the top
     for s in ss:
         for label, cores in s.get("helpers_top", ()):
             kinds[label] = kinds.get(label, 0.0) + cores / n

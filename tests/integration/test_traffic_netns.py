@@ -225,6 +225,42 @@ def test_a_timed_ring_ends_on_the_same_iteration_everywhere(lab: Lab, tmp_path: 
 
 
 @pytest.mark.root
+def test_a_timed_ring_whose_leader_is_gone_still_ends(lab: Lab, tmp_path: Path) -> None:
+    """No end-of-run message comes when the leader dies: the others stop by themselves,
+    past the end, after an iteration that timed out (not at the runner's SIGTERM)."""
+    _, hosts, ranks = bridged_ranks(lab, 3, 1)
+    cfg = {"bytes": 60_000, "compute_ms": 20, "rate_mbps": 100, "step_timeout_ms": 200,
+           "payload": 1000, "ranks": ranks}
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(json.dumps(cfg))
+    start_at = time.time() + 1.5
+    procs = [
+        subprocess.Popen(
+            traffic_cmd(host, "training", "--rank", str(r), "--config", str(cfg_path),
+                        "--out", str(tmp_path / f"rank{r}.jsonl"), "--start-at",
+                        str(start_at), "--duration", "1.5"),
+            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r, host in enumerate(hosts)
+    ]
+    try:
+        time.sleep(start_at + 0.5 - time.time())
+        procs[0].kill()  # the leader, mid-run: it sends nothing more
+        for p in procs[1:]:
+            p.wait(timeout=10)  # without the fallback they would wait for a message
+        ended = time.time() - start_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    assert [p.returncode for p in procs[1:]] == [0, 0]
+    assert 1.5 <= ended < 5, ended
+    for r in (1, 2):
+        last = json.loads((tmp_path / f"rank{r}.jsonl").read_text().splitlines()[-1])
+        assert last["timeouts"] > 0 and last["end"] >= start_at + 1.5
+
+
+@pytest.mark.root
 def test_training_sigterm_writes_whole_lines(lab: Lab, tmp_path: Path) -> None:
     """A lone rank (peer missing) gets SIGTERM mid-run: exit 0 and only complete JSON lines."""
     a, b = lab.netns("a"), lab.netns("b")
