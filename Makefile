@@ -25,7 +25,7 @@ setup-dev:
 	@./scripts/setup.sh --dev
 
 run-scenario: setup
-	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(OUT),--out $(OUT))
+	$(TESTBED) run $(SCENARIO) $(if $(DURATION),--duration $(DURATION)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(VARIANT),--variant $(VARIANT)) $(if $(OUT),--out $(OUT))
 
 up: setup
 	$(TESTBED) up $(SCENARIO) $(if $(VARIANT),--variant $(VARIANT)) $(if $(LAB),--name $(LAB))

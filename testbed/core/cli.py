@@ -69,6 +69,8 @@ def cmd_run(args) -> int:
         fitted = for_run(path, servers)
         sc = scenario.load(path, duration_override=duration, seeds_override=seeds,
                            rate_factor=fitted.factor)
+    if args.variant:
+        sc = sc.only(args.variant)
     if servers and not experiments.get(sc.kind).LAB_SERVERS:
         raise ConfigError("--servers" if args.servers else "servers",
                           f"a {sc.kind} scenario runs on one machine; a fabric scenario can "
@@ -224,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", help="seconds of traffic per variant (overrides the file)")
     p.add_argument("--seeds", help="comma-separated seeds, each variant once per seed "
                                    "(overrides the file: judge on seeds it was not tuned on)")
+    p.add_argument("--variant", action="append", metavar="NAME",
+                   help="run only this variant (again for more; default: every variant; "
+                        "fabric scenarios)")
     p.add_argument("--out", help="write results straight into this folder")
     p.add_argument("--results", default="results", help="results root (default: results)")
     p.add_argument("--servers", help="spread each fabric over these machines too, each "

@@ -85,6 +85,8 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
             "capabilities": caps.to_dict(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **({"fit": fit} if fit is not None else {}),
+            # testbed run --variant: the folder holds these variants of the file's only
+            **({"picked": list(scenario.picked)} if scenario.picked else {}),
             "runs": [],
         }
         write_json(out / layout.MANIFEST, {**summary, "fidelity": _fidelity_record([]),

@@ -12,7 +12,8 @@ path, e.g. ``variants[2].topology.oversubscription``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,27 @@ class Scenario:
     monitor: Watching = Watching()
     #: the other machines a fabric lab is spread over (``[user@]host[:port]``)
     servers: tuple[str, ...] = ()
+    #: the variants picked to run (``testbed run --variant``); empty: every variant
+    picked: tuple[str, ...] = ()
 
     @property
     def variants(self) -> tuple[Any, ...]:
-        return self.experiment.variants
+        """The variants to run, in the file's order: the picked ones, else all."""
+        return tuple(v for v in self.experiment.variants
+                     if not self.picked or v.name in self.picked)
+
+    def only(self, names: Sequence[str]) -> Scenario:
+        """This scenario with only the variants called ``names`` (``testbed run
+        --variant``: run a variant again, or only those a question compares);
+        ConfigError naming ``--variant`` for an unknown name or a kind whose variants
+        are one experiment."""
+        for name in names:
+            self.variant(name)  # one of the file's, or the error lists them
+        if not self.experiment.SOME_VARIANTS:
+            raise ConfigError("--variant", f"a {self.kind} scenario runs all its variants "
+                                           "together (its summary compares them)")
+        return replace(self, picked=tuple(v.name for v in self.experiment.variants
+                                          if v.name in names))
 
     @property
     def run_seeds(self) -> tuple[int, ...]:

@@ -81,6 +81,9 @@ class Experiment(ABC):
     LAB_TRAFFIC: ClassVar[bool] = False
     #: the lab can be spread over several machines (``testbed up --servers``)
     LAB_SERVERS: ClassVar[bool] = False
+    #: each variant runs and is summarized on its own, so ``testbed run --variant`` may
+    #: run only some (a kind whose summary compares its variants runs them all)
+    SOME_VARIANTS: ClassVar[bool] = False
 
     @classmethod
     def lab_class(cls) -> type:

@@ -266,6 +266,19 @@ def test_lab3_placement_graded(tmp_path):
     assert failing(v) == {"app-loaded"}
 
 
+def test_lab3_app_graded_on_the_two_variants_it_compares(tmp_path):
+    """A folder of only ``--variant ecmp-stride --variant placement-stride`` (a student
+    iterating on the app): the task's comparison is graded, the checks that need the
+    other variants name the one missing."""
+    app = ["labs.lab03_hashing.starter.placement:StridePlacement"]
+    runs = [r for r in lab3_runs(75.0, app) if r["name"] in ("ecmp-stride", "placement-stride")]
+    v = grade(3, write_runs(tmp_path / "two", runs))
+    assert v["placement-beats-ecmp"].reason == (
+        "placement 75.0 Mb/s against ECMP 121.5 Mb/s (0.62x, needs 1.25x)")
+    assert v["app-loaded"].ok
+    assert v["hashing-collides"].reason.startswith("no variant named 'reference'")
+
+
 @pytest.mark.parametrize("who, collide", [("solution", False), ("starter", True)])
 def test_lab3_placement_plan(who, collide):
     """The placement apps' plans on the lab's fabric: the solution puts a leaf's four

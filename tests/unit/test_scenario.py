@@ -173,6 +173,27 @@ def test_seeds_from_the_command_line_replace_the_files():
     assert "SEEDS" in done.stderr
 
 
+def test_variants_picked_from_the_command_line_run_alone(capsys):
+    """``testbed run --variant``: the picked variants in the file's order, each once; an
+    unknown name or a kind whose summary compares its variants is refused before the
+    host is touched."""
+    from testbed.core.cli import main
+
+    sc = load(DEFAULT)
+    names = [v.name for v in sc.variants]
+    picked = sc.only([names[2], names[0], names[2]])
+    assert [v.name for v in picked.variants] == [names[0], names[2]]
+    assert picked.picked == (names[0], names[2]) and sc.variants == sc.experiment.variants
+    with pytest.raises(ConfigError) as err:
+        sc.only(["nope"])
+    assert err.value.field == "--variant" and names[0] in err.value.reason
+    with pytest.raises(ConfigError) as err:
+        load(REPO / "scenarios" / "macsec.yaml").only(["protected"])
+    assert "runs all its variants together" in err.value.reason
+    assert main(["run", str(DEFAULT), "--variant", "nope"]) == 2
+    assert "--variant" in capsys.readouterr().err
+
+
 def test_queue_pairs_are_checked():
     data = yaml.safe_load((REPO / "scenarios" / "qp-scaling.yaml").read_text())
     assert parse(copy.deepcopy(data)).variants[2].training["qps"] == 8

@@ -209,6 +209,7 @@ class FabricExperiment(base.Experiment):
     LAB = "testbed.lab.fabric_lab:FabricLab"
     LAB_TRAFFIC = True
     LAB_SERVERS = True
+    SOME_VARIANTS = True  # each variant its own fabric; comparisons are the report's
     SECTIONS = {"topology": topology_section(), "controller": Controller, "agents": Agents,
                 "training": Training, "qos": Qos, "switches": SwitchSettings,
                 "acceptance": SECTIONS["acceptance"], "replacement": SECTIONS["replacement"],
