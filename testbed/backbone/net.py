@@ -22,6 +22,8 @@ wire; the protected interface follows the wire's carrier.
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -222,7 +224,11 @@ class BackboneNet:
             self.daemons[router.name] = [cls(router, paths) for cls in daemons]
             for d in self.daemons[router.name]:
                 d.write()
-                d.dry_run()
+        # one vtysh -C per daemon (three a router): independent processes that only read
+        # their own file, so they run side by side; the first error is raised
+        every = [d for ds in self.daemons.values() for d in ds]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(lambda d: d.dry_run(), every))
         for level in range(len(daemons)):
             started = []
             for daemons in self.daemons.values():

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -198,13 +199,17 @@ def test_lab_up_ls_exec_fault_capture_down(lab):
     assert "*** Ping: testing ping reachability" in screen, screen  # "pinga" + Tab ran pingall
     assert "n0 -> " in screen and f"tb{record['run_id']}n" not in screen, screen  # short names
 
-    # bad input: one line, exit 2, nothing created
-    for args in (("exec", "nolab", "n0", "--", "true"), ("exec", name, "n9", "--", "true"),
-                 ("inspect", "nolab"), ("fault", name),
-                 ("fault", name, "melt", "p0s0"), ("fault", name, "link_down", "n9-p0l0"),
-                 ("capture", name, "p9l9e9", "--seconds", "1"), ("down", "nolab"),
-                 ("up", str(SCENARIO), "--name", name), ("up", str(SCENARIO), "--variant", "x")):
-        done = run_testbed(*args)
+    # bad input: one line, exit 2, nothing created. Each is refused before it changes
+    # anything, so they run at once (each its own process, most of whose time is Python
+    # starting up)
+    bad = [("exec", "nolab", "n0", "--", "true"), ("exec", name, "n9", "--", "true"),
+           ("inspect", "nolab"), ("fault", name),
+           ("fault", name, "melt", "p0s0"), ("fault", name, "link_down", "n9-p0l0"),
+           ("capture", name, "p9l9e9", "--seconds", "1"), ("down", "nolab"),
+           ("up", str(SCENARIO), "--name", name), ("up", str(SCENARIO), "--variant", "x")]
+    with ThreadPoolExecutor(max_workers=len(bad)) as pool:
+        refused = list(pool.map(lambda args: run_testbed(*args), bad))
+    for args, done in zip(bad, refused, strict=True):
         assert done.returncode == 2, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
 
