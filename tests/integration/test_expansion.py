@@ -61,7 +61,8 @@ def test_a_rack_is_accepted_then_routed_and_the_old_fabric_loses_nothing(tmp_pat
 
         after = record_of(name)
         assert after["size"] == {"switches": 10, "hosts": 6, "links": 24}
-        ping = run_testbed("exec", name, "n5", "--", "ping", "-c2", "-W2", "10.1.0.1")
+        # two echoes 0.2 s apart: the second second of ping's default interval proves nothing
+        ping = run_testbed("exec", name, "n5", "--", "ping", "-c2", "-i0.2", "-W2", "10.1.0.1")
         assert ping.returncode == 0, ping.stdout + ping.stderr
 
         # a second rack arrives with a port losing 2 %: its acceptance names that cable
@@ -76,7 +77,7 @@ def test_a_rack_is_accepted_then_routed_and_the_old_fabric_loses_nothing(tmp_pat
         assert second["added"]["nodes"] == ["n6", "n7"]
         assert second["score"] == {"found": ["n7", "n7-p1l3"], "missed": [], "extra": []}
         assert second["old_fabric"]["lost"] == 0, second["old_fabric"]
-        ping = run_testbed("exec", name, "n6", "--", "ping", "-c2", "-W2", "10.1.0.5")
+        ping = run_testbed("exec", name, "n6", "--", "ping", "-c2", "-i0.2", "-W2", "10.1.0.5")
         assert ping.returncode == 0, ping.stdout + ping.stderr  # the new rack to the first
     finally:
         down = run_testbed("down", name)
