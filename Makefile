@@ -13,7 +13,12 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 UNIT_TESTS := $(VENV)/bin/python -m pytest -n auto --ignore=tests/integration --ignore=tests/agents
-INTEGRATION_TESTS := $(VENV)/bin/python -m pytest tests/integration tests/agents
+# the integration tests in two passes, both always run: those that measure one at a time,
+# then those that assert what a run does, not how fast (marker shares_host), two at a time,
+# a file per worker
+INTEGRATION_TESTS := $(VENV)/bin/python -m pytest -m "not shares_host" tests/integration tests/agents; \
+	alone=$$?; $(VENV)/bin/python -m pytest -m shares_host -n 2 --dist loadfile tests/integration; \
+	shared=$$?; [ $$alone -eq 0 ] && [ $$shared -eq 0 ]
 
 .PHONY: setup setup-dev figures run-scenario test test-units test-integration bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes
 
@@ -40,7 +45,8 @@ check: setup
 	$(TESTBED) check $(LAB) $(RESULTS) $(if $(STUDENT),--student $(STUDENT))
 
 # The unit tests and doctests on every CPU (pytest-xdist), then the tests that build real
-# networks one at a time (a run that shares the host with another is not a measurement);
+# networks: one at a time those that measure (a run that shares the host with another is
+# not a measurement), then two at a time those that only assert what a run does;
 # both always run, and either one failing fails the target. Each half alone:
 # make test-units, make test-integration
 test: setup-dev

@@ -32,7 +32,8 @@ QUICK_RETRANSMIT = {"retransmit_s": 1}
 pytestmark = [pytest.mark.root, pytest.mark.vm,
               pytest.mark.skipif(not Path("/usr/lib/frr/ospfd").exists()
                                  or shutil.which("iperf3") is None,
-                                 reason="needs FRR (apt-get install frr) and iperf3")]
+                                 reason="needs FRR (apt-get install frr) and iperf3"),
+              pytest.mark.shares_host]
 
 
 def _leftovers(run_id: str) -> list[str]:

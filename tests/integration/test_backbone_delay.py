@@ -17,7 +17,7 @@ from testbed.host.capabilities import probe
 from testbed.host.naming import new_run_id, run_dir, run_prefix
 from topologies.backbone import Backbone, Link, Pop, Region
 
-pytestmark = [pytest.mark.root, pytest.mark.vm]
+pytestmark = [pytest.mark.root, pytest.mark.vm, pytest.mark.shares_host]
 
 #: forwarding, encryption and the poll loop's millisecond on top of the fibre, at the
 #: fastest of 20 pings (measured here: 21.0 ms for 20.0); the mean also waits for the CPU

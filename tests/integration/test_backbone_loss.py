@@ -19,7 +19,8 @@ from testbed.host.naming import new_run_id, run_dir, run_prefix
 from topologies.backbone import small_backbone
 
 pytestmark = [pytest.mark.root,
-              pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables")]
+              pytest.mark.skipif(shutil.which("nft") is None, reason="needs nftables"),
+              pytest.mark.shares_host]
 
 #: at the 10 % set, the lost share of 1,000 has a standard deviation of 0.0095: the
 #: assertion's band of 0.05 is 5.3 of them

@@ -31,7 +31,8 @@ REPLICATION_HELPERS = ("store-ra", "store-rb", "filer-sync", "ckpt-watch", "ckpt
 pytestmark = [pytest.mark.root, pytest.mark.vm,
               pytest.mark.skipif(not Path("/usr/lib/frr/ospfd").exists()
                                  or shutil.which("iperf3") is None,
-                                 reason="needs FRR (apt-get install frr) and iperf3")]
+                                 reason="needs FRR (apt-get install frr) and iperf3"),
+              pytest.mark.shares_host]
 
 
 def _replication_procs() -> set[int]:

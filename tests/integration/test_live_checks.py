@@ -24,7 +24,7 @@ import pytest
 
 from .conftest import leftovers
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 
 REPO = Path(__file__).resolve().parents[2]
 LABS = REPO / "labs"

@@ -18,7 +18,7 @@ from testbed.host.naming import new_run_id, run_dir, run_prefix
 from testbed.macsec.decrypt import decrypt_pcap, fingerprint, keys_from
 from testbed.macsec.netns import leftovers
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.shares_host]
 
 SECTION = {"backend": "userspace", "link_mbps": 20, "replay_window": 256, "bulk_seconds": 3,
            "chain_concurrency": 4, "rotate_at_s": 1.5,

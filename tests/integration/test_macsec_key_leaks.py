@@ -26,7 +26,7 @@ from testbed.macsec.kernel import kernel_macsec_available
 from .test_backbone import QUICK_RETRANSMIT
 from .test_macsec_experiment import SECTION
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.shares_host]
 
 BACKENDS = ["userspace", pytest.param("kernel", marks=pytest.mark.vm)]
 MAX_FILE = 1 << 20  # a run folder's files are small (configs, pid files, logs)

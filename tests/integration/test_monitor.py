@@ -30,7 +30,7 @@ from .test_lab import SCENARIO, record_of, run_testbed
 
 LOSSLESS = Path(__file__).resolve().parents[2] / "scenarios" / "lossless.yaml"
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 
 #: where the screenshots go besides the test's own folder (docs/ takes them from there)
 SHOTS = os.environ.get("TESTBED_SCREENSHOTS")

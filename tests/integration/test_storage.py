@@ -24,7 +24,7 @@ from testbed.host.procs import python_env, wait_for
 
 from .conftest import small_fabric
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 
 SIZE = 256 * 1024
 #: objects the chains' retriever reads, and their size

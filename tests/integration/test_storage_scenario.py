@@ -21,7 +21,7 @@ from testbed.host.procs import python_env
 
 from .conftest import leftovers
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -29,12 +29,35 @@ def test_make_test_is_its_two_halves_and_both_always_run():
     units, integration = pytest_lines(dry_run("test-units")), pytest_lines(
         dry_run("test-integration"))
     assert len(units) == 1 and "-n auto" in units[0] and "--ignore=tests/integration" in units[0]
-    assert integration == [".venv/bin/python -m pytest tests/integration tests/agents"]
+    # every integration test in one of two passes: those that measure alone, then those
+    # marked shares_host two at a time (a file per worker: a file's fixtures stay shared)
+    assert integration == [
+        '.venv/bin/python -m pytest -m "not shares_host" tests/integration tests/agents',
+        ".venv/bin/python -m pytest -m shares_host -n 2 --dist loadfile tests/integration"]
     whole = dry_run("test")
     assert pytest_lines(whole) == units + integration
-    # the integration tests run even when a unit test failed; the target fails if either did
-    assert "units=$?" in whole and "labs=$?" in whole
+    # the integration tests run even when a unit test failed, the second pass even when
+    # the first failed; the target fails if any did
+    assert "units=$?" in whole and "alone=$?" in whole and "shared=$?" in whole
+    assert "[ $alone -eq 0 ] && [ $shared -eq 0 ]; labs=$?" in whole
     assert "[ $units -eq 0 ] && [ $labs -eq 0 ]" in whole
+
+
+def test_no_test_that_measures_or_reads_the_whole_host_shares_it():
+    """The marker is declared, and it is not on the files whose claims are measurements
+    or host-wide states (rates, a quiet host, every bridge or process of the host, a
+    clean of every dead run)."""
+    import tomllib
+
+    markers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"][
+        "ini_options"]["markers"]
+    assert any(m.startswith("shares_host:") for m in markers)
+    marked = {f.name for f in (REPO / "tests" / "integration").glob("test_*.py")
+              if "pytest.mark.shares_host" in f.read_text()}
+    assert marked
+    alone = {"test_fidelity.py", "test_phantom.py", "test_switchd.py", "test_labs.py",
+             "test_lab.py", "test_congestion.py", "test_pfc.py", "test_run.py"}
+    assert not marked & alone, marked & alone
 
 
 def test_ci_runs_both_halves_and_the_integration_tests_after_the_lab_vm():
