@@ -255,7 +255,7 @@ def test_summary_and_manifest_carry_the_fit_the_runner_was_given(tmp_path, monke
                         lambda summary, out: (out / layout.REPORT).write_text("# r\n"))
     sc = SimpleNamespace(name="t", kind="fabric", description="", seed=1, run_seeds=(1,),
                          duration_s=1, variants=[SimpleNamespace(name="a")], monitor=None,
-                         source={}, experiment=Experiment())
+                         source={}, experiment=Experiment(), picked=())
     runner.run(sc, tmp_path / "fit", progress=lambda line: None, monitor=False, fit=FIT)
     runner.run(sc, tmp_path / "plain", progress=lambda line: None, monitor=False)
     for name in (layout.SUMMARY, layout.MANIFEST):

@@ -146,7 +146,7 @@ def test_the_run_writes_the_digest_last(tmp_path, monkeypatch):
                         lambda summary, out: (out / layout.REPORT).write_text("# report\n"))
     sc = SimpleNamespace(name="t", kind="fabric", description="", seed=1, run_seeds=(1,),
                          duration_s=1, variants=[SimpleNamespace(name="a")], monitor=None,
-                         source={}, experiment=Experiment())
+                         source={}, experiment=Experiment(), picked=())
     out = tmp_path / "out"
     runner.run(sc, out, progress=lambda line: None, monitor=False)
     listed = digest.verify(out)
