@@ -3,10 +3,7 @@
 ``python udpflows.py send SRC_IP DST_IP FLOWS PACKETS`` sends PACKETS datagrams from each
 of FLOWS source ports (so the switches' ECMP hash spreads them over the spines);
 ``python udpflows.py recv IP SECONDS`` prints ``{source port: datagrams}`` as JSON. A
-further argument PORT (both) sets the destination port (4791: RoCE, which spraying sprays);
-after it, ``FLOWS PACKETS`` (recv) end the count as soon as FLOWS source ports have sent
-PACKETS datagrams each: SECONDS bounds a loss, it need not be waited out once everything
-sent has arrived.
+last argument PORT (both) sets the destination port (4791: RoCE, which spraying sprays).
 """
 
 from __future__ import annotations
@@ -35,9 +32,7 @@ def send(src: str, dst: str, flows: int, packets: int, port: int = PORT) -> None
         time.sleep(0.01)
 
 
-def recv(ip: str, seconds: float, port: int = PORT, flows: int = 0, packets: int = 0) -> None:
-    """Count datagrams by source port for ``seconds``, or until ``flows`` ports have
-    delivered ``packets`` each (all that was sent: only a duplicate could still come)."""
+def recv(ip: str, seconds: float, port: int = PORT) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((ip, port))
     s.settimeout(0.1)
@@ -50,8 +45,6 @@ def recv(ip: str, seconds: float, port: int = PORT, flows: int = 0, packets: int
         except OSError:
             continue
         seen[addr[1]] = seen.get(addr[1], 0) + 1
-        if flows and len(seen) >= flows and min(seen.values()) >= packets:
-            break
     print(json.dumps(seen), flush=True)
 
 
@@ -60,4 +53,4 @@ if __name__ == "__main__":
         send(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
              *map(int, sys.argv[6:7]))
     else:
-        recv(sys.argv[2], float(sys.argv[3]), *map(int, sys.argv[4:7]))
+        recv(sys.argv[2], float(sys.argv[3]), *map(int, sys.argv[4:5]))
