@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.core.fidelity import parse_cpu_times  # noqa: E402
+from testbed.host.procs import parse_cpu_times  # noqa: E402
 from traffic.stats import percentiles  # noqa: E402
 
 INTERVAL_S = 0.5

@@ -31,7 +31,7 @@ from typing import Any
 
 from testbed.cluster import sizing
 from testbed.core import checked
-from testbed.core.fidelity import THRESHOLDS
+from testbed.core.fidelity_verdict import THRESHOLDS
 from testbed.errors import ConfigError, HostError
 
 #: the factor's steps: it is rounded down to a multiple of this

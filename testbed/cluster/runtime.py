@@ -45,7 +45,7 @@ from typing import NoReturn
 from testbed.cluster import placement as placing
 from testbed.cluster.remote import READ_MAX_BYTES
 from testbed.cluster.servers import ROOT, Connection, Server, check, source_address
-from testbed.core import fidelity
+from testbed.core import fidelity_verdict
 from testbed.errors import BringUpError, HostError, ServerAnswerError
 from testbed.fabric.net import Fabric, FabricTimes, Tunnel
 from testbed.host.hosts import Host
@@ -563,7 +563,7 @@ class ClusterFabric(Fabric):
             part.ask("watch")
 
     def servers_fidelity(self) -> list[dict]:
-        return [fidelity.server_record(str(part.conn.server), part.ask("unwatch"))
+        return [fidelity_verdict.server_record(str(part.conn.server), part.ask("unwatch"))
                 for part in self.parts]
 
     def grow(self, spec: FabricSpec):

@@ -45,7 +45,7 @@ from pathlib import Path
 import networkx as nx
 
 from testbed.cluster.placement import Placement, best_of, candidates
-from testbed.core.fidelity import THRESHOLDS
+from testbed.core.fidelity_verdict import THRESHOLDS
 from testbed.fabric import switchd
 from topologies.graph import plane_graph
 from topologies.spec import FabricSpec

@@ -15,7 +15,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from testbed.core import digest, fidelity, layout
+from testbed.core import digest, fidelity, fidelity_verdict, layout
 from testbed.core.layout import Layout
 from testbed.core.scenario import Scenario, parse
 from testbed.core.seeds import combine
@@ -49,7 +49,7 @@ def _fidelity_record(runs: list[dict]) -> dict:
     flagged = [{"variant": r["name"], "seed": e.get("seed"), "reasons": e["fidelity"]["reasons"]}
                for r in runs for e in (r.get("seeds") or [r])
                if not (e.get("fidelity") or {}).get("ok", True)]
-    return {"thresholds": fidelity.THRESHOLDS.to_dict(), "file": layout.FIDELITY,
+    return {"thresholds": fidelity_verdict.THRESHOLDS.to_dict(), "file": layout.FIDELITY,
             "ok": not flagged, "flagged": flagged}
 
 
@@ -112,7 +112,7 @@ def run(scenario: Scenario, out: Path, progress: Progress = _stderr,
                                                        tag=tag, ctx=ctx)
                     finally:
                         ctx.monitor = None
-                entry["fidelity"] = fidelity.with_servers(monitor.result,
+                entry["fidelity"] = fidelity_verdict.with_servers(monitor.result,
                                                           entry.get("servers", []))
                 entry["dir"] = lay.relative(variant.name, seed)
                 progress(_done_line(tag, entry))

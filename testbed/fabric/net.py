@@ -861,7 +861,7 @@ class Fabric:
 
     def servers_fidelity(self) -> list[dict]:
         """Close it: each other machine's record over the window
-        (:func:`testbed.core.fidelity.server_record`)."""
+        (:func:`testbed.core.fidelity_verdict.server_record`)."""
         return []
 
     def host_record(self, name: str) -> dict:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import REPO
@@ -266,3 +267,56 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# -- /proc parsing (pure) ----------------------------------------------------------------
+@dataclass(frozen=True)
+class CpuTimes:
+    """The ``cpu`` line of ``/proc/stat``: ticks in total and idle (incl. iowait)."""
+
+    total: int
+    idle: int
+    cpus: int
+
+
+def parse_cpu_times(text: str) -> CpuTimes:
+    """``/proc/stat``: the aggregate line's ticks (guest time is inside user already).
+
+    >>> parse_cpu_times("cpu  10 0 5 80 5 0 0 0 0 0\\ncpu0 5 0 2 40 3 0 0 0 0 0\\n"
+    ...                 "cpu1 5 0 3 40 2 0 0 0 0 0\\nintr 1\\n")
+    CpuTimes(total=100, idle=85, cpus=2)
+    """
+    total = idle = cpus = 0
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            ticks = [int(v) for v in line.split()[1:9]]  # user..steal
+            total, idle = sum(ticks), ticks[3] + ticks[4]
+        elif line.startswith("cpu"):
+            cpus += 1
+    return CpuTimes(total, idle, max(cpus, 1))
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """What a ``/proc/PID/stat`` line says about CPU: parent, group, ticks used, start tick."""
+
+    comm: str
+    ppid: int
+    pgrp: int
+    ticks: int
+    start: int
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """One ``/proc/PID/stat`` (or ``task/TID/stat``) line; the name may hold spaces and
+    parentheses, so fields are counted from the last ``)``.
+
+    >>> parse_proc_stat("42 (a (b) c) S 1 42 42 0 -1 4194560 9 0 0 0 "
+    ...                 "150 25 0 0 20 0 3 0 12345 1 2 3")
+    ProcStat(comm='a (b) c', ppid=1, pgrp=42, ticks=175, start=12345)
+    """
+    head, _, rest = text.rpartition(")")
+    comm = head.split("(", 1)[1]
+    fields = rest.split()  # fields[0] is field 3 (state)
+    return ProcStat(comm=comm, ppid=int(fields[1]), pgrp=int(fields[2]),
+                    ticks=int(fields[11]) + int(fields[12]), start=int(fields[19]))

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.core import fidelity, layout
+from testbed.core import fidelity, fidelity_verdict, layout
 from testbed.core.runner import run
 from testbed.core.scenario import parse
+from testbed.host import procs
 from testbed.host.naming import new_run_id, run_prefix
 
 # One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (9 Mb/s
@@ -35,9 +36,9 @@ SCENARIO = {
 
 
 def host_idle(seconds: float = 1.0) -> float:
-    before = fidelity.parse_cpu_times(Path("/proc/stat").read_text())
+    before = procs.parse_cpu_times(Path("/proc/stat").read_text())
     time.sleep(seconds)
-    after = fidelity.parse_cpu_times(Path("/proc/stat").read_text())
+    after = procs.parse_cpu_times(Path("/proc/stat").read_text())
     return (after.idle - before.idle) / max(1, after.total - before.total)
 
 
@@ -86,7 +87,7 @@ def test_monitor_reads_a_saturated_queue_in_a_namespace_and_lets_it_go(tmp_path)
                                   "    try: s.sendto(b'x' * 1400, ('10.9.0.2', 9))\n"
                                   "    except OSError: pass"])
         try:
-            fast = fidelity.Thresholds(interval_s=0.5)
+            fast = fidelity_verdict.Thresholds(interval_s=0.5)
             with fidelity.Monitor(tmp_path / "fidelity.jsonl", fast) as mon:
                 with mon.watching([fidelity.WatchedLink(ns, "tbfidx0", 2)]):
                     time.sleep(5)
@@ -124,7 +125,7 @@ def test_a_starved_host_is_flagged(tmp_path):
     assert "## Fidelity" in report
     manifest = json.loads((tmp_path / layout.MANIFEST).read_text())
     assert manifest["fidelity"]["ok"] is False
-    assert manifest["fidelity"]["thresholds"] == fidelity.THRESHOLDS.to_dict()
+    assert manifest["fidelity"]["thresholds"] == fidelity_verdict.THRESHOLDS.to_dict()
 
 
 @pytest.mark.ovs
@@ -137,4 +138,4 @@ def test_a_quiet_host_is_not_flagged(tmp_path):
     verdict = summary["runs"][0]["fidelity"]
     assert verdict["ok"], verdict["reasons"]
     assert verdict["stats"]["delivery"]["link_samples"] > 0
-    assert verdict["stats"]["delivery"]["p10"] > fidelity.THRESHOLDS.delivery_min
+    assert verdict["stats"]["delivery"]["p10"] > fidelity_verdict.THRESHOLDS.delivery_min

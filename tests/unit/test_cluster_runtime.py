@@ -285,7 +285,7 @@ def test_a_part_samples_its_machine_over_the_window_only(tmp_path, monkeypatch):
     import time
     from types import SimpleNamespace
 
-    from testbed.core import fidelity
+    from testbed.core import fidelity, fidelity_verdict
     from testbed.fabric import net
     from testbed.host import capabilities, naming
 
@@ -308,7 +308,7 @@ def test_a_part_samples_its_machine_over_the_window_only(tmp_path, monkeypatch):
 
     class Fast(fidelity.Monitor):  # a sample every 0.1 s, not every second
         def __init__(self, path, **kwargs):
-            super().__init__(path, thresholds=fidelity.Thresholds(interval_s=0.1))
+            super().__init__(path, thresholds=fidelity_verdict.Thresholds(interval_s=0.1))
 
     monkeypatch.setattr(net, "Fabric", StandIn)
     monkeypatch.setattr(fidelity, "Monitor", Fast)
@@ -336,4 +336,4 @@ def test_a_part_samples_its_machine_over_the_window_only(tmp_path, monkeypatch):
     samples = said[2]["unwatch"]
     assert len(samples) >= 3 and all(s["measuring"] and "host_idle" in s for s in samples)
     assert said[3] == {"stopped": 0.0} and built[0].stopped
-    assert fidelity.server_record("gpu2", samples)["fidelity"]["samples"] == len(samples)
+    assert fidelity_verdict.server_record("gpu2", samples)["fidelity"]["samples"] == len(samples)

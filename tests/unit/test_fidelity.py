@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.core import fidelity, runner
-from testbed.core.fidelity import Thresholds, WatchedLink, link_sample, owed, verdict
+from testbed.core import fidelity, fidelity_verdict, runner
+from testbed.core.fidelity import WatchedLink, link_sample, owed
+from testbed.core.fidelity_verdict import Thresholds, verdict
 from testbed.core.seeds import combine
+from testbed.host import procs
 from testbed.reports import report
 
 # A /proc/stat as Linux 6.1 writes it: ten fields a CPU (guest time inside user).
@@ -45,24 +47,24 @@ def pid_stat(pid: int, comm: str, pgrp: int, utime: int, stime: int, start: int,
 
 # -- /proc parsing ---------------------------------------------------------------------
 def test_cpu_times_from_proc_stat():
-    t = fidelity.parse_cpu_times(proc_stat(user=1000, system=500, idle=8000, iowait=200))
+    t = procs.parse_cpu_times(proc_stat(user=1000, system=500, idle=8000, iowait=200))
     # user nice system idle iowait irq softirq steal; guest (100) is inside user already
-    assert t == fidelity.CpuTimes(total=1000 + 20 + 500 + 8000 + 200 + 30, idle=8200, cpus=2)
+    assert t == procs.CpuTimes(total=1000 + 20 + 500 + 8000 + 200 + 30, idle=8200, cpus=2)
 
 
 def test_cpu_times_of_an_empty_file_are_zero():
-    assert fidelity.parse_cpu_times("") == fidelity.CpuTimes(0, 0, 1)
+    assert procs.parse_cpu_times("") == procs.CpuTimes(0, 0, 1)
 
 
 @pytest.mark.parametrize("comm", ["ovs-vswitchd", "python3 -m x", "a) (b", "(sd-pam)"])
 def test_proc_stat_counts_fields_from_the_last_parenthesis(comm):
-    st = fidelity.parse_proc_stat(pid_stat(4242, comm, 4200, utime=300, stime=45, start=987,
+    st = procs.parse_proc_stat(pid_stat(4242, comm, 4200, utime=300, stime=45, start=987,
                                            ppid=17))
-    assert st == fidelity.ProcStat(comm=comm, ppid=17, pgrp=4200, ticks=345, start=987)
+    assert st == procs.ProcStat(comm=comm, ppid=17, pgrp=4200, ticks=345, start=987)
 
 
 def test_proc_stat_of_this_process_parses():
-    st = fidelity.parse_proc_stat(Path("/proc/self/stat").read_text())
+    st = procs.parse_proc_stat(Path("/proc/self/stat").read_text())
     assert st.ticks >= 0 and st.start > 0
 
 
@@ -379,16 +381,16 @@ def test_a_server_is_judged_sample_by_sample_and_named_in_the_runs_reasons():
     pegged = [{**sample(ovs=0.98, idle=0.1), "cpus": 2} for _ in range(5)]
     calm = [{**sample(ovs=0.02, idle=0.8), "cpus": 2} for _ in range(5)]
     before = [{**sample(idle=0.0, measuring=False), "cpus": 2}]  # bring-up: not judged
-    rec = fidelity.server_record("gpu2", before + pegged + calm)
+    rec = fidelity_verdict.server_record("gpu2", before + pegged + calm)
     assert (rec["server"], rec["cores"], rec["idle_share"]) == ("gpu2", 2, 0.45)
     assert rec["busy_cores"] == 1.1 and rec["fidelity"]["samples"] == 10
     ok = verdict([sample() for _ in range(10)])
-    run = fidelity.with_servers(ok, [rec, fidelity.server_record("gpu3", calm)])
+    run = fidelity_verdict.with_servers(ok, [rec, fidelity_verdict.server_record("gpu3", calm)])
     assert not run["ok"]
     assert run["reasons"] == ["server gpu2: ovs-vswitchd's forwarding thread used more than "
                               "0.9 of a core in 50 % of the samples: every switch's frames "
                               "waited for that one thread, so rates and latencies measure it"]
-    assert fidelity.with_servers(ok, [fidelity.server_record("gpu3", calm)]) is ok
+    assert fidelity_verdict.with_servers(ok, [fidelity_verdict.server_record("gpu3", calm)]) is ok
 
 
 # -- the monitor (no root: /proc only, no links) ----------------------------------------
