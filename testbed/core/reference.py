@@ -202,7 +202,7 @@ def cli_reference(parser: argparse.ArgumentParser) -> str:
 def markdown_pages() -> dict[str, str]:
     """The generated pages, by their path under the docs folder."""
     from testbed.core.cli import build_parser
-    from testbed.core.records import reference_page
+    from testbed.core.record_checks import reference_page
     from testbed.core.schema import scenario_schema
 
     return {"reference/scenario-file.md": scenario_reference(scenario_schema()),

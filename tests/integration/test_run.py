@@ -72,7 +72,7 @@ def test_short_default_scenario_writes_valid_results(tmp_path):
     assert "p99 ms" in stdout and str(out) in stdout
     assert no_testbed_leftovers() == []
     # every file and field of the folder is in the results reference (docs/reference)
-    from testbed.core.records import check_folder
+    from testbed.core.record_checks import check_folder
 
     assert check_folder(out) == []
     # and the folder loads into DataFrames, from which the example draws its figure

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from testbed.cluster import fit, sizing
-from testbed.core import checked, layout, records, runner, scenario
+from testbed.core import checked, layout, record_checks, records, runner, scenario
 from testbed.core.cli import main
 from testbed.errors import ConfigError, HostError
 from testbed.experiments.fabric import rates
@@ -261,7 +261,7 @@ def test_summary_and_manifest_carry_the_fit_the_runner_was_given(tmp_path, monke
     for name in (layout.SUMMARY, layout.MANIFEST):
         got = json.loads((tmp_path / "fit" / name).read_text())
         assert got["fit"] == FIT
-        problems = records.check_records(records.RECORDS[name.split(".")[0].upper()], [got])
+        problems = record_checks.check_records(records.RECORDS[name.split(".")[0].upper()], [got])
         assert [p for p in problems if "fit" in p] == []
         assert "fit" not in json.loads((tmp_path / "plain" / name).read_text())
 
@@ -269,10 +269,10 @@ def test_summary_and_manifest_carry_the_fit_the_runner_was_given(tmp_path, monke
 def test_the_reference_describes_the_fit_and_a_wrong_one_is_found():
     summary = json.loads((SMALL / layout.SUMMARY).read_text())
     rec = records.RECORDS["SUMMARY"]
-    assert records.check_records(rec, [{**summary, "fit": FIT}]) == []
-    assert records.check_records(rec, [summary]) == []  # optional
+    assert record_checks.check_records(rec, [{**summary, "fit": FIT}]) == []
+    assert record_checks.check_records(rec, [summary]) == []  # optional
     broken = {**summary, "fit": {k: v for k, v in FIT.items() if k != "factor"}}
-    assert records.check_records(rec, [broken]) == ["summary.json: fit.factor missing"]
+    assert record_checks.check_records(rec, [broken]) == ["summary.json: fit.factor missing"]
     assert {"fit", "fit.factor", "fit.host_cores", "fit.predicted_cores"} <= {
         f.name for f in records.RECORDS["MANIFEST"].fields}
 
@@ -371,7 +371,7 @@ def test_up_fit_asks_its_supervisor_for_the_scaled_lab(one_core, monkeypatch, tm
     assert main(["up", "fat-tree", "--fit", "--results", str(tmp_path)]) == 1
     request = json.loads(next(tmp_path.rglob(layout.LAB_REQUEST)).read_text())
     assert request["fit"]["factor"] == 0.6 and request["fit"]["scaled"]
-    assert records.check_records(records.RECORDS["LAB_REQUEST"], [request]) == []
+    assert record_checks.check_records(records.RECORDS["LAB_REQUEST"], [request]) == []
     assert "rates x0.6" in capsys.readouterr().err
 
 

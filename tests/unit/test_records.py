@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from testbed.core import layout, records
+from testbed.core import layout, record_checks, records
 from testbed.core.reference import markdown_pages
 
 SMALL = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "small"
@@ -19,7 +19,7 @@ def test_every_name_of_the_layout_has_an_entry_and_every_entry_a_name():
     assert set(records.RECORDS) - names == set(), "entries for names the layout lacks"
     for key, rec in records.RECORDS.items():
         assert rec.pattern == getattr(layout, key), key
-        assert rec.where in records.WHERE and rec.meaning and rec.writer, key
+        assert rec.where in record_checks.WHERE and rec.meaning and rec.writer, key
 
 
 def test_a_new_record_name_without_an_entry_fails(monkeypatch):
@@ -30,13 +30,13 @@ def test_a_new_record_name_without_an_entry_fails(monkeypatch):
 def test_every_field_has_a_known_type_and_a_meaning():
     for key, rec in records.RECORDS.items():
         for f in rec.fields:
-            assert all(t in records._TYPES for t in f.type.split("|")), (key, f.name)
+            assert all(t in record_checks._TYPES for t in f.type.split("|")), (key, f.name)
             assert f.meaning, (key, f.name)
         assert len({f.name for f in rec.fields}) == len(rec.fields), key
 
 
 def test_the_small_real_folder_matches_the_reference():
-    assert records.check_folder(SMALL) == []
+    assert record_checks.check_folder(SMALL) == []
 
 
 def test_an_undescribed_file_a_missing_field_and_a_wrong_type_are_found(tmp_path):
@@ -53,7 +53,7 @@ def test_an_undescribed_file_a_missing_field_and_a_wrong_type_are_found(tmp_path
     summary = json.loads((root / "summary.json").read_text())
     del summary["runs"][0]["agents"]["latency_ms"]["p99"]
     (root / "summary.json").write_text(json.dumps(summary))
-    problems = records.check_folder(root)
+    problems = record_checks.check_folder(root)
     assert "variants/watchdog/mystery.jsonl: no entry in testbed.core.records describes " \
            "it" in problems
     assert "variants/watchdog/chains.jsonl: line 1: template missing" in problems
