@@ -26,7 +26,7 @@ from testbed.macsec.config import LinkConfig
 from testbed.macsec.link import UserspaceLink
 from testbed.macsec.netns import add_netns, del_netns, leftovers, run, spawn, stop_group
 
-pytestmark = [pytest.mark.root, pytest.mark.vm, pytest.mark.shares_host]
+pytestmark = [pytest.mark.root, pytest.mark.vm]
 
 PREFIX = "tbms"
 DROPS = ("InPktsNoTag", "InPktsBadTag", "InPktsNoSCI", "InPktsUnknownSCI", "InPktsLate",

@@ -56,7 +56,9 @@ def test_no_test_that_measures_or_reads_the_whole_host_shares_it():
               if "pytest.mark.shares_host" in f.read_text()}
     assert marked
     alone = {"test_fidelity.py", "test_phantom.py", "test_switchd.py", "test_labs.py",
-             "test_lab.py", "test_congestion.py", "test_pfc.py", "test_run.py"}
+             "test_lab.py", "test_congestion.py", "test_pfc.py", "test_run.py",
+             # a key rotation judged frame by frame loses pings on a loaded host
+             "test_macsec_link.py", "test_macsec_seeds.py"}
     assert not marked & alone, marked & alone
 
 
