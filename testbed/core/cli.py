@@ -1,5 +1,6 @@
 """``testbed`` command line: run, validate, schema, doctor, calc, clean; labs that stay up
-(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`), graph, decrypt;
+(up, ls, exec, cli, fault, capture, down: :mod:`testbed.lab.commands`, :mod:`testbed.lab.up`),
+graph, decrypt;
 check (grading a results folder against a lab guide, :mod:`testbed.reports.grading`);
 start (a lab's starter copied for a student, :mod:`testbed.reports.students`);
 results serve (results folders as web pages, :mod:`testbed.reports.web`).

@@ -365,7 +365,7 @@ RECORDS: dict[str, Record] = {
                        "TAG-rankN.jsonl (the training record above) and logs"),
     "CAPTURE_GLOB": _rec(layout.CAPTURE_GLOB, "variant", "pcap", "testbed.lab.capture",
                          "a scenario's capture of one port (capture-PORT.pcap)"),
-    "LAB_REQUEST": _rec(layout.LAB_REQUEST, "lab", "json", "testbed.lab.commands",
+    "LAB_REQUEST": _rec(layout.LAB_REQUEST, "lab", "json", "testbed.lab.up",
                         "what testbed up asked its supervisor for", FIT_FIELDS),
     "SUPERVISOR_LOG": _rec(layout.SUPERVISOR_LOG, "lab", "log", "testbed.lab",
                            "the lab supervisor's log"),

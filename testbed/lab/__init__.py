@@ -7,6 +7,11 @@ running under a name, owned by a small supervisor process, until ``testbed down`
 * :mod:`.fabric_lab`, :mod:`.backbone_lab` -- one kind each: bring-up, hosts, faults;
 * :mod:`.mncli` -- Mininet's CLI served over that socket;
 * :mod:`.capture` -- tcpdump on a named port, in the namespace that holds it;
-* :mod:`.commands` -- the command line (``up``, ``ls``, ``exec``, ``cli``, ``fault``,
-  ``capture``, ``down``).
+* :mod:`.commands` -- the command line (``ls``, ``inspect``, ``exec``, ``cli``, ``fault``,
+  ``accept``, ``expand``, ``capture``, ``down``, ...) and its parsers;
+* :mod:`.up` -- ``testbed up``: the supervisor started, its progress relayed, the lab
+  described;
+* :mod:`.attach` -- Mininet's CLI of a fabric lab relayed to this terminal;
+* :mod:`.client` -- what the commands share: a request to the supervisor, the lab class
+  of a record, the root check.
 """

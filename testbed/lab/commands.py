@@ -1,10 +1,10 @@
-"""The lab commands of ``testbed``: up, ls, exec, cli, fault, capture, down.
+"""The lab commands of ``testbed`` and their parsers: ls, inspect, dashboard, accept,
+expand, exec, cli, fault, capture, down; ``up`` is :mod:`.up`.
 
 Each checks its input first (unknown lab, host, fault kind or port: one line, exit
-status 2, nothing created), then acts: ``up`` starts the supervisor
-(:mod:`testbed.lab.supervisor`) and returns once the lab is up; ``fault`` and ``cli``
-(on a fabric) talk to the supervisor, which holds the live objects; ``exec``, ``cli`` on a
-router (vtysh) and ``capture`` enter the namespace themselves.
+status 2, nothing created), then acts: ``fault``, ``accept``, ``expand`` and ``cli`` (on a
+fabric: :mod:`.attach`) talk to the lab's supervisor, which holds the live objects;
+``exec``, ``cli`` on a router (vtysh) and ``capture`` enter the namespace themselves.
 """
 
 from __future__ import annotations
@@ -12,237 +12,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from testbed import experiments
-from testbed.core import layout
-from testbed.errors import ConfigError, HostError, Interrupted
-from testbed.host.naming import new_run_id, run_dir
+from testbed.errors import ConfigError, HostError
+from testbed.host.naming import run_dir
 from testbed.lab import state
-from testbed.numbers import flag, number
-
-UP_TIMEOUT_S = 600
-DOWN_TIMEOUT_S = 120
-
-
-def _root(what: str) -> None:
-    if os.geteuid() != 0:
-        raise ConfigError("user", f"{what} needs root (namespaces, Open vSwitch)")
-
+from testbed.lab.attach import attach_cli
+from testbed.lab.client import DOWN_TIMEOUT_S, lab_class, name_width, need_root, request
+from testbed.lab.up import cmd_up
+from testbed.numbers import flag
 
 #: the longest acceptance a lab may take before ``testbed accept`` gives up waiting
 ACCEPT_TIMEOUT_S = 600
-
-
-def _request(record: dict, message: dict, timeout: float | None = 120) -> dict:
-    """One request to the lab's supervisor, its one-line JSON reply."""
-    from testbed.lab.supervisor import read_line
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(record["socket"])
-        except OSError as exc:
-            raise HostError(f"lab {record['name']}: its supervisor does not answer "
-                            f"({exc.strerror})") from None
-        sock.sendall((json.dumps(message) + "\n").encode())
-        line = read_line(sock)
-    if not line:
-        raise HostError(f"lab {record['name']}: no reply from its supervisor")
-    return json.loads(line)
-
-
-# -- up --------------------------------------------------------------------------------
-def cmd_up(args) -> int:
-    from testbed.core import scenario
-    from testbed.core.layout import Layout
-    from testbed.core.runner import default_out
-    from topologies import plugins
-
-    plugins.allow()  # a lab runs the code its scenario names (validate does not)
-
-    duration = None
-    if args.duration is not None:
-        duration = number(args.duration, "--duration", 1, 3600)
-    monitor_port = check_port(args.monitor_port, "--monitor-port")
-    path = scenario.path_of(args.scenario).resolve()
-    sc = scenario.load(path, duration_override=duration)
-    kind = experiments.get(sc.kind)
-    kind.lab_class()  # ConfigError when the kind has no lab
-    variant = sc.variant(args.variant)
-    if args.traffic and not kind.LAB_TRAFFIC:
-        raise ConfigError("--traffic", f"a {sc.kind} lab does not start its scenario's "
-                                       "workloads (a fabric lab does)")
-    servers = [str(s) for s in server_list(args.servers, sc)]
-    if servers and not kind.LAB_SERVERS:
-        raise ConfigError("--servers", f"a {sc.kind} lab runs on one machine; a fabric lab "
-                                       "can be spread over several")
-    fitted = None
-    if args.fit:
-        from testbed.cluster.fit import for_run
-
-        fitted = for_run(path, servers)
-        sc = scenario.load(path, duration_override=duration, rate_factor=fitted.factor)
-        variant = sc.variant(args.variant)
-    if servers and (variant.acceptance.get("enabled") or variant.acceptance.get("plant")):
-        raise ConfigError("--servers", "a lab over several machines does not run acceptance "
-                                       "checks yet")
-    labs = state.all_labs()
-    if args.name is not None:
-        state.check_name(args.name)
-        for record in labs:
-            if args.name in (record.get("name"), record.get("run_id")):
-                raise ConfigError("--name", f"a lab named {args.name!r} exists "
-                                            f"({'live' if record['alive'] else 'dead'})")
-    _root("testbed up")
-    run_id = new_run_id()
-    name = args.name or run_id
-    out = Layout(default_out(Path(args.results).resolve(), sc.name,
-                             label=f"lab-{name}-")).variant(variant.name)
-    out.mkdir(parents=True, exist_ok=True)
-    request = {"run_id": run_id, "name": name, "scenario_file": str(path),
-               "variant": variant.name, "traffic": args.traffic, "duration_s": duration,
-               "monitor_port": monitor_port, "prometheus": args.monitor, "out": str(out),
-               "servers": servers,
-               **({"fit": fitted.to_dict()} if fitted else {}),
-               "created": time.time(),
-               "user": os.environ.get("SUDO_USER") or os.environ.get("USER")}
-    request_file = out / layout.LAB_REQUEST
-    request_file.write_text(json.dumps(request, indent=1))
-    read_fd, write_fd = os.pipe()
-    log = open(out / layout.SUPERVISOR_LOG, "ab")  # noqa: SIM115 -- handed to the child
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.lab.supervisor", str(request_file),
-         "--ready-fd", str(write_fd)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
-        start_new_session=True)
-    os.close(write_fd)
-    log.close()
-    print(f"testbed: lab {name}: {sc.name} / {variant.name} ({sc.kind}), supervisor "
-          f"{proc.pid}, log {out / 'supervisor.log'}", file=sys.stderr)
-    try:
-        reply = _await_ready(read_fd, proc)
-    except (KeyboardInterrupt, Interrupted):
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(DOWN_TIMEOUT_S)
-        raise
-    finally:
-        os.close(read_fd)
-    if "ready" not in reply:
-        proc.wait(DOWN_TIMEOUT_S)
-        error = reply.get("error") or f"supervisor exited ({proc.returncode}), see its log"
-        if reply.get("config"):
-            raise ConfigError("SCENARIO", error)
-        raise HostError(f"lab {name} did not come up: {error} "
-                        f"(log: {out / 'supervisor.log'})")
-    print(describe(reply["ready"]))
-    return 0
-
-
-def server_list(flag: str | None, sc) -> list:
-    """``--servers`` (a comma-separated list) over the scenario's ``servers``."""
-    from testbed.cluster.servers import parse_all
-
-    if flag is not None:
-        return parse_all(flag, "--servers")
-    return parse_all(list(sc.servers))
-
-
-def check_port(value: str, field: str) -> int | str:
-    """``auto``, or a port on 127.0.0.1 that nobody holds now (so that a taken port is
-    refused before anything is created).
-
-    >>> check_port("auto", "--p"), check_port("0", "--p")
-    ('auto', 'auto')
-    >>> check_port("70000", "--p")
-    Traceback (most recent call last):
-    ...
-    testbed.errors.ConfigError: --p: '70000' must be auto or a port number 1-65535
-    """
-    if value in ("auto", "0"):
-        return "auto"
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise ConfigError(field, f"{value!r} must be auto or a port number 1-65535")
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", int(value)))
-        except OSError as exc:
-            raise ConfigError(field, f"127.0.0.1:{value}: {exc.strerror} (another lab's?); "
-                                     "give another port, or auto") from None
-    return int(value)
-
-
-def _await_ready(fd: int, proc: subprocess.Popen) -> dict:
-    """Relay the supervisor's progress; its ``ready`` or ``error`` message."""
-    buffer = b""
-    deadline = time.monotonic() + UP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([fd], [], [], 1.0)
-        if not readable:
-            if proc.poll() is not None:
-                return {}
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return {}
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            message = json.loads(line)
-            if "progress" in message:
-                print(f"testbed: {message['progress']}", file=sys.stderr, flush=True)
-            else:
-                return message
-    return {"error": f"not up after {UP_TIMEOUT_S} s"}
-
-
-def _lab(record: dict) -> type:
-    """The lab class of the record's kind (:meth:`Experiment.lab_class`): what differs
-    between kinds in these commands (what its nodes are called, what ``inspect`` adds,
-    what ``cli`` runs, where ``capture`` listens) is the lab's to say."""
-    return experiments.get(record["kind"]).lab_class()
-
-
-def _name_width(record: dict, least: int) -> int:
-    """The column of the lab's node names: the longest name (a region's can be long)."""
-    return max([least, *map(len, record["hosts"])]) + 2
-
-
-def describe(record: dict) -> str:
-    """What ``testbed up`` prints: the lab, its hosts and addresses, example commands."""
-    lines = [f"lab {record['name']} is up (run {record['run_id']}, {record['kind']} "
-             f"{record['scenario']}/{record['variant']}, {state.size(record)}, "
-             f"{record['up_s']:g} s); results and logs: {record['out']}", ""]
-    lines.append(f"{_lab(record).NODES}:")
-    width = _name_width(record, 12)
-    for short, host in record["hosts"].items():
-        where = f"netns {host['netns']}" if not host.get("pid") else f"pid {host['pid']}"
-        if host.get("server"):
-            where += f" on {host['server']}"
-        extra = f" [{host['role']}]" if host.get("role") else ""
-        lines.append(f"  {short:<{width}}{', '.join(host['addresses'])}  ({where}){extra}")
-    if (record.get("fit") or {}).get("scaled"):
-        lines.append(f"rates scaled x{record['fit']['factor']:g} to fit this host "
-                     f"({record['fit']['line']})")
-    if record.get("switches"):
-        lines.append(f"switches: {' '.join(record['switches'])}")
-    if record.get("traffic"):
-        lines.append(f"traffic: {record['traffic']}")
-    if record.get("captures"):
-        lines.append(f"captures: {' '.join(record['captures'])}")
-    if record.get("monitor"):
-        lines.append(f"dashboard: {record['monitor']['url']}  (metrics: "
-                     f"{record['monitor']['metrics']})")
-    if record.get("prometheus"):
-        lines.append(f"prometheus: {record['prometheus']['url']}")
-    lines += ["", "try:"] + [f"  {line}" for line in record.get("examples", [])]
-    return "\n".join(lines)
 
 
 # -- ls --------------------------------------------------------------------------------
@@ -290,9 +75,9 @@ def inspect_lines(record: dict) -> list[str]:
     if record.get("prometheus"):
         lines.append(f"prometheus: pid {record['prometheus']['pid']}, "
                      f"{record['prometheus']['url']}")
-    lab = _lab(record)
+    lab = lab_class(record)
     lines.append(f"{lab.NODES}:")
-    width = _name_width(record, 8)
+    width = name_width(record, 8)
     for short, host in record["hosts"].items():
         extra = f" [{host['role']}]" if host.get("role") else ""
         extra += f" (on {host['server']})" if host.get("server") else ""
@@ -303,7 +88,7 @@ def inspect_lines(record: dict) -> list[str]:
 def cmd_inspect(args) -> int:
     record = state.find(args.lab, live=False)
     if args.json:
-        print(json.dumps({**record, **_lab(record).inspect_json(record)}, indent=1))
+        print(json.dumps({**record, **lab_class(record).inspect_json(record)}, indent=1))
         return 0
     print("\n".join(inspect_lines(record)))
     return 0
@@ -346,7 +131,7 @@ def _fabric_lab(name: str, what: str) -> dict:
 def cmd_accept(args) -> int:
     checks = _checks(args.checks)  # before anything else: bad input touches nothing
     record = _fabric_lab(args.lab, "acceptance checks")
-    reply = _request(record, {"op": "accept", "checks": checks, "exclude": args.exclude},
+    reply = request(record, {"op": "accept", "checks": checks, "exclude": args.exclude},
                      timeout=ACCEPT_TIMEOUT_S)
     if not reply.get("ok"):
         raise HostError(f"lab {record['name']}: {reply.get('error')}")
@@ -375,7 +160,7 @@ def cmd_expand(args) -> int:
     spec = FabricSpec.from_json(Path(record["spec"]))
     grown_spec(spec, args.leaves, args.nodes)
     planted_in(spec, args.leaves, args.nodes, plant, args.seed)  # the targets checked
-    reply = _request(record, {"op": "expand", "leaves": args.leaves, "nodes": args.nodes,
+    reply = request(record, {"op": "expand", "leaves": args.leaves, "nodes": args.nodes,
                               "checks": checks, "plant": plant, "seed": args.seed},
                      timeout=ACCEPT_TIMEOUT_S)
     if not reply.get("ok"):
@@ -399,7 +184,7 @@ def _command(words: list[str]) -> list[str]:
 def cmd_exec(args) -> int:
     record = state.find(args.lab)
     host = state.host(record, args.host)
-    _root("testbed exec")
+    need_root("testbed exec")
     argv = _command(args.command) or ["bash", "-i"]
     env = {**os.environ, "PS1": f"{record['name']}:{args.host}# "}
     try:
@@ -411,132 +196,11 @@ def cmd_exec(args) -> int:
 # -- cli -------------------------------------------------------------------------------
 def cmd_cli(args) -> int:
     record = state.find(args.lab)
-    argv = _lab(record).cli_argv(record, args.node, args.command)  # checks the node
-    _root("testbed cli")
+    argv = lab_class(record).cli_argv(record, args.node, args.command)  # checks the node
+    need_root("testbed cli")
     if argv is None:  # the lab's supervisor serves it
         return attach_cli(record, args.command)
     return subprocess.run(argv).returncode
-
-
-def attach_cli(record: dict, command: str | None = None) -> int:
-    """Relay this terminal to the supervisor's Mininet CLI; without a terminal (a pipe, or
-    ``command``) run the lines one after the other, each once the prompt is back (a line
-    typed ahead would otherwise reach the running command as its input, as in ``mn``)."""
-    prompt = f"mininet:{record['name']}> "
-    interactive = command is None and sys.stdin.isatty()
-    banner = (f"Mininet CLI of lab {record['name']} (nodes also answer to short names: "
-              f"{', '.join(list(record['hosts'])[:4])}, ...); 'help', 'exit' or Ctrl-D "
-              "to leave (the lab stays up)\n")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(record["socket"])
-    except OSError as exc:
-        raise HostError(f"lab {record['name']}: its supervisor does not answer "
-                        f"({exc.strerror})") from None
-    sock.sendall((json.dumps({"op": "cli", "banner": banner if interactive else ""}) + "\n")
-                 .encode())
-    try:
-        if interactive:
-            return _relay(sock, prompt, completions(record))
-        lines = [command] if command is not None else sys.stdin.read().splitlines()
-        return _script(sock, [ln for ln in lines if ln.strip()] + ["exit"], prompt)
-    finally:
-        sock.close()
-
-
-def completions(record: dict) -> list[str]:
-    """What Tab completes at the CLI's prompt: Mininet's commands and the lab's nodes by
-    their short names."""
-    from mininet.cli import CLI
-
-    commands = [name[3:] for name in dir(CLI) if name.startswith("do_")]
-    return sorted(set(commands) | set(record.get("hosts", {})) | set(record.get("switches", [])))
-
-
-def completer(words: list[str]):
-    """A readline completer over ``words`` (state-indexed, as readline asks)."""
-    def complete(text: str, index: int) -> str | None:
-        matches = [w + " " for w in words if w.startswith(text)]
-        return matches[index] if index < len(matches) else None
-    return complete
-
-
-def _relay(sock: socket.socket, prompt: str, words: list[str]) -> int:
-    """An interactive session: lines are read here with readline (Tab completes commands
-    and node names, arrows recall earlier lines), output is relayed until the prompt is
-    back; while a command runs, typed keys reach it and Ctrl-C interrupts it."""
-    import readline
-
-    readline.set_completer(completer(words))
-    readline.set_completer_delims(" \t")
-    readline.parse_and_bind("tab: complete")
-    if not _output_until_prompt(sock, prompt):
-        return 0
-    while True:
-        try:
-            line = input(prompt)
-        except KeyboardInterrupt:  # at the prompt: a fresh line, as in mn
-            sys.stdout.write("\n")
-            continue
-        except EOFError:
-            sys.stdout.write("\n")
-            line = "exit"
-        _send(sock, (line + "\n").encode())
-        if not _output_until_prompt(sock, prompt):
-            return 0
-
-
-def _output_until_prompt(sock: socket.socket, prompt: str, keys: bool = True) -> bool:
-    """Write what the session prints until its prompt (not printed: ``input`` does that);
-    False when the session has ended. A running command gets Ctrl-C and, with ``keys``,
-    what is typed."""
-    held, sources = "", [sock] + ([sys.stdin] if keys else [])
-    old = signal.signal(signal.SIGINT, lambda *_: _send(sock, b"\x03"))
-    try:
-        while True:
-            ready, _, _ = select.select(sources, [], [])
-            if sys.stdin in ready:
-                data = os.read(sys.stdin.fileno(), 4096)
-                if data:
-                    _send(sock, data)
-                else:
-                    sources.remove(sys.stdin)
-            if sock not in ready:
-                continue
-            data = sock.recv(65536)
-            if not data:
-                sys.stdout.write(held)
-                sys.stdout.flush()
-                return False
-            held += data.decode(errors="replace")
-            if held.endswith(prompt):
-                sys.stdout.write(held[:-len(prompt)])
-                sys.stdout.flush()
-                return True
-            keep = next((k for k in range(min(len(prompt), len(held)), 0, -1)
-                         if held.endswith(prompt[:k])), 0)  # maybe the prompt's beginning
-            sys.stdout.write(held[:len(held) - keep])
-            sys.stdout.flush()
-            held = held[len(held) - keep:]
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
-def _script(sock: socket.socket, lines: list[str], prompt: str) -> int:
-    if not _output_until_prompt(sock, prompt, keys=False):
-        return 1
-    for line in lines:
-        _send(sock, (line + "\n").encode())
-        if not _output_until_prompt(sock, prompt, keys=False):
-            break
-    return 0
-
-
-def _send(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.sendall(data)
-    except OSError:
-        pass
 
 
 # -- fault -----------------------------------------------------------------------------
@@ -580,7 +244,7 @@ def cmd_fault(args) -> int:
         raise ConfigError("LAB", "name a lab and a fault kind (testbed fault LAB KIND "
                                  "TARGET), or --list for the kinds")
     record = state.find(args.lab)
-    reply = _request(record, {"op": "fault", "kind": args.kind, "target": args.target,
+    reply = request(record, {"op": "fault", "kind": args.kind, "target": args.target,
                               "loss": args.loss, "period_s": args.period, "count": args.count,
                               "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
                               "rate_mbps": args.rate_mbps, "burst_kb": args.burst_kb})
@@ -598,12 +262,12 @@ def cmd_capture(args) -> int:
     from testbed.lab import capture
 
     record = state.find(args.lab)
-    host, ifname, short = _lab(record).capture_target(record, args.port)
+    host, ifname, short = lab_class(record).capture_target(record, args.port)
     if args.seconds is not None and not 0 < args.seconds <= 86400:
         raise ConfigError("--seconds", f"must be 0..86400, got {args.seconds:g}")
     if args.count is not None and args.count < 1:
         raise ConfigError("--count", f"must be 1 or more, got {args.count}")
-    _root("testbed capture")
+    need_root("testbed capture")
     pcap = Path(args.out) if args.out else (
         Path(record["out"]) / f"capture-{short}-{time.strftime('%H%M%S')}.pcap")
     helper = capture.start(host, ifname, pcap.resolve(), pid_dir=run_dir(record["run_id"])
@@ -630,7 +294,7 @@ def cmd_down(args) -> int:
     from testbed.host.cleanup import clean
 
     record = state.find(args.lab, live=False)
-    _root("testbed down")
+    need_root("testbed down")
     t0 = time.monotonic()
     pid = record["owner"]["pid"]
     if record["alive"]:

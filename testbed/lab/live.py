@@ -22,7 +22,7 @@ from pathlib import Path
 from testbed.errors import ConfigError, HostError
 from testbed.host.procs import wait_for
 from testbed.lab import state
-from testbed.lab.commands import _lab, _request
+from testbed.lab.client import lab_class, request
 
 #: seconds a command in a namespace may take before the check reports it as no answer
 EXEC_TIMEOUT_S = 20.0
@@ -178,7 +178,7 @@ class LiveLab:
 
     def vtysh_json(self, router: str, command: str):
         """A ``vtysh -c COMMAND`` (a json one) of the router; None when it gives nothing."""
-        argv = _lab(self.record).cli_argv(self.record, router, command)
+        argv = lab_class(self.record).cli_argv(self.record, router, command)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=EXEC_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -240,7 +240,7 @@ class LiveLab:
     # -- changing it -------------------------------------------------------------------
     def fault(self, kind: str, target: str | None = None) -> str:
         """Apply a fault now through the lab's supervisor (as ``testbed fault``)."""
-        reply = _request(self.record, {"op": "fault", "kind": kind, "target": target},
+        reply = request(self.record, {"op": "fault", "kind": kind, "target": target},
                          timeout=FAULT_TIMEOUT_S)
         if not reply.get("ok"):
             raise HostError(f"lab {self.name}: {kind} {target or ''}: {reply.get('error')}")
@@ -249,7 +249,7 @@ class LiveLab:
     def accept(self, checks: list[str] | None, timeout: float) -> dict:
         """The acceptance checks on the running rack (as ``testbed accept``, nothing
         excluded); the result ``testbed accept`` prints."""
-        reply = _request(self.record, {"op": "accept", "checks": checks, "exclude": False},
+        reply = request(self.record, {"op": "accept", "checks": checks, "exclude": False},
                          timeout=timeout)
         if not reply.get("ok"):
             raise HostError(f"lab {self.name}: acceptance: {reply.get('error')}")

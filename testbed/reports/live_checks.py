@@ -157,14 +157,14 @@ def chosen(checks: list[LiveCheck], names: str | None) -> list[LiveCheck]:
 def cmd_check_live(lab: Lab, name: str, names: str | None = None) -> int:
     """``testbed check LAB --lab NAME [--checks NAMES]``: the live checks of ``lab`` (those
     named) on the running lab."""
-    from testbed.lab.commands import _root
+    from testbed.lab.client import need_root
     from testbed.lab.live import LiveLab
 
     # before the lab is looked up: bad input touches nothing
     checks = chosen(live_checks(lab), names)
     live = LiveLab.find(name)
     check_scenario(lab, live)
-    _root("testbed check --lab")
+    need_root("testbed check --lab")
     with fidelity.Monitor(Path(live.record["out"]) / layout.LIVE_CHECK_FIDELITY,
                           owner=live.record["owner"]["pid"]) as monitor:
         with monitor.watching():

@@ -152,6 +152,6 @@ def test_lab_support_is_the_kinds_own():
         experiments.get("macsec").lab_class()
     assert err.value.reason == ("a macsec scenario cannot be kept up as a lab (fabric and "
                                 "backbone scenarios can)")
-    source = (REPO / "testbed" / "lab" / "commands.py").read_text() + \
-        (REPO / "testbed" / "lab" / "supervisor.py").read_text()
+    source = "".join((REPO / "testbed" / "lab" / f"{name}.py").read_text() for name in (
+        "commands", "up", "attach", "client", "supervisor"))
     assert 'kind == "fabric"' not in source and 'kind != "fabric"' not in source

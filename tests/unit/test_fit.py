@@ -358,7 +358,7 @@ def test_no_factor_on_this_host_is_exit_1_before_anything(one_core, capsys, tmp_
 
 def test_up_fit_asks_its_supervisor_for_the_scaled_lab(one_core, monkeypatch, tmp_path,
                                                        capsys):
-    from testbed.lab import commands
+    from testbed.lab import up
 
     class Stop(HostError):
         pass
@@ -366,8 +366,8 @@ def test_up_fit_asks_its_supervisor_for_the_scaled_lab(one_core, monkeypatch, tm
     def popen(*a, **kw):
         raise Stop("stopped before the supervisor")
 
-    monkeypatch.setattr(commands, "_root", lambda what: None)
-    monkeypatch.setattr(commands.subprocess, "Popen", popen)
+    monkeypatch.setattr(up, "need_root", lambda what: None)
+    monkeypatch.setattr(up.subprocess, "Popen", popen)
     assert main(["up", "fat-tree", "--fit", "--results", str(tmp_path)]) == 1
     request = json.loads(next(tmp_path.rglob(layout.LAB_REQUEST)).read_text())
     assert request["fit"]["factor"] == 0.6 and request["fit"]["scaled"]

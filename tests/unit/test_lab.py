@@ -236,7 +236,7 @@ def test_lab_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
 
 
 def test_tab_completes_mininet_commands_and_the_labs_nodes():
-    from testbed.lab.commands import completer, completions
+    from testbed.lab.attach import completer, completions
     words = completions({"hosts": {"n0": {}, "n1": {}}, "switches": ["p0l0", "p0s0"]})
     assert {"pingall", "iperf", "link", "n0", "p0l0"} <= set(words)
     complete = completer(words)
@@ -316,6 +316,7 @@ def test_each_lab_kind_answers_the_lab_commands_from_its_record(tmp_path: Path) 
     the commands name no kind."""
     from testbed.lab import commands
     from testbed.lab.backbone_lab import BackboneLab
+    from testbed.lab.client import lab_class
     from testbed.lab.fabric_lab import FabricLab
 
     spec = small_spec()
@@ -331,7 +332,7 @@ def test_each_lab_kind_answers_the_lab_commands_from_its_record(tmp_path: Path) 
                                   "vty": "/run/x/lon", "addresses": []}},
                 "links": {"nyc-lon-1": {"a": "nyc", "b": "lon", "wire_a": "tb0000w1a",
                                         "wire_b": "tb0000w1b"}}}
-    assert commands._lab(fabric) is FabricLab and commands._lab(backbone) is BackboneLab
+    assert lab_class(fabric) is FabricLab and lab_class(backbone) is BackboneLab
 
     # what inspect prints after the nodes, and --json adds
     lines = FabricLab.inspect_lines(fabric)
