@@ -121,7 +121,7 @@ def _write(message: dict) -> bool:
 
 
 #: what a part answers besides its queues and its monitor: the mirror of a helper's files
-#: (:class:`testbed.cluster.runtime.Mirror`)
+#: (:class:`testbed.cluster.mirror.Mirror`)
 REQUESTS = {"prepare": _prepare, "read": _read, "write": _write}
 
 

@@ -14,8 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.cluster import placement, remote, runtime
-from testbed.cluster.runtime import Mirror, Part, RemoteHost, tunnel_key, tunnels
+from testbed.cluster import mirror as mirroring
+from testbed.cluster import placement, remote
+from testbed.cluster.mirror import Mirror
+from testbed.cluster.part import Part
+from testbed.cluster.runtime import RemoteHost, tunnel_key, tunnels
 from testbed.cluster.servers import Server, parse, parse_all
 from testbed.errors import ConfigError, ServerAnswerError
 from testbed.host.procs import wait_for
@@ -154,7 +157,7 @@ def test_a_file_larger_than_one_answer_comes_over_several(tmp_path, monkeypatch)
     """A part's ``read`` answer carries at most READ_MAX_BYTES (the lab's machine refuses
     more); a larger file comes whole over several answers of one sync."""
     monkeypatch.setattr(remote, "READ_MAX_BYTES", 1000)
-    monkeypatch.setattr(runtime, "READ_MAX_BYTES", 1000)
+    monkeypatch.setattr(mirroring, "READ_MAX_BYTES", 1000)
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir()
     part = FakePart(there)

@@ -22,8 +22,9 @@ import pytest
 import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
-from testbed.cluster import runtime
-from testbed.cluster.runtime import Mirror, Part
+from testbed.cluster import mirror as mirroring
+from testbed.cluster.mirror import Mirror
+from testbed.cluster.part import Part
 from testbed.core.cli import main
 from testbed.errors import ServerAnswerError
 from testbed.host.naming import RUN_ROOT
@@ -111,7 +112,7 @@ MIRROR = {
     "a negative offset": (None, 0, lambda asked, here, home: {
         str(here / OUT): entry(b"x", -1)}, "starts at byte -1"),
     "a payload over the bound": (None, 0, lambda asked, here, home: {
-        str(here / OUT): entry(b"x" * (runtime.READ_MAX_BYTES + 1))}, "carries over"),
+        str(here / OUT): entry(b"x" * (mirroring.READ_MAX_BYTES + 1))}, "carries over"),
     "two files over the bound": (None, 0, lambda asked, here, home: {
         str(here / OUT): entry(b"x" * 3000), str(here / READY): entry(b"y" * 2000)},
         "carries over"),
@@ -135,7 +136,7 @@ MIRROR = {
 
 @pytest.mark.parametrize("name", sorted(MIRROR))
 def test_a_crafted_mirror_answer_is_refused_and_writes_nothing(name, tmp_path, monkeypatch):
-    monkeypatch.setattr(runtime, "READ_MAX_BYTES", 4096)  # a small bound: quick to pass
+    monkeypatch.setattr(mirroring, "READ_MAX_BYTES", 4096)  # a small bound: quick to pass
     prepare, held, answer, words = MIRROR[name]
     top, logs = tmp_path / "top", tmp_path / "logs"
     here, home = top / "run", top / "home"

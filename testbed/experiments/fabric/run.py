@@ -5,16 +5,18 @@ Sections: ``topology`` (a builder and its parameters), ``controller``, ``agents`
 ``training``, ``faults`` and ``variants``, each variant deep-merging its overrides onto
 the scenario's sections. Every variant gets a fresh run id and its own fabric; every
 resource registers its undo step on an ExitStack right after it exists.
+
+A variant's model and merge are :mod:`testbed.experiments.fabric.variant`, its checks
+:mod:`testbed.experiments.fabric.checks`; this module holds the kind, the run of a
+variant and its report.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,28 +28,26 @@ from testbed.core.fidelity import WatchedLink
 from testbed.core.results import agents_entry, training_entry
 from testbed.errors import ConfigError
 from testbed.experiments import base
+from testbed.experiments.fabric.checks import check_congestion_control, check_variant
 from testbed.experiments.fabric.report import report_lines
 from testbed.experiments.fabric.schema import (
     SECTIONS,
-    SERVICES,
     Agents,
     Controller,
     FaultEntry,
-    Name,
     Training,
     Workload,
-    Workloads,
 )
+from testbed.experiments.fabric.variant import Variant, VariantSection, merge, merge_topology
 from testbed.fabric import drops, ovs_socket, phantom, qos
 from testbed.fabric.bringup import bring_up, ecn_lacks, queue_summary
 from testbed.fabric.net import OVS_SOCKET_BUFFER, Fabric
 from testbed.fabric.qos import Qos, qos_entry
 from testbed.fabric.switchd import SwitchSettings
 from testbed.faults import run as fault_run
-from testbed.faults.fabric import needs, parse_faults
-from testbed.faults.schedule import Fault
+from testbed.faults.fabric import needs
 from testbed.host.capabilities import Capabilities
-from testbed.host.naming import SPEC_PREFIX, new_run_id, run_prefix
+from testbed.host.naming import new_run_id, run_prefix
 from testbed.lab import capture
 from testbed.monitor import launch as monitor
 from testbed.operations import expand as expansion
@@ -55,86 +55,7 @@ from testbed.operations import replace
 from testbed.reports import telemetry as telemetry_report
 from testbed.workloads import generators
 from testbed.workloads import kinds as workload_kinds
-from topologies import plugins
-from topologies.build import BUILDERS, DEFAULT, SHIPPED, build_topology, builder_of, resolve
-from topologies.params import ParamError, Section
-from topologies.spec import FabricSpec
-from traffic.roce import OVERHEAD as ROCE_OVERHEAD
-
-ETHERNET_HEADER = 14
-
-
-class VariantSection(Section):
-    """One entry of ``variants``: a name and overrides of the scenario's sections."""
-
-    name: Name = Field(description="the variant's name (lowercase letters, digits, - or _)")
-    reference: bool = Field(False, description="the non-blocking reference to compare with")
-    topology: dict[str, Any] | None = Field(None, description="keys merged onto the "
-                                                              "scenario's topology section")
-    controller: dict[str, Any] | None = Field(None, description="keys merged onto the "
-                                                                "controller section")
-    agents: dict[str, Any] | None = Field(None, description="keys merged onto the agents "
-                                                            "section")
-    training: dict[str, Any] | None = Field(None, description="keys merged onto the training "
-                                                              "section")
-    qos: dict[str, Any] | None = Field(None, description="keys merged onto the qos section")
-    switches: dict[str, Any] | None = Field(None, description="keys merged onto the switches "
-                                                              "section")
-    faults: list[dict[str, Any]] | None = Field(None, description="replaces the scenario's "
-                                                                  "faults list")
-    workloads: list[dict[str, Any]] | None = Field(
-        None, description="replaces the scenario's workloads list")
-    capture: list[str] | None = Field(None, description="replaces the scenario's capture "
-                                                        "list")
-    acceptance: dict[str, Any] | None = Field(None, description="keys merged onto the "
-                                                                "acceptance section")
-    replacement: dict[str, Any] | None = Field(None, description="keys merged onto the "
-                                                                 "replacement section")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One side of a comparison: fully resolved sections plus the topology it builds."""
-
-    name: str
-    topology: dict[str, Any]
-    controller: dict[str, Any]
-    agents: dict[str, Any]
-    training: dict[str, Any]
-    #: the traffic classes and PFC, parsed once (:class:`testbed.fabric.qos.Qos`)
-    qos: Qos = dataclasses.field(default_factory=Qos)
-    #: which Open vSwitch processes forward (:class:`testbed.fabric.switchd.SwitchSettings`)
-    switches: dict[str, Any] = dataclasses.field(default_factory=dict)
-    reference: bool = False  # the non-blocking reference the report compares against
-    faults: tuple[Fault, ...] = ()
-    #: ``workloads`` entries other than agents and training, host references resolved
-    workloads: tuple[dict, ...] = ()
-    #: ports captured for the whole variant (short names: ``p0l0e3``, ``n0p0r0``)
-    capture: tuple[str, ...] = ()
-    #: the acceptance step before the workloads (:mod:`testbed.acceptance.step`)
-    acceptance: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: node health and replacement during the run (:mod:`testbed.operations.replace`)
-    replacement: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: the fabric the topology builds, named with :data:`SPEC_PREFIX`: built once, when
-    #: the variant was checked
-    spec: FabricSpec | None = dataclasses.field(default=None, compare=False, repr=False)
-
-    def fabric(self, prefix: str) -> FabricSpec:
-        """The variant's fabric with names of ``prefix`` (a run's: built again with them;
-        :data:`SPEC_PREFIX`: the one built when the variant was checked)."""
-        if self.spec is not None and prefix == self.spec.prefix:
-            return self.spec
-        return build_topology(self.topology, prefix)
-
-
-def _merge(base_: dict, override: dict) -> dict:
-    out = copy.deepcopy(base_)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+from topologies.build import BUILDERS, DEFAULT, SHIPPED
 
 
 def watched_ports(fabric: Fabric) -> list[WatchedLink]:
@@ -150,15 +71,6 @@ def watched_ports(fabric: Fabric) -> list[WatchedLink]:
                         int(mbps * 1e6 / 8 * in_flight) + 2 * spec.mtu if in_flight else 0)
             for ifname, mbps in ((p.ifname, p.mbps) for p in spec.switch_ports()
                                  if fabric.is_here(p.switch))]
-
-
-def _merge_topology(base_: dict, override: dict) -> dict:
-    """A variant's topology: merged onto the base's, unless it names another builder
-    (then the base's parameters, made for that other builder, do not apply)."""
-    names_one = "builder" in override or isinstance(override.get("nodes"), dict)
-    if names_one and builder_of(override) != builder_of(base_):
-        return copy.deepcopy(override)
-    return _merge(base_, override)
 
 
 def topology_section() -> dict:
@@ -179,24 +91,6 @@ def topology_section() -> dict:
                     "description": "a builder of your own: package.module:Class"})
     return {"anyOf": options, "description": "the fabric's graph: a builder and its "
                                              "parameters (leaf-spine by default)"}
-
-
-def _check_node(where: str, value: int, nodes: int) -> None:
-    if not 0 <= value < nodes:
-        raise ConfigError(where, f"must be a node index 0..{nodes - 1}, got {value!r}")
-
-
-def _check_congestion_control(algorithm: str, caps: Capabilities, where: str) -> None:
-    """The hosts' TCP congestion control must be one the kernel has (its list, when the
-    probe read one; ``dctcp`` always needs tcp_dctcp)."""
-    if algorithm == "default":
-        return
-    available = " ".join(caps.tcp_congestion_controls) or "unknown"
-    if algorithm == "dctcp" and not caps.tcp_dctcp:
-        raise ConfigError(where, f"'dctcp' needs the kernel's tcp_dctcp, which this kernel "
-                                 f"lacks; available: {available}")
-    if caps.tcp_congestion_controls and algorithm not in caps.tcp_congestion_controls:
-        raise ConfigError(where, f"{algorithm!r} is not in this kernel; available: {available}")
 
 
 def _clip_repr(value: Any) -> str:
@@ -232,8 +126,9 @@ class FabricExperiment(base.Experiment):
         for s, v in base_.items():  # given empty or as a list, a string, false: not a default
             if not isinstance(v, dict):
                 raise ConfigError(s, f"must be a mapping, got {type(v).__name__}")
-        base_variant = self._check_variant(self.name, base_, "",  # base errors by path
-                                           data.get("faults"), data.get("workloads"))
+        checked = {"seed": self.seed, "duration_s": self.duration_s}
+        base_variant = check_variant(self.name, base_, "",  # base errors by path
+                                     data.get("faults"), data.get("workloads"), **checked)
         raw_variants = data.get("variants")
         alone = raw_variants is None  # the one variant is the base, as checked
         if alone:
@@ -248,12 +143,12 @@ class FabricExperiment(base.Experiment):
             if entry.name in seen:
                 raise ConfigError(f"{where}.name", f"repeats {entry.name!r}")
             seen.add(entry.name)
-            merged = {s: (_merge_topology if s == "topology" else _merge)(
+            merged = {s: (merge_topology if s == "topology" else merge)(
                 base_[s], getattr(entry, s) or {}) for s in base_}
             faults = raw["faults"] if "faults" in raw else data.get("faults")
             loads = raw["workloads"] if "workloads" in raw else data.get("workloads")
             variant = (base_variant if alone else
-                       self._check_variant(entry.name, merged, where, faults, loads))
+                       check_variant(entry.name, merged, where, faults, loads, **checked))
             ports = raw["capture"] if "capture" in raw else data.get("capture")
             variants.append(dataclasses.replace(
                 variant, reference=entry.reference,
@@ -273,215 +168,7 @@ class FabricExperiment(base.Experiment):
         return (f"{len(self.variants)} variants "
                 f"({', '.join(v.name for v in self.variants)})")
 
-    # -- validation ------------------------------------------------------------------------
-    def _check_variant(self, name: str, sections: dict, where: str, faults: Any,
-                       loads: Any = None) -> Variant:
-        prefix = f"{where}." if where else ""
-        sections, extra = self._fold_workloads(sections, loads, prefix)
-        parsed = {s: self.section(model, sections.get(s), f"{prefix}{s}")
-                  for s, model in SECTIONS.items()}
-        # the qos section stays its model (the bring-up takes it so); the others are
-        # the variant's records, as the run writes them
-        resolved: dict[str, Any] = {s: m.model_dump() for s, m in parsed.items() if s != "qos"}
-        raw = sections.get("topology")
-        if raw is not None and not isinstance(raw, dict):
-            raise ConfigError(f"{prefix}topology", f"must be a mapping, got "
-                                                   f"{type(raw).__name__}")
-        try:
-            topology = resolve(raw or {})
-            spec = build_topology(topology, SPEC_PREFIX)
-        except ParamError as exc:
-            raise ConfigError(f"{prefix}topology.{exc.field}", exc.reason) from None
-        if faults is not None:
-            if not isinstance(faults, list):
-                raise ConfigError(f"{prefix}faults", "must be a list of faults")
-            checked = []
-            for i, fault in enumerate(faults):
-                entry = self.section(FaultEntry, fault, f"{prefix}faults[{i}]")
-                checked.append({k: v for k, v in fault.items()
-                                if getattr(entry, k, None) is not None or k == "target"})
-            faults = checked
-        fault_list = parse_faults(faults, spec, f"{prefix}faults", self.duration_s)
-        self._check_controller(resolved["controller"], fault_list, prefix)
-        for cls, c in resolved["controller"]["ecn"]["classes"].items():
-            if c["min_kb"] >= c["max_kb"]:
-                raise ConfigError(f"{prefix}controller.ecn.classes.{cls}.min_kb",
-                                  f"must be less than max_kb ({c['max_kb']:g}), "
-                                  f"got {c['min_kb']:g}")
-        qos_section = resolved["qos"] = parsed["qos"]
-        qos.check(qos_section, f"{prefix}qos", qos.fan_in(spec), spec.mtu,
-                  qos.host_addresses(spec))
-        if qos.classes_of(qos_section) and resolved["controller"]["remote"]:
-            raise ConfigError(f"{prefix}qos.classes", "traffic classes need the lab's own "
-                                                      "switch set-up, not controller.remote")
-        if not qos_section.pfc.enabled and any(f.action.startswith("pfc_storm")
-                                               for f in fault_list):
-            raise ConfigError(f"{prefix}faults", "pfc_storm needs qos.pfc.enabled (the PFC "
-                                                 "agent sends the storm's PAUSE frames)")
-        nodes = len(spec.hosts)
-        agents, training = resolved["agents"], resolved["training"]
-        if agents["enabled"] or agents["services"]:
-            _check_node(f"{prefix}agents.driver", agents["driver"], nodes)
-            for svc in SERVICES:
-                if svc not in agents["services"]:
-                    raise ConfigError(f"{prefix}agents.services.{svc}",
-                                      "missing: give its node index")
-                _check_node(f"{prefix}agents.services.{svc}", agents["services"][svc], nodes)
-        if training["enabled"] or training["ranks"]:
-            self._check_training(training, spec, prefix)
-        self._check_acceptance(resolved["acceptance"], spec, prefix)
-        self._check_replacement(resolved, spec, prefix)
-        workloads = tuple(self._resolve_workload(e, i, spec, prefix) for i, e in extra)
-        return Variant(name=name, topology=topology, **resolved, faults=fault_list,
-                       workloads=workloads, spec=spec)
-
-    def _check_acceptance(self, cfg: dict, spec: FabricSpec, prefix: str) -> None:
-        """Spares are nodes of the fabric; the plants' targets exist (random ones can be
-        drawn: placed here with the scenario's seed, as a run places them with its own)."""
-        for i, node in enumerate(cfg["spares"]):
-            _check_node(f"{prefix}acceptance.spares[{i}]", node, len(spec.hosts))
-        acceptance_step.place(spec, cfg["plant"], cfg["spares"], self.seed,
-                              f"{prefix}acceptance.plant")
-
-    @staticmethod
-    def _check_replacement(resolved: dict, spec: FabricSpec, prefix: str) -> None:
-        """Spares are nodes of the fabric with no role in the run."""
-        agents, training = resolved["agents"], resolved["training"]
-        busy = generators.roles_by_node(agents, training)
-        for i, node in enumerate(resolved["replacement"]["spares"]):
-            where = f"{prefix}replacement.spares[{i}]"
-            _check_node(where, node, len(spec.hosts))
-            if node in busy:
-                raise ConfigError(where, f"node {node} has a role in the run (a spare "
-                                         "must be idle)")
-        if resolved["replacement"]["enabled"] and not (agents["enabled"]
-                                                       or training["enabled"]):
-            raise ConfigError(f"{prefix}replacement.enabled",
-                              "watches the nodes of agents or training: neither is enabled")
-
-    def _fold_workloads(self, sections: dict, loads: Any,
-                        prefix: str) -> tuple[dict, list[tuple[int, dict]]]:
-        """Validate ``workloads``; its agents and training entries become those sections
-        (one list for everything that runs in the hosts); the rest, with their index."""
-        if loads is None:
-            return sections, []
-        parsed = self.section(Workloads, {"workloads": loads}, prefix.rstrip(".")).workloads
-        sections = dict(sections)
-        extra = []
-        for i, entry in enumerate(parsed):
-            values = entry.model_dump(exclude={"kind"})
-            if entry.kind in ("agents", "training"):
-                if any(e.kind == entry.kind for e in parsed[:i]):
-                    raise ConfigError(f"{prefix}workloads[{i}].kind",
-                                      f"a second {entry.kind} entry (one is the most)")
-                given = loads[i]
-                sections[entry.kind] = _merge(sections.get(entry.kind) or {},
-                                              {k: values[k] for k in given if k != "kind"}
-                                              | {"enabled": values["enabled"]})
-            else:
-                extra.append((i, {"kind": entry.kind, **values}))
-        return sections, extra
-
-    @staticmethod
-    def _resolve_workload(entry: dict, i: int, spec: FabricSpec, prefix: str) -> dict:
-        """Host references as node indices, the plane checked against the fabric, then
-        what the entry's kind checks (a kind of one's own: its ``params`` too)."""
-        where = f"{prefix}workloads[{i}]"
-        kind = workload_kinds.kind(entry["kind"], f"{where}.kind")
-        names = {h.name[len(spec.prefix):]: n for n, h in enumerate(spec.hosts)}
-        out = dict(entry)
-        if workload_kinds.KINDS.is_reference(entry["kind"]) or kind.PARAMS is not None:
-            out["params"] = workload_kinds.parameters(type(kind), entry.get("params"),
-                                                      f"{where}.params")
-        for key in kind.HOSTS:
-            if entry.get(key) is None:
-                continue
-            ref = entry[key]
-            node = ref if isinstance(ref, int) else names.get(ref)
-            if node is None or not 0 <= node < len(spec.hosts):
-                raise ConfigError(f"{where}.{key}",
-                                  f"no host {ref!r} (hosts n0..n{len(spec.hosts) - 1})")
-            out[key] = node
-        if entry.get("plane", 0) >= spec.planes:
-            raise ConfigError(f"{where}.plane",
-                              f"must be below {spec.planes} (the fabric's planes)")
-        kind.check(out, spec, where)
-        return out
-
-    @staticmethod
-    def _check_controller(controller: dict, faults: tuple[Fault, ...], prefix: str) -> None:
-        """A remote controller is the user's: nothing of ours applies to it."""
-        where = f"{prefix}controller"
-        if controller["mode"] == "gff" and controller["ecn"]["mode"] in ("controller", "auto"):
-            raise ConfigError(f"{where}.ecn.mode", "gff pins flows with rules of their own, "
-                                                  "which the controller's marking groups "
-                                                  "do not see; use switch or phantom")
-        if plugins.DOTTED.fullmatch(mode := controller["mode"]):  # a mode of one's own:
-            try:  # its source checked; loaded where scenarios run, as apps are
-                plugins.check(mode, f"{where}.mode")
-                if plugins.may_load():
-                    from controllers.routing import MODES
-
-                    MODES.resolve(mode, f"{where}.mode")
-            except ParamError as exc:
-                raise ConfigError(exc.field, exc.reason) from None
-        for i, app in enumerate(controller["apps"]):
-            # loaded where scenarios run (what it defines is checked); a validation
-            # reads its source only
-            try:
-                plugins.check(app, f"{where}.apps[{i}]")
-                if plugins.may_load():
-                    from controllers.__main__ import app_module
-
-                    plugins.on_path()  # beside the scenario too, as the controller will
-
-                    app_module(app)
-            except ValueError as exc:  # ParamError is one
-                raise ConfigError(f"{where}.apps[{i}]", getattr(exc, "reason", str(exc))) \
-                    from None
-        if controller["remote"]:
-            port = int(controller["remote"].rsplit(":", 1)[1])
-            if not 1 <= port <= 65535:
-                raise ConfigError(f"{where}.remote", f"port must be 1..65535, got {port}")
-            ours = {"mode": controller["mode"] != "ecmp", "apps": bool(controller["apps"]),
-                    "fast_failover": controller["fast_failover"],
-                    "recompute": controller["recompute"],
-                    "health": controller["health"]["enabled"],
-                    "ecn.mode": controller["ecn"]["mode"] in ("controller", "auto")}
-            for key, used in ours.items():
-                if used:
-                    raise ConfigError(f"{where}.{key}", "has no effect with controller.remote "
-                                      "(the switches connect to your controller)")
-            for f in faults:
-                if f.action.startswith("controller_"):
-                    raise ConfigError(f"{prefix}faults", f"{f.action} needs the lab's own "
-                                      "controller, not controller.remote")
-
-    @staticmethod
-    def _check_training(training: dict, spec: FabricSpec, prefix: str) -> None:
-        ranks = training["ranks"]
-        if len(ranks) < 2:
-            raise ConfigError(f"{prefix}training.ranks", "needs at least 2 node indices")
-        for i, node in enumerate(ranks):
-            _check_node(f"{prefix}training.ranks[{i}]", node, len(spec.hosts))
-        if len(set(ranks)) != len(ranks):
-            raise ConfigError(f"{prefix}training.ranks", f"node indices repeat: {ranks}")
-        if training["stride"] and training["stride"] % len(ranks) == 0:
-            raise ConfigError(f"{prefix}training.stride",
-                              f"{training['stride']} sends every rank to itself with "
-                              f"{len(ranks)} ranks")
-        if training["spray"] and training["qps"] > 1:
-            raise ConfigError(f"{prefix}training.qps", "spray already rotates every packet "
-                                                       "over 16 source ports; use one of them")
-        if training["dcqcn"]["min_rate_mbps"] > training["rate_mbps"]:
-            raise ConfigError(f"{prefix}training.dcqcn.min_rate_mbps",
-                              f"must not exceed rate_mbps ({training['rate_mbps']:g})")
-        frame = training["payload"] + ROCE_OVERHEAD - ETHERNET_HEADER
-        if frame > spec.mtu:
-            raise ConfigError(f"{prefix}training.payload",
-                              f"{training['payload']} bytes make {frame}-byte IP packets, "
-                              f"over the MTU of {spec.mtu}")
-
+    # -- validation (each variant's own: testbed.experiments.fabric.checks) ----------------
     def check_host(self, caps: Capabilities) -> None:
         """``ecn.mode: switch`` needs RED in the kernel, ``phantom`` needs nftables, a
         fault kind may need netem or HTB, ``agents.congestion_control`` its algorithm in
@@ -501,8 +188,8 @@ class FabricExperiment(base.Experiment):
                                   "link delay yet (netem is one queue); use delay_ms: 0")
             if reason := ecn_lacks(variant.controller["ecn"]["mode"], caps):
                 raise ConfigError(f"variants[{i}].controller.ecn.mode", reason)
-            _check_congestion_control(variant.agents["congestion_control"], caps,
-                                      f"variants[{i}].agents.congestion_control")
+            check_congestion_control(variant.agents["congestion_control"], caps,
+                                     f"variants[{i}].agents.congestion_control")
 
     # -- running ---------------------------------------------------------------------------
     def start(self, ctx: base.RunContext) -> None:

@@ -1,7 +1,7 @@
 """The fabric kind's scenario sections as pydantic models (shape, types, ranges, defaults).
 
 Cross-field rules that need the built topology (node indices, the MTU, fault targets)
-are checked by :mod:`testbed.experiments.fabric.run` after these models have parsed a
+are checked by :mod:`testbed.experiments.fabric.checks` after these models have parsed a
 section. Every default here is the documented default of the scenario format.
 """
 
