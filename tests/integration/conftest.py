@@ -1,9 +1,13 @@
-"""Fixtures for fabric tests: a real fabric with its controller, and a leftovers check."""
+"""Fixtures for fabric tests: a real fabric with its controller, a leftovers check, and a
+quiet host before the tests that measure start."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -11,6 +15,35 @@ from pathlib import Path
 import pytest
 
 from testbed.host.naming import new_run_id, run_prefix
+from testbed.host.procs import parse_cpu_times
+
+#: the tests that measure start once the host has been this idle for QUIET_S in a row
+#: (what ran before them, a lab VM or the kernel tearing down many namespaces, can keep
+#: it busy for a while after its own processes are gone), waiting at most QUIET_MAX_S
+QUIET_IDLE, QUIET_S, QUIET_MAX_S = 0.8, 3, 90
+
+
+def _idle_share(seconds: float = 1.0) -> float:
+    before = parse_cpu_times(Path("/proc/stat").read_text())
+    time.sleep(seconds)
+    after = parse_cpu_times(Path("/proc/stat").read_text())
+    total = after.total - before.total
+    return (after.idle - before.idle) / total if total > 0 else 1.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quiet_host() -> None:
+    """Wait, once per session, until the host is idle (the shared pass, run by
+    pytest-xdist's workers, does not wait: its tests share the host by design; nor does
+    the lab VM)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("TESTBED_REQUIRE_FULL_KERNEL"):
+        return  # (in the lab VM, under emulation, idle says little of the host)
+    start, calm = time.monotonic(), 0
+    while calm < QUIET_S and time.monotonic() - start < QUIET_MAX_S:
+        calm = calm + 1 if _idle_share() >= QUIET_IDLE else 0
+    if calm < QUIET_S:
+        print(f"\nthe host was not {QUIET_IDLE:.0%} idle for {QUIET_S} s within "
+              f"{QUIET_MAX_S} s: the tests start anyway", file=sys.stderr)
 
 
 def leftovers(prefix: str) -> list[str]:
