@@ -23,12 +23,12 @@ from testbed.host.procs import parse_cpu_times
 QUIET_IDLE, QUIET_S, QUIET_MAX_S = 0.8, 3, 90
 
 
-def _idle_share(seconds: float = 1.0) -> float:
+def host_idle(seconds: float = 1.0) -> float:
+    """The host's idle share of all CPUs over the next ``seconds`` (iowait counts as idle)."""
     before = parse_cpu_times(Path("/proc/stat").read_text())
     time.sleep(seconds)
     after = parse_cpu_times(Path("/proc/stat").read_text())
-    total = after.total - before.total
-    return (after.idle - before.idle) / total if total > 0 else 1.0
+    return (after.idle - before.idle) / max(1, after.total - before.total)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -40,7 +40,7 @@ def quiet_host() -> None:
         return  # (in the lab VM, under emulation, idle says little of the host)
     start, calm = time.monotonic(), 0
     while calm < QUIET_S and time.monotonic() - start < QUIET_MAX_S:
-        calm = calm + 1 if _idle_share() >= QUIET_IDLE else 0
+        calm = calm + 1 if host_idle() >= QUIET_IDLE else 0
     if calm < QUIET_S:
         print(f"\nthe host was not {QUIET_IDLE:.0%} idle for {QUIET_S} s within "
               f"{QUIET_MAX_S} s: the tests start anyway", file=sys.stderr)

@@ -17,8 +17,9 @@ import pytest
 from testbed.core import fidelity, fidelity_verdict, layout
 from testbed.core.runner import run
 from testbed.core.scenario import parse
-from testbed.host import procs
 from testbed.host.naming import new_run_id, run_prefix
+
+from .conftest import host_idle
 
 # One plane, 4 nodes on 2 leaves, 4:1 oversubscribed: the ring's two flows per leaf (9 Mb/s
 # each, 1 MB a step) overrun its 10 Mb/s uplink, so the uplink queues (1 MB deep) hold
@@ -33,13 +34,6 @@ SCENARIO = {
     "training": {"enabled": True, "ranks": [0, 2, 1, 3], "bytes": 4_000_000,
                  "compute_ms": 0, "rate_mbps": 9, "payload": 4096},
 }
-
-
-def host_idle(seconds: float = 1.0) -> float:
-    before = procs.parse_cpu_times(Path("/proc/stat").read_text())
-    time.sleep(seconds)
-    after = procs.parse_cpu_times(Path("/proc/stat").read_text())
-    return (after.idle - before.idle) / max(1, after.total - before.total)
 
 
 def run_probe(out: Path) -> tuple[dict, list[str]]:
