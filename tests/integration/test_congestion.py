@@ -8,11 +8,13 @@ marking: one in ``adaptive`` mode, one in ``spray`` mode. Traffic is UDP from
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ import pytest
 from controllers import ecn
 from controllers.telemetry import port_table
 from testbed.host.files import read_jsonl
-from testbed.host.procs import wait_for
+from testbed.host.procs import Helper, wait_for
 from testbed.reports.telemetry import port_samples
 
 from .conftest import small_fabric
@@ -59,18 +61,49 @@ def spray_live(tmp_path_factory):
     yield from _fabric(tmp_path_factory, {**CONTROLLER, "mode": "spray"})
 
 
-def receiver(live, host, port: int, seconds: float):
+#: a receiver counts until :func:`result` stops it, at most this long
+RECEIVE_MAX_S = 60
+#: what a receiver still gets after its senders ended: the frames their queues held
+DRAIN_S = 0.5
+
+
+@dataclass
+class Receiver:
+    """A receiver that counts until :func:`result` stops it, so that its count covers its
+    senders however late they started (a loaded machine, or the lab VM's emulation,
+    can start a Python sender seconds after it was spawned: a receiver with a window of
+    its own then closed before most of their datagrams came)."""
+
+    helper: Helper
+
+
+def receiver(live, host, port: int) -> Receiver:
     proc = live.fabric.spawn(host, f"recv{port}", [sys.executable, TOOLS, "recv", "--port",
-                                                   str(port), "--seconds", str(seconds)],
+                                                   str(port), "--seconds", str(RECEIVE_MAX_S)],
                              pid_dir=live.pid_dir, stdout_pipe=True)
     assert proc.proc.stdout.readline().strip() == b"ready"
-    return proc
+    return Receiver(proc)
 
 
-def result(proc) -> dict:
-    line = proc.proc.stdout.readline()
+def result(proc: Helper | Receiver) -> dict:
+    """The JSON line a helper prints at its end: a sender's once it is done; a receiver's
+    once stopped here, :data:`DRAIN_S` after this is called (call it once its senders
+    ended)."""
+    if isinstance(proc, Receiver):
+        time.sleep(DRAIN_S)
+        proc = proc.helper
+        proc.proc.send_signal(signal.SIGTERM)
+    line = b""
+    for line in proc.proc.stdout:
+        if line.startswith(b"{"):
+            break
     proc.stop()
     return json.loads(line)
+
+
+def started(proc: Helper) -> None:
+    """Wait until a sender sends (its ``sending`` line)."""
+    assert proc.proc.stdout.readline().strip() == b"sending"
 
 
 def sender(live, host, dst: str, port: int, *, mbps: float, seconds: float, tos: int = 0,
@@ -112,7 +145,7 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     # (a loaded machine) can still release a burst that queues: then, and only then,
     # marking is allowed, and only after the controller measured that queue
     t_idle = time.time()
-    rx = receiver(live, h3.name, ROCE, 4)
+    rx = receiver(live, h3.name, ROCE)
     tx = sender(live, h0.name, dst.ip, ROCE, mbps=4, seconds=3, tos=ECT0)
     tx.wait(10)
     idle = result(rx)
@@ -121,8 +154,8 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
     assert all(e["backlog_bytes"] >= 10_000 for e in idle_on)
     assert idle["ce"] == 0 or idle_on, idle
     # 2. a queue: two ECT senders and one not-ECT sender into h3's 20 Mb/s downlink
-    rx_ect = receiver(live, h3.name, ROCE, 6)
-    rx_plain = receiver(live, h3.name, ROCE + 1, 6)
+    rx_ect = receiver(live, h3.name, ROCE)
+    rx_plain = receiver(live, h3.name, ROCE + 1)
     senders = [sender(live, h0.name, dst.ip, ROCE, mbps=12, seconds=5, tos=ECT0, name="a"),
                sender(live, h2.name, dst.ip, ROCE, mbps=12, seconds=5, tos=ECT0, name="b"),
                # 1,000-byte frames: 1,250 of them, so a congested run still brings more
@@ -178,7 +211,7 @@ def test_switch_queues_mark_ce_with_red_where_the_kernel_has_it(red_live):
     qdiscs = subprocess.run(["tc", "qdisc", "show", "dev", port], capture_output=True,
                             text=True, check=True).stdout
     assert " red " in qdiscs and "ecn" in qdiscs
-    rx = receiver(live, h3.name, ROCE, 6)
+    rx = receiver(live, h3.name, ROCE)
     senders = [sender(live, h.name, dst.ip, ROCE, mbps=0.8 * RED_MBPS, seconds=5, tos=ECT0,
                       name=f"r{i}") for i, h in enumerate((h0, h2))]
     for s in senders:
@@ -196,10 +229,12 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
     h0, h2, h3 = spec.hosts[0], spec.hosts[2], spec.hosts[3]
     leaf = h0.interface(0, 0).switch
     uplinks = spec.uplink_ports(leaf)
-    rx2 = receiver(live, h2.name, 5001, 9)
-    rx3 = receiver(live, h3.name, 5001, 9)
+    rx2 = receiver(live, h2.name, 5001)
+    rx3 = receiver(live, h3.name, 5001)
     a = sender(live, h0.name, h2.interface(0, 0).ip, 5001, mbps=7, seconds=8, name="e1")
     b = sender(live, h0.name, h3.interface(0, 0).ip, 5001, mbps=7, seconds=8, name="e2")
+    started(a)
+    started(b)
     placed = lambda: [e for e in events(live, "flow_placed")  # noqa: E731
                       if e["switch"] == leaf and e["flow"].endswith(":5001")]
     assert wait_for(lambda: len(placed()) >= 2, 5), events(live, "flow_placed")
@@ -257,7 +292,7 @@ def test_spray_spreads_one_rotating_stream_over_every_uplink(spray_live):
     uplinks = spec.uplink_ports(leaf)
     spread = {}
     for sports in (64, 1):
-        rx = receiver(live, h3.name, ROCE, 4)
+        rx = receiver(live, h3.name, ROCE)
         before = port_tx(leaf)
         tx = sender(live, h0.name, h3.interface(0, 0).ip, ROCE, mbps=10, seconds=2,
                     sports=sports, tos=ECT0 if sports == 64 else NOT_ECT)
@@ -339,7 +374,7 @@ def test_a_congested_uplink_marks_the_packets_pinned_to_it(spray_live):
     h0, h1, h2, h3 = spec.hosts
     leaf = h0.interface(0, 0).switch
     t0 = time.time()
-    rxs = [receiver(live, h.name, ROCE, 6) for h in (h2, h3)]
+    rxs = [receiver(live, h.name, ROCE) for h in (h2, h3)]
     txs = [sender(live, src.name, dst.interface(0, 0).ip, ROCE, mbps=14, seconds=5,
                   tos=ECT0, first_sport=40000 + 2 * i, name=f"u{i}")
            for i, (src, dst) in enumerate(((h0, h2), (h1, h3)))]
@@ -363,9 +398,10 @@ def test_a_placed_flow_survives_the_death_of_its_uplink(congestion_live):
     spec = live.spec
     h0, h2 = spec.hosts[0], spec.hosts[2]
     leaf = h0.interface(0, 0).switch
-    rx = receiver(live, h2.name, 5007, 8)
+    rx = receiver(live, h2.name, 5007)
     t_start = time.time()
     tx = sender(live, h0.name, h2.interface(0, 0).ip, 5007, mbps=4, seconds=6, name="pin")
+    started(tx)
     placed = lambda: [e for e in events(live, "flow_placed")  # noqa: E731
                       if e["t"] > t_start and e["switch"] == leaf
                       and e["flow"].endswith(":5007")]

@@ -2,14 +2,16 @@
 
 ``send``: paced datagrams with a chosen TOS byte (its low two bits are the ECN field;
 the kernel keeps them for UDP) from one or several source ports, rotated per packet as
-RoCE entropy does. ``recv``: counts datagrams by the ECN field of the IP header as it
-arrived (``IP_RECVTOS``), prints ``ready`` once bound and a JSON line at the end.
+RoCE entropy does; prints ``sending`` as it starts and a JSON line at the end. ``recv``:
+counts datagrams by the ECN field of the IP header as it arrived (``IP_RECVTOS``), prints
+``ready`` once bound, counts until SIGTERM (or its ``--seconds``), then prints a JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import socket
 import sys
 import time
@@ -26,6 +28,7 @@ def send(dst: str, port: int, mbps: float, seconds: float, size: int, tos: int,
         socks.append(s)
     payload = b"\0" * size
     gap = size * 8 / (mbps * 1e6)
+    print("sending", flush=True)  # started (a loaded machine starts Python late)
     start = time.monotonic()
     next_t, sent, i = start, 0, 0
     while (now := time.monotonic()) - start < seconds:
@@ -48,11 +51,13 @@ def recv(port: int, seconds: float) -> dict:
     s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
     s.bind(("0.0.0.0", port))
     s.settimeout(0.2)
+    stopped = []  # SIGTERM ends the count: the test stops a receiver once its senders ended
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     print("ready", flush=True)
     counts = {"packets": 0, "bytes": 0, "not_ect": 0, "ect1": 0, "ect0": 0, "ce": 0}
     names = ("not_ect", "ect1", "ect0", "ce")
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end and not stopped:
         try:
             data, ancdata, _, _ = s.recvmsg(65535, socket.CMSG_SPACE(4))
         except TimeoutError:
