@@ -13,11 +13,16 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 UNIT_TESTS := $(VENV)/bin/python -m pytest -n auto --ignore=tests/integration --ignore=tests/agents
-# the integration tests in two passes, both always run: those that measure one at a time,
-# then those that assert what a run does, not how fast (marker shares_host), two at a time,
-# a file per worker
-INTEGRATION_TESTS := $(VENV)/bin/python -m pytest -m "not shares_host" tests/integration tests/agents; \
-	alone=$$?; $(VENV)/bin/python -m pytest -m shares_host -n 2 --dist loadfile tests/integration; \
+# the integration tests in two passes, both always run: those that measure one at a time
+# (those of them that failed once more, alone, after the rest: a test that fails twice
+# fails the target; both results are printed), then those that assert what a run does,
+# not how fast (marker shares_host), two at a time, a file per worker
+MEASURED := -m "not shares_host" tests/integration tests/agents
+INTEGRATION_TESTS := $(VENV)/bin/python -m pytest $(MEASURED); alone=$$?; \
+	if [ $$alone -eq 1 ]; then echo "--- the tests above that failed, once more, alone"; \
+	$(VENV)/bin/python -m pytest --last-failed --last-failed-no-failures none $(MEASURED); \
+	alone=$$?; fi; \
+	$(VENV)/bin/python -m pytest -m shares_host -n 2 --dist loadfile tests/integration; \
 	shared=$$?; [ $$alone -eq 0 ] && [ $$shared -eq 0 ]
 
 .PHONY: setup setup-dev figures run-scenario test test-units test-integration bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes

@@ -21,24 +21,31 @@ def dry_run(target: str) -> str:
 
 
 def pytest_lines(text: str) -> list[str]:
-    return [part.strip() for line in text.splitlines() for part in line.split(";")
-            if "-m pytest" in part]
+    """The pytest commands of a recipe and the conditions they run under (its ``if``)."""
+    parts = [part.strip() for line in text.splitlines() for part in line.split(";")]
+    return [p for p in parts if "-m pytest" in p or p.startswith("if [")]
 
 
 def test_make_test_is_its_two_halves_and_both_always_run():
     units, integration = pytest_lines(dry_run("test-units")), pytest_lines(
         dry_run("test-integration"))
     assert len(units) == 1 and "-n auto" in units[0] and "--ignore=tests/integration" in units[0]
-    # every integration test in one of two passes: those that measure alone, then those
-    # marked shares_host two at a time (a file per worker: a file's fixtures stay shared)
+    # every integration test in one of two passes: those that measure alone (those that
+    # failed once more, alone), then those marked shares_host two at a time (a file per
+    # worker: a file's fixtures stay shared)
+    measured = '-m "not shares_host" tests/integration tests/agents'
     assert integration == [
-        '.venv/bin/python -m pytest -m "not shares_host" tests/integration tests/agents',
+        f".venv/bin/python -m pytest {measured}",
+        "if [ $alone -eq 1 ]",
+        f".venv/bin/python -m pytest --last-failed --last-failed-no-failures none {measured}",
         ".venv/bin/python -m pytest -m shares_host -n 2 --dist loadfile tests/integration"]
     whole = dry_run("test")
     assert pytest_lines(whole) == units + integration
     # the integration tests run even when a unit test failed, the second pass even when
-    # the first failed; the target fails if any did
+    # the first failed; the target fails if any did, and a measuring test that failed
+    # fails it when it fails again
     assert "units=$?" in whole and "alone=$?" in whole and "shared=$?" in whole
+    assert whole.count("alone=$?") == 2
     assert "[ $alone -eq 0 ] && [ $shared -eq 0 ]; labs=$?" in whole
     assert "[ $units -eq 0 ] && [ $labs -eq 0 ]" in whole
 
