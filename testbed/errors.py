@@ -1,6 +1,12 @@
 """Typed errors. The CLI turns each into one line and an exit status."""
 
-from topologies.params import clip
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from topologies.params import ParamError, clip, parse
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class TestbedError(Exception):
@@ -35,3 +41,12 @@ class ServerAnswerError(BringUpError):
 
 class Interrupted(TestbedError):
     """The run was stopped by SIGINT or SIGTERM; teardown still runs."""
+
+
+def parse_section(model: type[M], data: Any, where: str) -> M:
+    """``data`` parsed with ``model`` (:func:`topologies.params.parse`); a
+    :class:`ConfigError` naming the field otherwise."""
+    try:
+        return parse(model, data, where)
+    except ParamError as exc:
+        raise ConfigError(exc.field, exc.reason) from None

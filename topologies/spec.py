@@ -275,6 +275,28 @@ _DIRECTIONS = ("uplink", "peer", "downlink")
 ROLE_TIERS = {"leaf": 0, "edge": 0, "switch": 0, "spine": 1, "aggregation": 1, "core": 2}
 
 
+def short(spec: FabricSpec, name: str) -> str:
+    return name[len(spec.prefix):] if name.startswith(spec.prefix) else name
+
+
+def link_name(spec: FabricSpec, lk: Link) -> str:
+    """Canonical name of a link: its ends' short names, the lower tier first:
+    ``p0l0-p0s1`` (a fabric link) or ``n0-p0l0`` (a host link)."""
+    return f"{short(spec, lk.a)}-{short(spec, lk.b)}"
+
+
+def find_link(spec: FabricSpec, target: str) -> Link | None:
+    """The link named ``target`` (any accepted form), or None."""
+    name = short(spec, str(target))
+    for lk in spec.links:
+        ends = {short(spec, lk.a), short(spec, lk.b)}
+        if "-" in name and set(name.split("-", 1)) == ends:
+            return lk
+        if name in (short(spec, lk.a_intf), short(spec, lk.b_intf)):
+            return lk
+    return None
+
+
 def ordered_roles(roles: set[str], tiers: dict[str, int] | None = None) -> list[str]:
     """Port roles in report order: the leaf-spine's three as always, then the others by
     their switch's tier from the top (``tiers``: switch role -> tier, defaults

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.faults.fabric import link_name, short
-from topologies.spec import FabricSpec, Link
+from topologies.spec import FabricSpec, Link, link_name, short
 
 
 @dataclass(frozen=True)

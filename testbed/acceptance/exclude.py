@@ -22,11 +22,11 @@ from pathlib import Path
 
 from testbed.core import layout
 from testbed.errors import BringUpError, HostError
-from testbed.faults.fabric import FabricFaults, link_name, short
+from testbed.faults.fabric import FabricFaults
 from testbed.host.files import read_jsonl, write_json
 from testbed.host.procs import Helper, wait_for
 from testbed.workloads.generators import roles_by_node
-from topologies.spec import FabricSpec
+from topologies.spec import FabricSpec, link_name, short
 
 ACCEPTED_SPEC = "spec-accepted.json"
 RESYNC_S = 30.0

@@ -42,9 +42,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from controllers.paths import next_hops, port_map
-from testbed.faults.fabric import link_name, short
 from testbed.host import netns
-from topologies.spec import FabricSpec, HostInterface, Link
+from topologies.spec import FabricSpec, HostInterface, Link, link_name, short
 
 #: the first path's UDP port (one a path); clear of the fault probes' (traffic.probe:
 #: 47000 and up), which run beside a rack's acceptance during a run

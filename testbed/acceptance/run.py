@@ -21,9 +21,8 @@ from pathlib import Path
 from testbed.acceptance import cabling, links, paths, system
 from testbed.acceptance.exclude import excluded_nodes
 from testbed.acceptance.lldp import End, exchange
-from testbed.faults.fabric import link_name, short
 from testbed.host.hosts import Host
-from topologies.spec import FabricSpec, Link
+from topologies.spec import FabricSpec, Link, link_name, short
 
 RESULT = "acceptance.json"
 #: a rack's acceptance, when it was cabled into a running fabric (``testbed expand``)

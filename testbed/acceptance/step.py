@@ -30,8 +30,8 @@ from pathlib import Path
 
 from testbed.acceptance.exclude import remap, reroute
 from testbed.errors import ConfigError
-from testbed.faults.fabric import FabricFaults, find_link, link_name, parse_faults, short
-from topologies.spec import FabricSpec
+from testbed.faults.fabric import FabricFaults, parse_faults
+from topologies.spec import FabricSpec, find_link, link_name, short
 
 
 def _kind_of(action: str) -> str:

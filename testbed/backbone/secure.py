@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field, field_validator
 
-from testbed.errors import BringUpError, ConfigError
+from testbed.errors import BringUpError, parse_section
 from testbed.host.commands import Cmd
 from testbed.host.files import write_json
 from testbed.host.procs import Helper, cpu_seconds, python_env, wait_for
@@ -37,7 +37,7 @@ from testbed.macsec.forwarder import control_path, key_channel
 from testbed.macsec.kernel import macsec_stats_argv, parse_ip_macsec_stats, secy_commands
 from testbed.macsec.link import ctl_request
 from topologies.backbone import Link
-from topologies.params import ParamError, Section, parse
+from topologies.params import Section
 
 BACKENDS = ("auto", "kernel", "userspace")
 
@@ -86,10 +86,7 @@ def validate(value: Any, where: str = "backbone.macsec") -> dict:
         return {**DEFAULTS, "enabled": bool(value)}
     if isinstance(value, Settings):
         return value.model_dump()
-    try:
-        return parse(Settings, value, where).model_dump()
-    except ParamError as exc:
-        raise ConfigError(exc.field, exc.reason) from None
+    return parse_section(Settings, value, where).model_dump()
 
 
 class Wiring(Protocol):

@@ -167,11 +167,13 @@ def _calc_machines(args) -> int:
 
 
 def cmd_clean(args) -> int:
+    from testbed.cluster.servers import clean_servers
     from testbed.host.cleanup import clean
     from testbed.lab.state import all_labs
 
     only = set(args.run) if args.run else None
-    removed, live = clean(dry_run=args.dry_run, force=args.force, only=only)
+    removed, live = clean(dry_run=args.dry_run, force=args.force, only=only,
+                          elsewhere=clean_servers)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{verb} {item}")

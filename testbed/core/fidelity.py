@@ -60,15 +60,20 @@ from pathlib import Path
 from typing import Any
 
 from testbed.core.fidelity_verdict import THRESHOLDS, Thresholds, top_helpers, verdict
-from testbed.fabric.ovs_socket import host_pid
 from testbed.host import netlink
 from testbed.host.naming import OWNER, RUN_ROOT
 from testbed.host.netlink import QueueReader
-from testbed.host.procs import CpuTimes, ProcStat, parse_cpu_times, parse_proc_stat
+from testbed.host.procs import (
+    CpuTimes,
+    ProcStat,
+    host_switch_pid,
+    parse_cpu_times,
+    parse_proc_stat,
+)
 
 log = logging.getLogger(__name__)
 
-#: where the host's ovs-vswitchd's pid file is (None: where ovs_socket.host_pid looks,
+#: where the host's ovs-vswitchd's pid file is (None: where procs.host_switch_pid looks,
 #: $OVS_RUNDIR included, as Open vSwitch's own tools do)
 OVS_PID_FILES: tuple[Path, ...] | None = None
 NETNS_DIR = Path("/run/netns")
@@ -149,7 +154,7 @@ def _stat(path: Path) -> ProcStat | None:
 
 def ovs_pid() -> int | None:
     """The host's ovs-vswitchd's pid, or None when it does not run."""
-    return host_pid(OVS_PID_FILES, PROC)
+    return host_switch_pid(OVS_PID_FILES, PROC)
 
 
 def switch_pids(folders: Iterable[Path]) -> list[int]:

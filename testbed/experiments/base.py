@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from testbed.core.fidelity import Monitor, WatchedLink
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, parse_section
 from testbed.host.capabilities import Capabilities
 from testbed.monitor.schema import Watching
-from topologies.params import ParamError, Section, parse
+from topologies.params import Section
 
 Progress = Callable[[str], None]
 
@@ -116,10 +116,7 @@ class Experiment(ABC):
     @staticmethod
     def section(model: type[Section], data: Any, where: str) -> Section:
         """A section parsed with its model; ConfigError naming the field otherwise."""
-        try:
-            return parse(model, data, where)
-        except ParamError as exc:
-            raise ConfigError(exc.field, exc.reason) from None
+        return parse_section(model, data, where)
 
     @property
     @abstractmethod

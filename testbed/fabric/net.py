@@ -41,7 +41,7 @@ from testbed.host.capabilities import Capabilities
 from testbed.host.hosts import MininetHost, RootHost
 from testbed.host.naming import OVS_EXTERNAL_ID, register, register_netns, run_dir
 from testbed.host.netlink import QueueReader
-from testbed.host.procs import Helper, stop_strays
+from testbed.host.procs import Helper, host_switch_pid, stop_strays
 from topologies.spec import FabricSpec, HostInterface
 
 log = logging.getLogger(__name__)
@@ -637,7 +637,7 @@ class Fabric:
         host's (none when it cannot be found)."""
         if self.daemons is not None:
             return self.daemons.pids()
-        host = ovs_socket.host_pid()
+        host = host_switch_pid()
         return [host] if host is not None else []
 
     def _first_sends(self) -> None:

@@ -18,36 +18,11 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
-from pathlib import Path
 
 from testbed.host import packet_sockets
 
 SYS_PIDFD_GETFD = 438  # the same number on every architecture Linux has
 SO_SNDBUFFORCE = 32
-
-
-#: where the host's Open vSwitch keeps ovs-vswitchd's pid
-HOST_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
-                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
-
-
-def host_pid(files: tuple[Path, ...] | None = None,
-             proc: Path = Path("/proc")) -> int | None:
-    """The host's ovs-vswitchd (from its pid file, running in ``proc``), or None. Its pid
-    file is looked for where Open vSwitch's own tools look: under ``$OVS_RUNDIR`` when
-    that is set (an Open vSwitch run elsewhere, as the fresh-switch bench's), else in
-    :data:`HOST_PID_FILES`."""
-    if files is None:
-        rundir = os.environ.get("OVS_RUNDIR")
-        files = (Path(rundir) / "ovs-vswitchd.pid",) if rundir else HOST_PID_FILES
-    for path in files:
-        try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and (proc / text).exists():
-            return int(text)
-    return None
 
 
 def send_sockets() -> dict[int, tuple[int, int]]:

@@ -58,17 +58,7 @@ from testbed.host.hosts import Host, RootHost
 from testbed.host.naming import forget, register, run_id_of
 from testbed.host.nft import port_loss_rules
 from testbed.host.procs import Helper
-from topologies.spec import FabricSpec, Link
-
-
-def short(spec: FabricSpec, name: str) -> str:
-    return name[len(spec.prefix):] if name.startswith(spec.prefix) else name
-
-
-def link_name(spec: FabricSpec, lk: Link) -> str:
-    """Canonical name of a link: its ends' short names, the lower tier first:
-    ``p0l0-p0s1`` (a fabric link) or ``n0-p0l0`` (a host link)."""
-    return f"{short(spec, lk.a)}-{short(spec, lk.b)}"
+from topologies.spec import FabricSpec, Link, find_link, link_name, short
 
 
 def swap_identities(ipr, x: str, y: str) -> None:
@@ -97,18 +87,6 @@ def swap_identities(ipr, x: str, y: str) -> None:
             ipr.addr("add", index=index, address=address, prefixlen=length)
     for index in (ix, iy):
         ipr.link("set", index=index, state="up")
-
-
-def find_link(spec: FabricSpec, target: str) -> Link | None:
-    """The link named ``target`` (any accepted form), or None."""
-    name = short(spec, str(target))
-    for lk in spec.links:
-        ends = {short(spec, lk.a), short(spec, lk.b)}
-        if "-" in name and set(name.split("-", 1)) == ends:
-            return lk
-        if name in (short(spec, lk.a_intf), short(spec, lk.b_intf)):
-            return lk
-    return None
 
 
 def _target(spec: FabricSpec, kind: str | None, value: Any, where: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, parse_section
 from testbed.faults.schedule import Fault
 from topologies import plugins
 from topologies.params import ParamError, Section, parse
@@ -426,10 +426,7 @@ class AddRack(FaultKind):
         from testbed.operations.expand import planted_in
 
         for i, entry in enumerate(params["plant"]):
-            try:
-                parse(Plant, entry, f"{where}.plant[{i}]")
-            except ParamError as exc:
-                raise ConfigError(exc.field, exc.reason) from None
+            parse_section(Plant, entry, f"{where}.plant[{i}]")
         try:
             planted_in(spec, params["leaves"], params["nodes"], params["plant"], 1,
                        f"{where}.plant")

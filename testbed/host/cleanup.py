@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from pyroute2 import IPRoute, netns
@@ -184,12 +185,17 @@ def _owned_tables(names: set[str]) -> list[tuple[str, str]]:
 
 
 def clean(dry_run: bool = False, force: bool = False,
-          only: set[str] | None = None) -> tuple[list[str], dict[str, int]]:
+          only: set[str] | None = None,
+          elsewhere: Callable[[Path, str, bool], list[str]] | None = None,
+          ) -> tuple[list[str], dict[str, int]]:
     """Remove testbed leftovers on this host.
 
     Returns what was (or would be) removed, and the live runs that were left alone: a
     run whose owner process is alive is not a leftover (``force`` removes it too).
     ``only``: consider these run ids alone (the host's sysctls are then left as they are).
+    ``elsewhere(run folder, run id, dry_run)``: what a dead run left on other machines,
+    removed before its folder goes (the command line passes the cluster's own; the
+    host layer knows nothing of other machines).
     """
     live = {} if force else live_runs()
     skip = set(live)
@@ -251,10 +257,8 @@ def clean(dry_run: bool = False, force: bool = False,
     restored = ([] if only is not None
                 else host_settings.restore_saved(dry_run=dry_run, force=force))
     removed += [f"raised host setting {name} (back to {value})" for name, value in restored]
-    for run_id in runs:  # what a fabric spread over several machines left on the others
-        from testbed.cluster.servers import clean_servers
-
-        removed += clean_servers(RUN_ROOT / run_id, run_id, dry_run)
+    for run_id in runs if elsewhere else ():  # a fabric spread over several machines
+        removed += elsewhere(RUN_ROOT / run_id, run_id, dry_run)
     for run_id in runs:
         folder = RUN_ROOT / run_id
         removed.append(f"run folder {folder}")

@@ -237,6 +237,30 @@ def stop_strays(shells: Sequence[int], grace: float = 1.0) -> list[int]:
     return strays
 
 
+#: where the host's Open vSwitch keeps ovs-vswitchd's pid
+HOST_SWITCH_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
+                         Path("/var/run/openvswitch/ovs-vswitchd.pid"))
+
+
+def host_switch_pid(files: tuple[Path, ...] | None = None,
+                    proc: Path = Path("/proc")) -> int | None:
+    """The host's ovs-vswitchd (from its pid file, running in ``proc``), or None. Its pid
+    file is looked for where Open vSwitch's own tools look: under ``$OVS_RUNDIR`` when
+    that is set (an Open vSwitch run elsewhere, as the fresh-switch bench's), else in
+    :data:`HOST_SWITCH_PID_FILES`."""
+    if files is None:
+        rundir = os.environ.get("OVS_RUNDIR")
+        files = (Path(rundir) / "ovs-vswitchd.pid",) if rundir else HOST_SWITCH_PID_FILES
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (proc / text).exists():
+            return int(text)
+    return None
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
     """Poll ``condition`` until true or ``timeout`` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout

@@ -291,6 +291,7 @@ def cmd_capture(args) -> int:
 
 # -- down ------------------------------------------------------------------------------
 def cmd_down(args) -> int:
+    from testbed.cluster.servers import clean_servers
     from testbed.host.cleanup import clean
 
     record = state.find(args.lab, live=False)
@@ -304,7 +305,7 @@ def cmd_down(args) -> int:
         if not wait_for(lambda: not state.alive(record), DOWN_TIMEOUT_S, 0.1):
             raise HostError(f"lab {record['name']}: supervisor {pid} still running after "
                             f"{DOWN_TIMEOUT_S} s; 'testbed clean --force' removes it")
-    removed, _ = clean(force=True, only={record["run_id"]})
+    removed, _ = clean(force=True, only={record["run_id"]}, elsewhere=clean_servers)
     for item in removed:
         print(f"removed leftover {item}", file=sys.stderr)
     print(f"lab {record['name']} is down ({time.monotonic() - t0:.1f} s)"

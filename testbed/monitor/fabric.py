@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.core import layout
-from testbed.faults.fabric import link_name, short
 from testbed.host.netlink import LinkCounters, LinkReader, Queue, QueueReader
 from testbed.monitor import panels
 from testbed.monitor.tail import Tail, Tails
 from testbed.storage.cache import FROM_CACHE
-from topologies.spec import FabricSpec
+from topologies.spec import FabricSpec, link_name, short
 from traffic.stats import percentiles
 
 #: controller events that are decisions, and how the timeline words them

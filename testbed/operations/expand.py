@@ -40,10 +40,9 @@ from pathlib import Path
 
 from testbed.core import layout
 from testbed.errors import BringUpError, ConfigError
-from testbed.faults.fabric import link_name, short
 from testbed.host import netns
 from testbed.host.files import write_json
-from topologies.spec import FabricSpec, HostInterface, TopologyError
+from topologies.spec import FabricSpec, HostInterface, TopologyError, link_name, short
 
 RECORD = "expansion.json"
 #: the controller's spec once a rack is routed (the grown fabric without what was excluded)

@@ -81,7 +81,7 @@ class Nic:
 
 def nics(spec: FabricSpec, nodes: Sequence[str], host_pid: Callable[[str], int]) -> list[Nic]:
     """Every NIC of the watched ``nodes`` (short names), from the spec's host cables."""
-    from testbed.faults.fabric import short
+    from topologies.spec import short
     out = []
     for lk in spec.links:
         if lk.kind != "host" or short(spec, lk.a) not in nodes:

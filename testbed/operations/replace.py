@@ -47,12 +47,11 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from testbed.core import layout
-from testbed.faults.fabric import short
 from testbed.host.files import read_jsonl, write_json
 from testbed.operations import health
 from testbed.workloads.chains import start_service
 from testbed.workloads.generators import agent_plan, roles_by_node, service_on, start_ranks
-from topologies.spec import FabricSpec
+from topologies.spec import FabricSpec, short
 
 
 class Replacer:

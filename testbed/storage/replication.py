@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from testbed.core import layout
-from testbed.errors import BringUpError, ConfigError
+from testbed.errors import BringUpError, ConfigError, parse_section
 from testbed.host.files import read_jsonl, write_json
 from testbed.host.hosts import NetnsHost
 from testbed.host.procs import Helper, wait_for
@@ -90,9 +90,7 @@ def validate(section: Any, regions: set[str], where: str = "backbone.checkpoints
     """
     if section is None:
         return None
-    from testbed.experiments.base import Experiment
-
-    parsed = Experiment.section(CheckpointSection, section, where)
+    parsed = parse_section(CheckpointSection, section, where)
     for end in ("src", "dst"):
         name = getattr(parsed, end)
         if name not in regions:

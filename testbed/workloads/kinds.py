@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, parse_section
 from testbed.faults.schedule import Fault, Schedule
 from testbed.host.procs import Helper, python_env, wait_for
 from testbed.workloads import iperf3
 from testbed.workloads.chains import TRAFFIC
 from topologies import plugins
-from topologies.params import ParamError, parse
+from topologies.params import ParamError
 from traffic.patterns import hedera
 
 if TYPE_CHECKING:
@@ -114,10 +114,7 @@ def parameters(cls: type[WorkloadKind], given: dict | None, where: str) -> dict:
         if given:
             raise ConfigError(f"{where}.{next(iter(given))}", f"not used by {cls.NAME}")
         return {}
-    try:
-        return parse(cls.PARAMS, dict(given or {}), where).model_dump()
-    except ParamError as exc:
-        raise ConfigError(exc.field, exc.reason) from None
+    return parse_section(cls.PARAMS, dict(given or {}), where).model_dump()
 
 
 def address(spec: FabricSpec, node: int, plane: int = 0, rail: int = 0) -> str:

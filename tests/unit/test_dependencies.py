@@ -37,7 +37,7 @@ CONTRACTS = [
     (HOST_LAYER, ("scapy",), "every process may use the host layer, the controller's too"),
     (("testbed",), ("os_ken", "ryu"), "the testbed process does not load os-ken"),
     (HOST_LAYER, (*RUN_CORE, "testbed.macsec", "testbed.backbone", "testbed.fabric",
-                  "testbed.storage", "testbed.workloads"),
+                  "testbed.storage", "testbed.workloads", "testbed.cluster"),
      "the host layer knows nothing of what runs on it"),
     (("testbed.macsec", "testbed.backbone"), RUN_CORE,
      "MACsec and backbone depend on the host layer, not on the run core"),

@@ -11,8 +11,9 @@ from controllers.paths import ECMP_GROUP, plan_switch
 from testbed.core.scenario import parse
 from testbed.errors import ConfigError
 from testbed.faults import accounting as resilience
-from testbed.faults.fabric import find_link, parse_faults
+from testbed.faults.fabric import parse_faults
 from topologies.leafspine import build_fabric
+from topologies.spec import find_link
 
 P = "tb0000"
 
