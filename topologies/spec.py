@@ -276,6 +276,7 @@ ROLE_TIERS = {"leaf": 0, "edge": 0, "switch": 0, "spine": 1, "aggregation": 1, "
 
 
 def short(spec: FabricSpec, name: str) -> str:
+    """A switch's, host's or interface's name without the fabric's prefix."""
     return name[len(spec.prefix):] if name.startswith(spec.prefix) else name
 
 

@@ -87,20 +87,28 @@ def receiver(live, host, port: int) -> Receiver:
     return Receiver(proc)
 
 
-def result(proc: Helper | Receiver) -> dict:
-    """The JSON line a helper prints at its end: a sender's once it is done; a receiver's
-    once stopped here, :data:`DRAIN_S` after this is called (call it once its senders
-    ended)."""
-    if isinstance(proc, Receiver):
+def results(*procs: Helper | Receiver) -> list[dict]:
+    """The JSON line each helper prints at its end: a sender's once it is done; a
+    receiver's once stopped here, :data:`DRAIN_S` after this is called (once for all of
+    them: call it once their senders ended)."""
+    if any(isinstance(p, Receiver) for p in procs):
         time.sleep(DRAIN_S)
-        proc = proc.helper
-        proc.proc.send_signal(signal.SIGTERM)
-    line = b""
-    for line in proc.proc.stdout:
-        if line.startswith(b"{"):
-            break
-    proc.stop()
-    return json.loads(line)
+    helpers = [p.helper if isinstance(p, Receiver) else p for p in procs]
+    for p, helper in zip(procs, helpers, strict=True):
+        if isinstance(p, Receiver):
+            helper.proc.send_signal(signal.SIGTERM)
+    out = []
+    for helper in helpers:
+        line = next((ln for ln in helper.proc.stdout if ln.startswith(b"{")), b"")
+        helper.stop()
+        assert line, f"{helper.name}: no result line"
+        out.append(json.loads(line))
+    return out
+
+
+def result(proc: Helper | Receiver) -> dict:
+    """:func:`results` of one helper."""
+    return results(proc)[0]
 
 
 def started(proc: Helper) -> None:
@@ -166,7 +174,7 @@ def test_ce_marks_appear_when_the_queue_builds_and_not_when_it_is_empty(congesti
                       name="c", size=1000)]
     for s in senders:
         s.wait(15)
-    busy, plain = result(rx_ect), result(rx_plain)
+    busy, plain = results(rx_ect, rx_plain)
     assert busy["ce"] > 0.05 * busy["packets"], busy
     assert busy["ce"] / busy["packets"] > idle["ce"] / idle["packets"]
     assert plain["packets"] > 50 and plain["ce"] == 0 and plain["not_ect"] == plain["packets"]
@@ -278,7 +286,7 @@ def test_adaptive_moves_an_elephant_off_a_loaded_uplink(congestion_live):
     assert moved_bytes > 0.5 * 7e6 / 8  # the idle uplink now carries an elephant
     for s in (a, b):
         s.wait(15)
-    got2, got3 = result(rx2), result(rx3)
+    got2, got3 = results(rx2, rx3)
     for got in (got2, got3):  # 7+7 Mb/s fit one 20 Mb/s uplink: nothing lost either way
         assert got["packets"] > 0.9 * 7e6 * 8 / (8000 * 8)
 
@@ -384,7 +392,7 @@ def test_a_congested_uplink_marks_the_packets_pinned_to_it(spray_live):
            for i, (src, dst) in enumerate(((h0, h2), (h1, h3)))]
     for s in txs:
         s.wait(15)
-    got = [result(rx) for rx in rxs]
+    got = results(*rxs)
     assert all(g["ce"] > 0.05 * g["packets"] for g in got), got
     marking = [(e["switch"], e["role"]) for e in events(live, "ecn_on") if e["t"] > t0]
     # the uplink is where the queue builds first (ports behind it see only the bursts

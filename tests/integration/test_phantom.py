@@ -14,7 +14,7 @@ import pytest
 
 from testbed.fabric import phantom
 
-from .test_congestion import ECT0, NOT_ECT, ROCE, _fabric, receiver, result, sender
+from .test_congestion import ECT0, NOT_ECT, ROCE, _fabric, receiver, result, results, sender
 
 pytestmark = pytest.mark.ovs
 
@@ -59,7 +59,7 @@ def streams(live, flows: list[tuple], seconds: float,
         tx.wait(seconds + 10)
         if sent is not None:
             sent.append(result(tx)["sent"])
-    return {port: result(rx) for port, rx in rxs.items()}
+    return dict(zip(rxs, results(*rxs.values()), strict=True))
 
 
 def test_phantom_queues_hook_every_switch_port(phantom_live):

@@ -340,3 +340,24 @@ def test_a_part_samples_its_machine_over_the_window_only(tmp_path, monkeypatch):
     assert len(samples) >= 3 and all(s["measuring"] and "host_idle" in s for s in samples)
     assert said[3] == {"stopped": 0.0} and built[0].stopped
     assert fidelity_verdict.server_record("gpu2", samples)["fidelity"]["samples"] == len(samples)
+
+
+def test_testbed_clean_cleans_a_dead_runs_servers_too(monkeypatch, capsys):
+    """The host layer knows no other machine: ``testbed clean`` hands it the cluster's
+    cleaner, which removes what a dead run left on its servers before its folder goes."""
+    import argparse
+
+    from testbed.cluster.servers import clean_servers
+    from testbed.core import cli
+    from testbed.host import cleanup
+
+    seen = {}
+
+    def clean(**kwargs):
+        seen.update(kwargs)
+        return [], {}
+
+    monkeypatch.setattr(cleanup, "clean", clean)
+    assert cli.cmd_clean(argparse.Namespace(dry_run=True, force=False, run=None)) == 0
+    assert seen["elsewhere"] is clean_servers
+    assert capsys.readouterr().out.strip() == "nothing to clean"
