@@ -13,17 +13,20 @@ TESTBED := $(VENV)/bin/testbed
 
 RESULTS ?= results/latest
 UNIT_TESTS := $(VENV)/bin/python -m pytest -n auto --ignore=tests/integration --ignore=tests/agents
-# the integration tests in two passes, both always run: those that measure one at a time
-# (those of them that failed once more, alone, after the rest: a test that fails twice
-# fails the target; both results are printed), then those that assert what a run does,
-# not how fast (marker shares_host), two at a time, a file per worker
-MEASURED := -m "not shares_host" tests/integration tests/agents
-INTEGRATION_TESTS := $(VENV)/bin/python -m pytest $(MEASURED); alone=$$?; \
-	if [ $$alone -eq 1 ]; then echo "--- the tests above that failed, once more, alone"; \
-	$(VENV)/bin/python -m pytest --last-failed --last-failed-no-failures none $(MEASURED); \
-	alone=$$?; fi; \
-	$(VENV)/bin/python -m pytest -m shares_host -n 2 --dist loadfile tests/integration; \
-	shared=$$?; [ $$alone -eq 0 ] && [ $$shared -eq 0 ]
+# the integration tests in two passes, both always run: those that assert what a run does,
+# not how fast (marker shares_host), three at a time, a file per worker (on 2 cores their
+# waits overlap); then those that measure, one at a time, on a quiet host. A test of
+# either pass that failed runs once more, alone, after both (pytest's cache holds both
+# passes' failures): a test that fails twice fails the target; both results are printed
+INTEGRATION := tests/integration tests/agents
+INTEGRATION_TESTS := $(VENV)/bin/python -m pytest -m shares_host -n 3 --dist loadfile \
+	$(INTEGRATION); shared=$$?; \
+	$(VENV)/bin/python -m pytest -m "not shares_host" $(INTEGRATION); alone=$$?; \
+	if [ $$shared -eq 1 ] || [ $$alone -eq 1 ]; then \
+	echo "--- the tests above that failed, once more, alone"; \
+	$(VENV)/bin/python -m pytest --last-failed --last-failed-no-failures none $(INTEGRATION); \
+	again=$$?; [ $$shared -ne 1 ] || shared=$$again; [ $$alone -ne 1 ] || alone=$$again; fi; \
+	[ $$shared -eq 0 ] && [ $$alone -eq 0 ]
 
 .PHONY: setup setup-dev figures run-scenario test test-units test-integration bench clean doctor validate lint docs up down check vm vm-test vm-bench vagrant-test cluster-test screenshots image image-test image-sizes
 
@@ -50,8 +53,8 @@ check: setup
 	$(TESTBED) check $(LAB) $(RESULTS) $(if $(STUDENT),--student $(STUDENT))
 
 # The unit tests and doctests on every CPU (pytest-xdist), then the tests that build real
-# networks: one at a time those that measure (a run that shares the host with another is
-# not a measurement), then two at a time those that only assert what a run does;
+# networks: three at a time those that only assert what a run does, then one at a time
+# those that measure (a run that shares the host with another is not a measurement);
 # both always run, and either one failing fails the target. Each half alone:
 # make test-units, make test-integration
 test: setup-dev

@@ -1,5 +1,8 @@
 """Root tests: an extra os-ken app from the scenario runs beside the lab's own, and a
-remote controller (one the user runs) drives the switches while the lab starts none."""
+remote controller (one the user runs) drives the switches while the lab starts none.
+
+What is asserted is where packets go (the pinned flow's rule counts packets, pings
+answer), not how fast: the tests share the host (``shares_host``)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from topologies.build import build_topology
 
 from .conftest import leftovers
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = {"planes": 1, "nodes": 4, "leaves_per_plane": 2, "spines_per_plane": 2}
 

@@ -1,5 +1,12 @@
 """Root test: a plug-in experiment kind (examples/kinds/pingmesh.py) runs through
-``testbed run`` like the built-in kinds, and leaves nothing behind."""
+``testbed run`` like the built-in kinds, and leaves nothing behind.
+
+Every test here but one shares the host (``shares_host``): what they assert is what a
+run does (every ping answered, every listed workload ended with its record, flows placed
+in turn, faults and failovers in their order, echoes counted), with rates only as "more
+than 1 Mb/s"; each run's leftovers are looked for by its own prefix, so another test's
+run beside it is not judged. The ring example runs alone: its claim that the training
+lost no packet is one a loaded host breaks (its senders fall behind the step time-out)."""
 
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.shares_host
 def test_plugin_kind_runs_end_to_end(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
@@ -35,6 +43,7 @@ def test_plugin_kind_runs_end_to_end(tmp_path):
     assert leftovers(f"tb{run['run_id']}") == []
 
 
+@pytest.mark.shares_host
 def test_workloads_list_runs_every_entry(tmp_path):
     """examples/workloads.yaml: chains, a ping, an iperf3 pair, a replay and elephants,
     from one list; each entry's output is kept and its exit status reported. The run
@@ -59,6 +68,7 @@ def test_workloads_list_runs_every_entry(tmp_path):
     assert leftovers(f"tb{run['run_id']}") == []
 
 
+@pytest.mark.shares_host
 def test_a_routing_mode_of_ones_own_places_the_flows(tmp_path):
     """examples/routing-mode.yaml: the controller loads the round-robin mode named by its
     dotted path; n0's leaf puts the connections to n3 on its two uplinks in turn, and the
@@ -89,7 +99,7 @@ def test_a_routing_mode_of_ones_own_places_the_flows(tmp_path):
 DURATION = {"ring": 4, "backbone-topology": 14}
 
 
-@pytest.mark.parametrize("example, check", [
+EXAMPLES = [
     ("controller-app", lambda run: run["workloads"][1]["goodput_mbps"] > 1),
     ("fault-kinds", lambda run: [f["fault"] for f in run["faults"]] ==
      ["rate", "rate_restore", "degrade", "restore", "blackhole", "restore"]
@@ -113,10 +123,16 @@ DURATION = {"ring": 4, "backbone-topology": 14}
      and (echo := run["workloads"][0]["echo"])["sent"] == 100
      and echo["received"] + echo["lost"] == 100 and echo["received"] > 0
      and echo["rtt_ms"]["p50"] > 0),
-])
+]
+#: the examples whose claims a loaded host breaks (the ring's: no packet lost), run alone
+ALONE = {"ring"}
+
+
+@pytest.mark.parametrize("example, check", [
+    pytest.param(example, check, marks=() if example in ALONE else pytest.mark.shares_host)
+    for example, check in EXAMPLES])
 def test_examples_run(tmp_path, example, check):
     out = tmp_path / "out"
-    others = set(leftovers("tb"))  # another run's, if any: not this one's to judge
     shorter = ["--duration", str(DURATION[example])] if example in DURATION else []
     done = subprocess.run([sys.executable, "-m", "testbed.core.cli", "run",
                            f"examples/{example}.yaml", "--out", str(out), *shorter],
@@ -124,4 +140,4 @@ def test_examples_run(tmp_path, example, check):
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads((out / "summary.json").read_text())["runs"]
     assert runs and all(check(run) for run in runs), json.dumps(runs)[:2000]
-    assert set(leftovers("tb")) <= others
+    assert all(leftovers(f"tb{run['run_id']}") == [] for run in runs)

@@ -2,7 +2,12 @@
 the lab outlives the command that made it, ``ls`` shows it, commands run in its hosts,
 a fault by hand breaks a ping and its restore mends it, a capture during a short
 training run decodes as RoCEv2, ``down`` leaves nothing; ``clean`` removes a lab whose
-supervisor died and leaves a live one alone."""
+supervisor died and leaves a live one alone.
+
+The lab's own tests and the clean of one named dead lab (``--run``) assert what commands
+do (answers, pings, decoded frames, what is left), not how fast: they share the host
+(``shares_host``). The clean of every dead run does not: beside another test it would
+clean that test's runs too."""
 
 from __future__ import annotations
 
@@ -125,6 +130,7 @@ def test_clean_removes_a_dead_lab_and_leaves_a_live_one(lab, tmp_path):
     assert ping(name, "n0", "10.0.0.4")
 
 
+@pytest.mark.shares_host
 def test_lab_up_ls_exec_fault_capture_down(lab):
     name, record, printed = lab
     assert f"lab {name} is up" in printed and "n0p0r0 10.0.0.1/24" in printed
@@ -227,6 +233,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.shares_host
 def test_clean_stops_a_daemon_left_in_a_dead_labs_host(tmp_path):
     """As lab 1's guide does, a daemon started in a host (``iperf3 -s -D``); the lab's
     supervisor dies (SIGKILL) and the host shells with it, so no live shell names the

@@ -4,7 +4,8 @@ graded. Asserted whatever the host's load: the run used the grader's seed and du
 its folder carries a digest that verifies, the class table has its row, the paced
 variant's check fails with the configured rate (it reads the run's configuration, not
 a measurement), and a second call reads the grade back without running again. The
-grade itself is FAIL on a quiet host and RERUN when the fidelity monitor flagged it."""
+grade itself is FAIL on a quiet host and RERUN when the fidelity monitor flagged it, so
+the test shares the host (``shares_host``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from testbed.core import digest
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 777

@@ -1,4 +1,9 @@
-"""Whole runs through the CLI: results, teardown on success, Ctrl-C, a dead controller."""
+"""Whole runs through the CLI: results, teardown on success, Ctrl-C, a dead controller.
+
+The two runs that check a results folder (the default scenario's, the macsec kind's)
+assert what the run wrote and that its own prefix left nothing, not how fast: they share
+the host (``shares_host``). The others look for anything of any run (after Ctrl-C, a
+dead controller) or clean every dead run, and run alone."""
 
 from __future__ import annotations
 
@@ -27,6 +32,11 @@ def cli(*args: str, **kw) -> subprocess.Popen:
                             preexec_fn=sigint_default, **kw)
 
 
+def own_leftovers(summary: dict) -> list[str]:
+    """What the runs of a summary left on the host, found by each one's prefix."""
+    return [x for run in summary["runs"] for x in leftovers(f"tb{run['run_id']}")]
+
+
 def no_testbed_leftovers() -> list[str]:
     """Anything on the host that a testbed run (tb + 4 hex digits) created."""
     from testbed.host.naming import is_owned
@@ -36,6 +46,7 @@ def no_testbed_leftovers() -> list[str]:
 
 
 @pytest.mark.vm  # and in the lab VM: the default scenario on the kernel datapath
+@pytest.mark.shares_host
 def test_short_default_scenario_writes_valid_results(tmp_path):
     out = tmp_path / "out"
     proc = cli("run", "agents-vs-training", "--duration", "3", "--out", str(out))
@@ -70,7 +81,7 @@ def test_short_default_scenario_writes_valid_results(tmp_path):
     for feature, backend in backends.items():
         assert f"- {feature}: {backend}" in report, feature
     assert "p99 ms" in stdout and str(out) in stdout
-    assert no_testbed_leftovers() == []
+    assert own_leftovers(summary) == []
     # every file and field of the folder is in the results reference (docs/reference)
     from testbed.core.record_checks import check_folder
 
@@ -208,6 +219,7 @@ def test_clean_removes_only_what_the_testbed_made(tmp_path):
             proc.wait()
 
 
+@pytest.mark.shares_host
 def test_macsec_scenario_through_the_cli(tmp_path):
     out = tmp_path / "out"
     proc = cli("run", "macsec", "--duration", "10", "--out", str(out))
@@ -225,7 +237,7 @@ def test_macsec_scenario_through_the_cli(tmp_path):
     assert manifest["macsec"]["keys"] == macsec["keys"]  # which keys: named, not held
     assert macsec["keys"]["file"] == "macsec-keys.json"
     assert "## MACsec" in (out / "report.md").read_text()
-    assert no_testbed_leftovers() == []
+    assert own_leftovers(summary) == []
 
 
 def test_clean_leaves_a_live_run_alone_unless_forced():

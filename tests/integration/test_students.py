@@ -23,7 +23,7 @@ import pytest
 from testbed.experiments.storage.schema import validate
 from testbed.reports import grading, students
 
-pytestmark = pytest.mark.ovs
+pytestmark = [pytest.mark.ovs, pytest.mark.shares_host]
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "testbed.core.cli"]

@@ -477,11 +477,13 @@ class BackboneExperiment(base.Experiment):
         ctx.progress(f"{tag}: {', '.join(self.cfg['daemons'])}; timers "
                      f"{timer_set} {self.cfg['timers'][timer_set]}"
                      + (f"; checkpoints {mode}" if mode else ""))
-        return Variant(variant.name, self.cfg, self.bb, out=out, root=ctx.root,
-                       folder=self.folder, prefix=run_prefix(self.run_id),
-                       duration_s=ctx.duration_s, caps=ctx.caps,
-                       progress=ctx.progress, watch=ctx.watch, timer_set=timer_set,
-                       mode=mode, seed=seed).run()
+        entry = Variant(variant.name, self.cfg, self.bb, out=out, root=ctx.root,
+                        folder=self.folder, prefix=run_prefix(self.run_id),
+                        duration_s=ctx.duration_s, caps=ctx.caps,
+                        progress=ctx.progress, watch=ctx.watch, timer_set=timer_set,
+                        mode=mode, seed=seed).run()
+        # the run's id, as the fabric kinds record it: its prefix names what it made
+        return {"run_id": self.run_id, **entry}
 
     def finish(self, runs: list[dict], out: Path, ctx: base.RunContext) -> dict:
         bb, cfg = self.bb, self.cfg

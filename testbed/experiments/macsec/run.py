@@ -55,6 +55,8 @@ Watch = Callable[[list[WatchedLink]], AbstractContextManager]
 IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
+#: how long a run waits, after its traffic, for an attacker still injecting
+ATTACKER_MAX_S = 30.0
 SETTLE_MAX_S = 5.0
 KEYS_FILE = layout.MACSEC_KEYS
 WIRE_PCAP = layout.WIRE_PCAP
@@ -256,7 +258,7 @@ class Lab:
             at_s = attack["at_s"] if attack["at_s"] is not None else self.duration_s / 2
             stack.enter_context((watch or _no_watch)(self.watched()))
             traffic.start_clients()
-            traffic.helper("attacker", wire.attacker_netns, _python(
+            attacker = traffic.helper("attacker", wire.attacker_netns, _python(
                 "testbed.macsec.attacker", "--iface", wire.attacker_veth,
                 "--victim-mac", cfg.b.mac, "--peer-mac", cfg.a.mac,
                 "--src-ip", cfg.a.address, "--dst-ip", cfg.b.address,
@@ -268,6 +270,9 @@ class Lab:
                           f"tampered, {attack['replayed']} replayed, {attack['untagged']} "
                           "untagged")
             traffic.wait(lambda t: self._maybe_rotate(link, t), self.progress, tag)
+            # the attack belongs to the run: on a loaded host its Python starts late, so
+            # the counters are read once it has sent and written what it sent (bounded)
+            wait_for(lambda: not attacker.alive(), ATTACKER_MAX_S)
             macsec_links = self._settled_stats(link)
             capture.stop()
             t1 = time.monotonic()
