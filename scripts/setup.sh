@@ -116,7 +116,8 @@ stamp=.venv/.installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -x .venv/bin/testbed ]; then
     say "installing the project and its pinned dependencies into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+    # --no-compile: a module is compiled when first imported (a third less time here)
+    .venv/bin/python -m pip install -q --no-compile --disable-pip-version-check -e ".[dev]"
     echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import mininet.net" 2>/dev/null \

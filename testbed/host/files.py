@@ -1,12 +1,34 @@
 """Record files of a run: JSON lines read past a torn last line, files written whole or
-not at all (key files readable by their owner alone)."""
+not at all (key files readable by their owner alone), and a unix socket's address in a
+folder of any depth."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+#: the longest path an AF_UNIX address holds (sun_path: 108 bytes, its NUL included)
+UNIX_PATH_MAX = 107
+
+
+@contextmanager
+def unix_address(path: Path) -> Iterator[str]:
+    """``path`` as an AF_UNIX address to bind or send to, however deep its folder: a path
+    longer than :data:`UNIX_PATH_MAX` is reached through a descriptor of its folder
+    (``/proc/self/fd/N/NAME``, which the kernel resolves as the folder itself), open
+    while the block runs. (A results folder given as ``--out`` can be any depth.)"""
+    text = str(path)
+    if len(os.fsencode(text)) <= UNIX_PATH_MAX:
+        yield text
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:

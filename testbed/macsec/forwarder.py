@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from testbed.host import netlink
+from testbed.host.files import unix_address
 from testbed.numbers import flag
 
 from .config import LinkConfig
@@ -180,7 +181,8 @@ class Forwarder:
         path = control_path(workdir, side)
         path.unlink(missing_ok=True)
         self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.ctl.bind(str(path))
+        with unix_address(path) as address:
+            self.ctl.bind(address)
         self.ctl.setblocking(False)
 
     # control -------------------------------------------------------------

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from testbed.host.files import write_json
+from testbed.host.files import unix_address, write_json
 from testbed.host.procs import python_env
 
 from .config import OVERHEAD, LinkConfig
@@ -60,7 +60,8 @@ def ctl_request(path: Path, msg: dict[str, object], timeout: float = 5.0) -> dic
         try:
             sock.bind(os.path.join(tmp, "c"))
             sock.settimeout(timeout)
-            sock.sendto(json.dumps(msg).encode(), str(path))
+            with unix_address(path) as address:
+                sock.sendto(json.dumps(msg).encode(), address)
             reply = json.loads(sock.recv(1 << 20))
         except OSError as exc:
             raise BackendError(f"control request {msg.get('op')} to {path} failed: {exc}") from exc

@@ -31,8 +31,9 @@ runs for its duration, and a training run until its iteration in progress ends):
   30 s to converge) were followed by hand.
 
 Where a test asserts only what the run and the guide's commands do (lab 1's explore
-block: pings answered, iperf3's receiver lines; lab 4's starter: its fabric's checks;
-lab 6: the SecY's exact counters, a verdict of either exit status; lab 7: validation),
+block: pings answered, iperf3's receiver lines; lab 2: arithmetic graded from an answers
+file, pings; lab 4's starter: its fabric's checks; lab 6: the SecY's exact counters, a
+verdict of either exit status; lab 7: validation),
 not a figure that the host's load moves, it shares the host (``shares_host``); the
 others grade figures (a chain's latency against its hops', placement against ECMP, a
 repair's time, a store's throughput, PFC's headroom) and run alone.
@@ -42,10 +43,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -164,6 +163,7 @@ def test_lab1_explore(tmp_path):
     assert len(clients) == 2 and all("receiver" in r.stdout for r in clients)
 
 
+@pytest.mark.shares_host
 def test_lab2_calc_and_grading(tmp_path):
     lines = commands("2", "explore")
     try:
@@ -220,19 +220,8 @@ def test_lab8_solution_lossless_with_pfc(tmp_path):
         assert v[name].startswith("PASS"), v
 
 
-@pytest.fixture
-def short_tmp():
-    """A folder with a short path: the userspace MACsec forwarders bind a unix socket in
-    the results folder, and AF_UNIX paths end at 108 bytes (pytest's tmp_path plus the
-    variant's folders is longer; a known limit of testbed/macsec/forwarder.py)."""
-    folder = Path(tempfile.mkdtemp(prefix="l6-", dir="/tmp"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.mark.shares_host
-def test_lab6_starter_fails_solution_passes(short_tmp):
-    tmp_path = short_tmp
+def test_lab6_starter_fails_solution_passes(tmp_path):
     run_step("6", "run-starter", tmp_path, duration=10)
     run_step("6", "run-solution", tmp_path, duration=10)
     _, bad = grade("6", "check-starter", tmp_path)

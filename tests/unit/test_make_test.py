@@ -86,9 +86,9 @@ def test_no_test_that_measures_or_reads_the_whole_host_shares_it():
     # in files of both: the graded figures of the lab guides, a clean of every dead run
     # (beside another test it would clean that test's runs), a look for anything of any run
     assert not marked["test_labs.py"] & {
-        "test_lab1_starter_run_and_graded", "test_lab2_calc_and_grading",
-        "test_lab3_starter_app_below_ecmp", "test_lab5_solution_repairs_every_layer",
-        "test_lab8_solution_lossless_with_pfc", "test_lab9_starter_graded_and_explored"}
+        "test_lab1_starter_run_and_graded", "test_lab3_starter_app_below_ecmp",
+        "test_lab5_solution_repairs_every_layer", "test_lab8_solution_lossless_with_pfc",
+        "test_lab9_starter_graded_and_explored"}
     assert "test_clean_removes_a_dead_lab_and_leaves_a_live_one" not in marked["test_lab.py"]
     assert not marked["test_run.py"] & {
         "test_interrupted_run_removes_everything",

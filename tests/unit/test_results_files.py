@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from testbed.core.runner import default_out, link_latest
 from testbed.host.files import write_json, write_text
 
@@ -63,3 +65,31 @@ def test_a_full_disk_is_one_line(monkeypatch, capsys):
     assert cli.main(["validate", "x.yaml"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no space left writing results/x/summary.json" in err[0]
+
+
+def test_a_unix_socket_in_a_folder_deeper_than_sun_path_binds_and_answers(tmp_path):
+    """A results folder of any depth holds the MACsec forwarders' control sockets: the
+    address goes through the folder's descriptor when the path is too long for sun_path,
+    and a datagram sent to it arrives (the plain path itself is refused)."""
+    import socket
+
+    from testbed.host.files import UNIX_PATH_MAX, unix_address
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "ctl-a.sock"
+    assert len(str(path)) > UNIX_PATH_MAX
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as client:
+        with pytest.raises(OSError, match="too long"):
+            server.bind(str(path))
+        with unix_address(path) as address:
+            server.bind(address)
+        assert path.is_socket()  # made in the folder itself
+        with unix_address(path) as address:
+            client.sendto(b"ping", address)
+        server.settimeout(2)
+        assert server.recv(16) == b"ping"
+    short = tmp_path / "s.sock"
+    with unix_address(short) as address:
+        assert address == str(short)  # a short path is itself
