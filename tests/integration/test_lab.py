@@ -4,10 +4,10 @@ a fault by hand breaks a ping and its restore mends it, a capture during a short
 training run decodes as RoCEv2, ``down`` leaves nothing; ``clean`` removes a lab whose
 supervisor died and leaves a live one alone.
 
-The lab's own tests and the clean of one named dead lab (``--run``) assert what commands
-do (answers, pings, decoded frames, what is left), not how fast: they share the host
-(``shares_host``). The clean of every dead run does not: beside another test it would
-clean that test's runs too."""
+The clean of one named dead lab (``--run``) asserts what it stops and leaves, not how
+fast: it shares the host (``shares_host``). The others run alone: the capture must hold
+CE marks or CNPs, which need the training's senders to fill the uplinks, and the clean
+of every dead run would clean a test's runs beside it too."""
 
 from __future__ import annotations
 
@@ -130,7 +130,6 @@ def test_clean_removes_a_dead_lab_and_leaves_a_live_one(lab, tmp_path):
     assert ping(name, "n0", "10.0.0.4")
 
 
-@pytest.mark.shares_host
 def test_lab_up_ls_exec_fault_capture_down(lab):
     name, record, printed = lab
     assert f"lab {name} is up" in printed and "n0p0r0 10.0.0.1/24" in printed

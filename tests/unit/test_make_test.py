@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,16 @@ def test_no_test_that_measures_or_reads_the_whole_host_shares_it():
         "test_lab1_starter_run_and_graded", "test_lab3_starter_app_below_ecmp",
         "test_lab5_solution_repairs_every_layer", "test_lab8_solution_lossless_with_pfc",
         "test_lab9_starter_graded_and_explored"}
-    assert "test_clean_removes_a_dead_lab_and_leaves_a_live_one" not in marked["test_lab.py"]
+    assert not marked["test_lab.py"] & {"test_clean_removes_a_dead_lab_and_leaves_a_live_one",
+                                        "test_lab_up_ls_exec_fault_capture_down"}
+    assert "test_lab1_explore" not in marked["test_labs.py"]  # counts every iperf3 of the host
+    # a mark on a parameter (pytest.param), as pytest reads it: the ring example alone
+    alone_ids = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-m", "not shares_host", str(integration / "test_experiments.py")],
+        cwd=REPO, capture_output=True, text=True).stdout
+    assert "test_examples_run[ring-<lambda>]" in alone_ids, alone_ids
+    assert "test_examples_run[fault-kinds-<lambda>]" not in alone_ids, alone_ids
     assert not marked["test_run.py"] & {
         "test_interrupted_run_removes_everything",
         "test_run_survives_a_killed_controller_and_cleans_up",

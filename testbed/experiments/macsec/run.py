@@ -272,7 +272,9 @@ class Lab:
             traffic.wait(lambda t: self._maybe_rotate(link, t), self.progress, tag)
             # the attack belongs to the run: on a loaded host its Python starts late, so
             # the counters are read once it has sent and written what it sent (bounded)
-            wait_for(lambda: not attacker.alive(), ATTACKER_MAX_S)
+            if not wait_for(lambda: not attacker.alive(), ATTACKER_MAX_S):
+                self.progress(f"{tag}: the attacker still runs {ATTACKER_MAX_S:g} s after "
+                              "the traffic: the counters are read without its record")
             macsec_links = self._settled_stats(link)
             capture.stop()
             t1 = time.monotonic()
