@@ -227,7 +227,11 @@ def test_a_timed_ring_ends_on_the_same_iteration_everywhere(lab: Lab, tmp_path: 
 @pytest.mark.root
 def test_a_timed_ring_whose_leader_is_gone_still_ends(lab: Lab, tmp_path: Path) -> None:
     """No end-of-run message comes when the leader dies: the others stop by themselves,
-    past the end, after an iteration that timed out (not at the runner's SIGTERM)."""
+    past the end (not at the runner's SIGTERM). Rank 1 receives from the dead leader, so
+    its last iteration timed out; rank 2 receives from rank 1, which still sends after
+    each time-out, about as late as rank 2's own step time-out: whether rank 2 timed out
+    too is a race of two 200 ms clocks (both ways seen on one host), so it is not
+    asserted."""
     _, hosts, ranks = bridged_ranks(lab, 3, 1)
     cfg = {"bytes": 60_000, "compute_ms": 20, "rate_mbps": 100, "step_timeout_ms": 200,
            "payload": 1000, "ranks": ranks}
@@ -255,9 +259,10 @@ def test_a_timed_ring_whose_leader_is_gone_still_ends(lab: Lab, tmp_path: Path) 
             p.communicate()
     assert [p.returncode for p in procs[1:]] == [0, 0]
     assert 1.5 <= ended < 5, ended
-    for r in (1, 2):
-        last = json.loads((tmp_path / f"rank{r}.jsonl").read_text().splitlines()[-1])
-        assert last["timeouts"] > 0 and last["end"] >= start_at + 1.5
+    last = {r: json.loads((tmp_path / f"rank{r}.jsonl").read_text().splitlines()[-1])
+            for r in (1, 2)}
+    assert last[1]["timeouts"] > 0, last[1]
+    assert all(x["end"] >= start_at + 1.5 for x in last.values()), last
 
 
 @pytest.mark.root
