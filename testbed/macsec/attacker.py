@@ -1,10 +1,13 @@
 """An attacker on the protected wire: replays, tampers with and forges frames.
 
 Run inside the attacker namespace (``python -m testbed.macsec.attacker --iface IF
-...``). Until ``--inject-at`` (epoch seconds) it records MACsec frames that the
-victim's peer sent (source MAC ``--peer-mac``): the oldest ones are kept for
-replay, the newest one is the template for tampering. Then it sends, toward the
-victim (``--victim-mac``):
+...``). From the moment its capture socket is open (it then creates the ``--ready``
+file) until the injection time it records MACsec frames that the victim's peer sent
+(source MAC ``--peer-mac``): the oldest ones are kept for replay, the newest one is the
+template for tampering. The injection time (epoch seconds) is ``--inject-at``, or the
+number the run writes into ``--inject-at-file`` once its traffic starts, so that an
+attacker started before the traffic sees it from its first frame. Then it sends, toward
+the victim (``--victim-mac``):
 
 * ``--replayed N`` old captured frames, unchanged (the receiver must count them late);
 * ``--tampered N`` copies of the newest frame with the PN moved ahead and one
@@ -22,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed.numbers import flag
@@ -31,6 +35,7 @@ ETH_P_MACSEC = b"\x88\xe5"
 PN_OFFSET = 16  # DA(6) SA(6) EtherType(2) TCI/AN(1) SL(1), then the 4-octet PN
 PN_JUMP = 1_000_000
 GAP_S = 0.002
+POLL_S = 0.1  # how often the injection time's file is read while it is not yet written
 
 
 def _checksum(data: bytes) -> int:
@@ -61,16 +66,34 @@ def tampered_frame(template: bytes, i: int) -> tuple[bytes, int]:
     return bytes(frame), pn
 
 
+class InjectTime:
+    """The injection time written into ``path`` by the run, read at most every POLL_S."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.at, self.read_at = path, None, 0.0
+
+    def __call__(self) -> float | None:
+        if self.at is None and time.monotonic() - self.read_at >= POLL_S:
+            self.read_at = time.monotonic()
+            try:
+                self.at = float(self.path.read_text())
+            except (FileNotFoundError, ValueError):  # not yet written, or half-written
+                pass
+        return self.at
+
+
 def capture(sock: socket.socket, peer_mac: bytes, keep: int,
-            until: float) -> tuple[list[bytes], bytes | None]:
-    """Oldest ``keep`` MACsec frames from ``peer_mac`` and the newest one, until ``until``."""
+            until: Callable[[], float | None]) -> tuple[list[bytes], bytes | None]:
+    """Oldest ``keep`` MACsec frames from ``peer_mac`` and the newest one, until the
+    time ``until()`` names (None: not named yet) has passed."""
     oldest: list[bytes] = []
     newest = None
     while True:
-        left = until - time.time()
+        end = until()
+        left = POLL_S if end is None else end - time.time()
         if left <= 0:
             return oldest, newest
-        sock.settimeout(min(left, 0.2))
+        sock.settimeout(min(left, POLL_S))
         try:
             frame = sock.recv(65536)
         except TimeoutError:
@@ -87,10 +110,15 @@ def attack(args: argparse.Namespace) -> dict[str, object]:
     peer = bytes.fromhex(args.peer_mac.replace(":", ""))
     rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     rx.bind((args.iface, ETH_P_ALL))
+    if args.ready:
+        args.ready.touch()
+    until = InjectTime(args.inject_at_file) if args.inject_at is None else \
+        (lambda: args.inject_at)
     try:
-        oldest, newest = capture(rx, peer, max(args.replayed, 1), args.inject_at)
+        oldest, newest = capture(rx, peer, max(args.replayed, 1), until)
         if newest is None:  # traffic may be late: wait a little longer for one frame
-            oldest, newest = capture(rx, peer, max(args.replayed, 1), time.time() + 5)
+            later = time.time() + 5
+            oldest, newest = capture(rx, peer, max(args.replayed, 1), lambda: later)
     finally:
         rx.close()
     tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -130,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tampered", type=flag(0, 10**9, integer=True), default=0)
     p.add_argument("--replayed", type=flag(0, 10**9, integer=True), default=0)
     p.add_argument("--untagged", type=flag(0, 10**9, integer=True), default=0)
-    p.add_argument("--inject-at", type=flag(0, 10**12), required=True, help="epoch seconds")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--inject-at", type=flag(0, 10**12), help="epoch seconds")
+    when.add_argument("--inject-at-file", type=Path,
+                      help="a file the run writes the injection time into (epoch seconds)")
+    p.add_argument("--ready", type=Path, help="created once the capture has begun")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     result = attack(args)

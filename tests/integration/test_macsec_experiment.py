@@ -63,6 +63,17 @@ def test_attack_was_counted_and_nothing_delivered(result: tuple[dict, Path, str]
     assert set(m["links"][0]["sides"]) == {"a", "b"}
 
 
+def test_the_attacker_replays_frames_from_the_start_of_the_traffic(
+        result: tuple[dict, Path, str]) -> None:
+    """The attacker captures before the traffic starts, so the frames it replays are among
+    the first ones a sent, far below b's replay window when it injects (an attacker that
+    began late would replay recent frames, still inside the window: they would be
+    delivered)."""
+    _, out, _ = result
+    sent = json.loads((out / "variants" / "protected" / "attack.json").read_text())
+    assert sent["replayed_pns"] and max(sent["replayed_pns"]) < SECTION["replay_window"], sent
+
+
 def test_capture_decrypts_with_the_keys_the_summary_names(result: tuple[dict, Path, str]) -> None:
     """summary.json names the key file and holds each key's fingerprint, never a key; the
     key file (its owner's alone) decrypts the capture."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import yaml
 from testbed.errors import ConfigError
 from testbed.experiments.macsec.run import attack_entry, closing_note
 from testbed.experiments.macsec.schema import MacsecSection, check_timing, validate
-from testbed.macsec.attacker import tampered_frame, untagged_frame
+from testbed.macsec.attacker import InjectTime, capture, tampered_frame, untagged_frame
 from testbed.macsec.config import LinkConfig
 from testbed.macsec.decrypt import decrypt_pcap
 from testbed.macsec.forwarder import build_secy
@@ -175,3 +177,36 @@ def test_attacker_frames() -> None:
     assert pn == 1 + 1_000_005 and len(bad) == len(good)
     assert b.validate(bad) is None and b.counters.InPktsNotValid == 1
     assert b.validate(good) is not None
+
+
+def test_the_attacker_captures_until_the_time_the_run_writes(tmp_path: Path) -> None:
+    """Frames seen before the injection time is written are kept (the oldest for replay,
+    the newest as the template); capture ends once the written time has passed."""
+    peer, other = b"\x02\x00\x00\x00\x00\x0a", b"\x02\x00\x00\x00\x00\x0b"
+
+    def frame(src: bytes, pn: int) -> bytes:
+        return b"\xff" * 6 + src + b"\x88\xe5\x2c\x00" + pn.to_bytes(4, "big") + b"x" * 32
+
+    rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    at = tmp_path / "attacker.at"
+
+    def run() -> None:
+        for pn in range(1, 6):
+            tx.send(frame(peer, pn))
+            tx.send(frame(other, 100 + pn))
+        time.sleep(0.3)  # still capturing: no time written yet
+        tx.send(frame(peer, 6))
+        at.write_text(f"{time.time() + 0.2:.3f}\n")
+
+    t = threading.Thread(target=run)
+    start = time.time()
+    t.start()
+    try:
+        oldest, newest = capture(rx, peer, 3, InjectTime(at))
+    finally:
+        t.join()
+        rx.close()
+        tx.close()
+    assert [int.from_bytes(f[16:20], "big") for f in oldest] == [1, 2, 3]
+    assert newest is not None and int.from_bytes(newest[16:20], "big") == 6
+    assert 0.4 < time.time() - start < 5

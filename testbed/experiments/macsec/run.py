@@ -34,7 +34,7 @@ from testbed.core.results import ZERO_TRAINING, agents_entry
 from testbed.errors import BringUpError
 from testbed.experiments import base
 from testbed.experiments.macsec.schema import MacsecSection, check_timing, validate
-from testbed.host.files import read_jsonl, write_json
+from testbed.host.files import read_jsonl, write_json, write_text
 from testbed.host.hosts import NetnsHost
 from testbed.host.naming import claim, new_run_id, run_dir, run_prefix
 from testbed.host.procs import Helper, python_env, wait_for
@@ -55,7 +55,8 @@ Watch = Callable[[list[WatchedLink]], AbstractContextManager]
 IPERF_PORT = 5201
 BULK_DELAY_S = 1.0
 SETTLE_S = 0.5
-#: how long a run waits, after its traffic, for an attacker still injecting
+#: how long a run waits for its attacker to begin capturing (before the traffic starts),
+#: and, after the traffic, for an attacker still injecting
 ATTACKER_MAX_S = 30.0
 SETTLE_MAX_S = 5.0
 KEYS_FILE = layout.MACSEC_KEYS
@@ -250,28 +251,37 @@ class Lab:
                 "8192", "-Z", "root", "-w", str(vout / WIRE_PCAP)])
             if not wait_for(lambda: "listening on" in _read(vout / layout.TCPDUMP_LOG), 10):
                 raise BringUpError(f"tcpdump did not start (see {vout / layout.TCPDUMP_LOG})")
-            traffic.start_servers()
-            start_s = time.monotonic() - t0
-            self.progress(f"{tag}: {link.backend} MACsec link ({cfg.suite}, encrypt "
-                          f"{cfg.encrypt}, validate {cfg.validate}) up in {start_s:.2f} s")
             attack = s["attack"]
             at_s = attack["at_s"] if attack["at_s"] is not None else self.duration_s / 2
-            stack.enter_context((watch or _no_watch)(self.watched()))
-            traffic.start_clients()
+            # the attacker captures from the traffic's first frame: it starts before the
+            # traffic and learns when to inject once the traffic has started
+            ready, inject_at = self.pid_dir / "attacker.ready", self.pid_dir / "attacker.at"
+            for stale in (ready, inject_at):  # an earlier seed's
+                stale.unlink(missing_ok=True)
             attacker = traffic.helper("attacker", wire.attacker_netns, _python(
                 "testbed.macsec.attacker", "--iface", wire.attacker_veth,
                 "--victim-mac", cfg.b.mac, "--peer-mac", cfg.a.mac,
                 "--src-ip", cfg.a.address, "--dst-ip", cfg.b.address,
                 "--tampered", str(attack["tampered"]), "--replayed", str(attack["replayed"]),
-                "--untagged", str(attack["untagged"]),
-                "--inject-at", f"{time.time() + at_s:.3f}",
-                "--out", str(vout / layout.ATTACK)))
+                "--untagged", str(attack["untagged"]), "--ready", str(ready),
+                "--inject-at-file", str(inject_at), "--out", str(vout / layout.ATTACK)))
+            traffic.start_servers()
+            if not (wait_for(lambda: ready.exists() or not attacker.alive(), ATTACKER_MAX_S)
+                    and ready.exists()):
+                raise BringUpError(f"the attacker did not begin its capture within "
+                                   f"{ATTACKER_MAX_S:g} s (see {vout / 'attacker.log'})")
+            start_s = time.monotonic() - t0
+            self.progress(f"{tag}: {link.backend} MACsec link ({cfg.suite}, encrypt "
+                          f"{cfg.encrypt}, validate {cfg.validate}) up in {start_s:.2f} s")
+            stack.enter_context((watch or _no_watch)(self.watched()))
+            traffic.start_clients()
+            write_text(inject_at, f"{time.time() + at_s:.3f}\n")
             self.progress(f"{tag}: attacker injects at {at_s:g} s: {attack['tampered']} "
                           f"tampered, {attack['replayed']} replayed, {attack['untagged']} "
                           "untagged")
             traffic.wait(lambda t: self._maybe_rotate(link, t), self.progress, tag)
-            # the attack belongs to the run: on a loaded host its Python starts late, so
-            # the counters are read once it has sent and written what it sent (bounded)
+            # the attack belongs to the run: the counters are read once the attacker has
+            # sent and written what it sent (bounded: a loaded host delays it)
             if not wait_for(lambda: not attacker.alive(), ATTACKER_MAX_S):
                 self.progress(f"{tag}: the attacker still runs {ATTACKER_MAX_S:g} s after "
                               "the traffic: the counters are read without its record")
