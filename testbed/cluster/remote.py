@@ -178,7 +178,8 @@ def part(request: dict, requests, answers) -> int:
                 # the lab's machine samples it a second time: the two-part test)
                 if monitor is None:
                     monitor = Monitor(run_dir(run_id) / f"fidelity-{os.getpid()}.jsonl")
-                    monitor.start().watch()
+                    monitor.watch()  # before its baseline: every sample is in the window
+                    monitor.start()
                 say({"watch": True})
             elif op == "unwatch":
                 samples = []

@@ -40,7 +40,9 @@ that missed; this module does the same, once a second, for the duration of a var
 
 Samples go to ``fidelity.jsonl`` in the variant's folder (one line a second). Only the
 samples inside the kind's measured window (``RunContext.watch``: traffic, not bring-up
-and teardown) are judged, when the kind opens one; otherwise every sample is.
+and teardown) are judged, when the kind opens one; otherwise every sample is. A sample
+is inside when its whole interval is: the one that began before the window opened (the
+generators getting ready) is not judged, nor the one that ends after it closed.
 
 Thresholds and the verdict: :mod:`testbed.core.fidelity_verdict`.
 """
@@ -436,6 +438,7 @@ class Monitor:
         self._read: dict[str, tuple[int, float]] = {}  # (backlog, time) at the last read
         self._owed: dict[str, float] = {}  # bytes owed since the last sample
         self._measuring = False
+        self._opened = 0.0  # when the measured window opened (monotonic)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -447,6 +450,8 @@ class Monitor:
         """From now on samples are judged, and ``links`` are watched."""
         with self._lock:
             self._links += list(links)
+            if not self._measuring:
+                self._opened = time.monotonic()
             self._measuring = True
 
     def unwatch(self) -> None:
@@ -566,7 +571,8 @@ class Monitor:
                     owing[lk.name] = self._owed[lk.name]
             self._queues, self._owed = kept, owing
             record = {"t": round(time.time(), 3), "interval_s": round(interval, 3),
-                      "measuring": self._measuring, **cpu,
+                      "measuring": self._measuring and now - interval >= self._opened,
+                      **cpu,
                       "links": len(links),
                       "saturated": [{k: lk[k] for k in ("link", "delivered", "backlog")}
                                     for lk in links if lk["saturated"]]}

@@ -165,10 +165,10 @@ def cmd_check_live(lab: Lab, name: str, names: str | None = None) -> int:
     live = LiveLab.find(name)
     check_scenario(lab, live)
     need_root("testbed check --lab")
-    with fidelity.Monitor(Path(live.record["out"]) / layout.LIVE_CHECK_FIDELITY,
-                          owner=live.record["owner"]["pid"]) as monitor:
-        with monitor.watching():
-            graded, skipped = run_checks(checks, live)
+    monitor = fidelity.Monitor(Path(live.record["out"]) / layout.LIVE_CHECK_FIDELITY,
+                               owner=live.record["owner"]["pid"])
+    with monitor.watching(), monitor:  # the window open before the first sample: all judged
+        graded, skipped = run_checks(checks, live)
     if not graded:
         raise ConfigError("--lab", f"no live check of lab {lab.number} applies to variant "
                                    f"{live.variant_name}: "

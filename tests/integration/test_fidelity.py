@@ -1,6 +1,7 @@
 """Root tests: the fidelity monitor reads a shaped queue inside a namespace from its thread
 (and lets the namespace go); it flags a run whose host was starved (two CPU hogs beside a
-short fabric run with saturated uplinks) and passes the same run on a quiet host."""
+short fabric run with saturated uplinks) and passes the same run on a quiet host; either
+way only the traffic is judged, not the generators' start-up."""
 
 from __future__ import annotations
 
@@ -40,6 +41,17 @@ def run_probe(out: Path) -> tuple[dict, list[str]]:
     lines: list[str] = []
     summary = run(parse(dict(SCENARIO)), out, progress=lines.append)
     return summary, lines
+
+
+def assert_judged_from_the_traffic_on(folder: Path) -> None:
+    """Every judged sample's interval began once the training had (its ranks' common start
+    time, less the 0.2 s between its writing and the start): the ranks' start-up, their
+    Python and Scapy getting ready, is not judged."""
+    first = min(json.loads(line)["start"] for path in folder.glob(layout.RANK_GLOB)
+                for line in path.read_text().splitlines()[:1])
+    samples = [json.loads(line) for line in (folder / layout.FIDELITY).read_text().splitlines()]
+    judged = [s["t"] - s["interval_s"] for s in samples if s["measuring"]]
+    assert judged and min(judged) >= first - 0.3, (first, samples)
 
 
 def start_hog() -> int:
@@ -113,6 +125,7 @@ def test_a_starved_host_is_flagged(tmp_path):
     assert verdict["stats"]["delivery"]["link_samples"] > 0  # the uplinks were watched
     samples = (tmp_path / entry["dir"] / layout.FIDELITY).read_text().splitlines()
     assert len(samples) >= verdict["samples"] >= 4
+    assert_judged_from_the_traffic_on(tmp_path / entry["dir"])
     assert any("warning: do not trust these numbers" in line for line in lines)
     report = (tmp_path / layout.REPORT).read_text()
     assert "**Do not trust the numbers of fidelity-probe:" in report
@@ -133,3 +146,4 @@ def test_a_quiet_host_is_not_flagged(tmp_path):
     assert verdict["ok"], verdict["reasons"]
     assert verdict["stats"]["delivery"]["link_samples"] > 0
     assert verdict["stats"]["delivery"]["p10"] > fidelity_verdict.THRESHOLDS.delivery_min
+    assert_judged_from_the_traffic_on(tmp_path / summary["runs"][0]["dir"])

@@ -290,6 +290,21 @@ def test_a_short_span_keeps_what_was_owed_for_the_next_sample(tmp_path):
     assert s["delivered"] == round(1_250_000 / (375_000 + 400_000), 3)  # over the whole 1 s
 
 
+def test_a_sample_is_judged_only_when_its_whole_interval_lies_in_the_window(tmp_path):
+    """The interval in which the window opened (the generators still getting ready) is
+    not judged; the next one is; the one in which it closed is not."""
+    mon = _monitor(tmp_path, [{}] * 6)
+    mon._sample()  # the baseline
+    for step in ("before", "opens", "inside", "closes"):
+        if step == "opens":
+            mon.watch([])
+        elif step == "closes":
+            mon.unwatch()
+        time.sleep(0.01)
+        mon._sample()
+    assert [s["measuring"] for s in mon.samples] == [False, False, True, False]
+
+
 # -- the verdict -------------------------------------------------------------------------
 def sample(idle: float = 0.8, ovs: float = 0.3, helpers: float = 0.2, other: float = 0.1,
            delivered: tuple[float, ...] = (), measuring: bool = True) -> dict:
@@ -399,12 +414,14 @@ def test_monitor_writes_a_line_a_sample_and_judges_at_stop(tmp_path):
     fast = Thresholds(interval_s=0.1)
     with fidelity.Monitor(path, fast, run_root=tmp_path / "run") as mon:
         with mon.watching([]):
-            # three samples: 0.3 s on a lab machine; far longer in an emulated VM
+            # three judged samples: 0.4 s on a lab machine; far longer in an emulated VM
             deadline = time.monotonic() + 30
-            while len(mon.samples) < 3 and time.monotonic() < deadline:
+            while (sum(s["measuring"] for s in mon.samples) < 3
+                   and time.monotonic() < deadline):
                 time.sleep(0.05)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(lines) == len(mon.samples) == mon.result["samples"] >= 3
+    assert len(lines) == len(mon.samples)
+    assert mon.result["samples"] == sum(s["measuring"] for s in lines) >= 3
     assert {"t", "interval_s", "measuring", "host_idle", "cpus", "helpers_cores",
             "saturated"} <= set(lines[-1])
     assert mon.result["thresholds"]["interval_s"] == 0.1

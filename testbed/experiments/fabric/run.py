@@ -224,12 +224,6 @@ class FabricExperiment(base.Experiment):
                     live, accept, seed=seed, out=out, stack=stack, name=tag,
                     agents=variant.agents, training=variant.training, progress=progress)
                 variant = dataclasses.replace(variant, agents=agents, training=training)
-            stack.enter_context(ctx.watch(watched_ports(fabric)))  # the measured window
-            # the other machines' monitors sample the window too (unless the run is not
-            # monitored: testbed run --no-fidelity)
-            on_servers = ctx.monitor is not None and ctx.monitor.enabled
-            if on_servers:
-                fabric.servers_watch()
             progress(f"{tag}: fabric up in {times.start_s:.2f} s, every plane reachable; "
                      f"traffic for {duration_s:g} s")
             if live.metrics_url:
@@ -248,6 +242,14 @@ class FabricExperiment(base.Experiment):
             drops_before = fabric.unseen_drops()
             work = generators.start(fabric, variant, out=out, pid_dir=live.pid_dir,
                                    duration_s=duration_s, seed=seed, stack=stack)
+            # the measured window: the traffic, from its common start time (the
+            # generators' start-up, every rank's Python getting ready, is bring-up)
+            stack.enter_context(ctx.watch(watched_ports(fabric)))
+            # the other machines' monitors sample the window too (unless the run is not
+            # monitored: testbed run --no-fidelity)
+            on_servers = ctx.monitor is not None and ctx.monitor.enabled
+            if on_servers:
+                fabric.servers_watch()
             extra = None
             if variant.workloads:
                 extra = workload_kinds.ExtraWorkloads(fabric, list(variant.workloads), out=out,

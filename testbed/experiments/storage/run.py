@@ -195,8 +195,11 @@ class Variant:
                               else [store.endpoint] * len(self.gpus))
             watched = monitor.watch_run(ctx, live, out=out, stack=stack, tag=self.tag,
                                         kind="storage")
-            with ctx.watch(watched_ports(fabric)):
-                self._chains(live.pid_dir)
+            with ExitStack() as window:
+                with ExitStack() as services:  # started before the measured window
+                    self._start_services(live.pid_dir, services)
+                    window.enter_context(ctx.watch(watched_ports(fabric)))
+                    self._chains(live.pid_dir, services)
                 during_chains = [len(c.reads()) for c in caches]
                 entry["throughput"] = [self._throughput(n, live.pid_dir) for n in s.readers]
             if watched is not None:
@@ -235,22 +238,25 @@ class Variant:
         self.ctx.progress(f"{self.tag}: {objects.keys} objects ({objects.total_mb:.1f} MB) "
                           f"stored in {time.monotonic() - t0:.1f} s")
 
-    def _chains(self, pid_dir: Path) -> None:
-        """Agent chains for the run's duration; the retriever reads on the first GPU node."""
+    def _start_services(self, pid_dir: Path, stack: ExitStack) -> None:
+        """The chains' services; the retriever reads on the first GPU node."""
         s, out, n = self.s, self.out, len(self.gpus)
         at = {svc: min(i, n - 1) for i, svc in enumerate(SERVICES)}
         where = {svc: Service(self.gpus[i], [self.gpu_ips[i]]) for svc, i in at.items()}
         reads = ["--objects", f"{self.endpoints[at['retriever']]}/{BUCKET}",
                  "--keys", str(s.objects.keys), "--zipf", f"{s.objects.zipf:g}",
                  "--seed", str(self.seed), "--reads-out", str(out / layout.READS)]
-        with ExitStack() as stack:
-            start_services(where, out=out, pid_dir=pid_dir, stack=stack,
-                           extra={"retriever": reads})
-            driver = start_driver(self.gpus[min(1, n - 1)], out=out, pid_dir=pid_dir,
-                                  duration_s=self.ctx.duration_s, seed=self.seed,
-                                  concurrency=s.chain_concurrency,
-                                  timeout_ms=s.chain_timeout_ms, stack=stack)
-            driver.wait(self.ctx.duration_s + 30)
+        start_services(where, out=out, pid_dir=pid_dir, stack=stack,
+                       extra={"retriever": reads})
+
+    def _chains(self, pid_dir: Path, stack: ExitStack) -> None:
+        """Agent chains for the run's duration, through the services started."""
+        s, n = self.s, len(self.gpus)
+        driver = start_driver(self.gpus[min(1, n - 1)], out=self.out, pid_dir=pid_dir,
+                              duration_s=self.ctx.duration_s, seed=self.seed,
+                              concurrency=s.chain_concurrency,
+                              timeout_ms=s.chain_timeout_ms, stack=stack)
+        driver.wait(self.ctx.duration_s + 30)
 
     def _throughput(self, readers: int, pid_dir: Path) -> dict:
         """``readers`` GPU nodes read at once for ``read_seconds``: aggregate Mb/s of
