@@ -4,10 +4,10 @@ Run inside the attacker namespace (``python -m testbed.macsec.attacker --iface I
 ...``). From the moment its capture socket is open (it then creates the ``--ready``
 file) until the injection time it records MACsec frames that the victim's peer sent
 (source MAC ``--peer-mac``): the oldest ones are kept for replay, the newest one is the
-template for tampering. The injection time (epoch seconds) is ``--inject-at``, or the
-number the run writes into ``--inject-at-file`` once its traffic starts, so that an
-attacker started before the traffic sees it from its first frame. Then it sends, toward
-the victim (``--victim-mac``):
+template for tampering. The injection time (epoch seconds) is what the run writes into
+``--inject-at-file`` once its traffic starts, so that an attacker started before the
+traffic sees it from its first frame. Then it sends, toward the victim
+(``--victim-mac``):
 
 * ``--replayed N`` old captured frames, unchanged (the receiver must count them late);
 * ``--tampered N`` copies of the newest frame with the PN moved ahead and one
@@ -110,12 +110,9 @@ def attack(args: argparse.Namespace) -> dict[str, object]:
     peer = bytes.fromhex(args.peer_mac.replace(":", ""))
     rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     rx.bind((args.iface, ETH_P_ALL))
-    if args.ready:
-        args.ready.touch()
-    until = InjectTime(args.inject_at_file) if args.inject_at is None else \
-        (lambda: args.inject_at)
+    args.ready.touch()
     try:
-        oldest, newest = capture(rx, peer, max(args.replayed, 1), until)
+        oldest, newest = capture(rx, peer, max(args.replayed, 1), InjectTime(args.inject_at_file))
         if newest is None:  # traffic may be late: wait a little longer for one frame
             later = time.time() + 5
             oldest, newest = capture(rx, peer, max(args.replayed, 1), lambda: later)
@@ -158,11 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tampered", type=flag(0, 10**9, integer=True), default=0)
     p.add_argument("--replayed", type=flag(0, 10**9, integer=True), default=0)
     p.add_argument("--untagged", type=flag(0, 10**9, integer=True), default=0)
-    when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--inject-at", type=flag(0, 10**12), help="epoch seconds")
-    when.add_argument("--inject-at-file", type=Path,
-                      help="a file the run writes the injection time into (epoch seconds)")
-    p.add_argument("--ready", type=Path, help="created once the capture has begun")
+    p.add_argument("--inject-at-file", type=Path, required=True,
+                   help="a file the run writes the injection time into (epoch seconds)")
+    p.add_argument("--ready", type=Path, required=True,
+                   help="created once the capture has begun")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     result = attack(args)

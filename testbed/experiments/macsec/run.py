@@ -268,8 +268,8 @@ class Lab:
             traffic.start_servers()
             if not (wait_for(lambda: ready.exists() or not attacker.alive(), ATTACKER_MAX_S)
                     and ready.exists()):
-                raise BringUpError(f"the attacker did not begin its capture within "
-                                   f"{ATTACKER_MAX_S:g} s (see {vout / 'attacker.log'})")
+                raise BringUpError(f"the attacker did not begin its capture (it exited, or "
+                                   f"{ATTACKER_MAX_S:g} s passed; see {vout / 'attacker.log'})")
             start_s = time.monotonic() - t0
             self.progress(f"{tag}: {link.backend} MACsec link ({cfg.suite}, encrypt "
                           f"{cfg.encrypt}, validate {cfg.validate}) up in {start_s:.2f} s")
