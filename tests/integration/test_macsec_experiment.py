@@ -66,9 +66,9 @@ def test_attack_was_counted_and_nothing_delivered(result: tuple[dict, Path, str]
 def test_the_attacker_replays_frames_from_the_start_of_the_traffic(
         result: tuple[dict, Path, str]) -> None:
     """The attacker captures before the traffic starts, so the frames it replays are among
-    the first ones a sent, far below b's replay window when it injects (an attacker that
-    began late would replay recent frames, still inside the window: they would be
-    delivered)."""
+    the first ones a sent (an attacker that began late replayed PNs 1,810-1,812 on a
+    quiet host). Whether b counts them late also needs their SA to have carried more than
+    the window's frames since (test_attack_was_counted_and_nothing_delivered)."""
     _, out, _ = result
     sent = json.loads((out / "variants" / "protected" / "attack.json").read_text())
     assert sent["replayed_pns"] and max(sent["replayed_pns"]) < SECTION["replay_window"], sent

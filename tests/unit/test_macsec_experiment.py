@@ -209,4 +209,4 @@ def test_the_attacker_captures_until_the_time_the_run_writes(tmp_path: Path) -> 
         tx.close()
     assert [int.from_bytes(f[16:20], "big") for f in oldest] == [1, 2, 3]
     assert newest is not None and int.from_bytes(newest[16:20], "big") == 6
-    assert 0.4 < time.time() - start < 5
+    assert 0.4 < time.time() - start < 30  # ended after the written time; 30: a hang guard
