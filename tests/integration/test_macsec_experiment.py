@@ -54,6 +54,7 @@ def test_attack_was_counted_and_nothing_delivered(result: tuple[dict, Path, str]
     m = result[0]["macsec"]
     attack = m["attack"]
     assert (attack["tampered_sent"], attack["replayed_sent"], attack["untagged_sent"]) == (4, 3, 5)
+    assert attack["replayed_in_window"] == 0, attack  # each replay older than the window
     assert attack["delivered_to_tap"] == 0
     assert attack["accounting_exact"], attack
     c = attack["counters_b"]
@@ -67,11 +68,12 @@ def test_the_attacker_replays_frames_from_the_start_of_the_traffic(
         result: tuple[dict, Path, str]) -> None:
     """The attacker captures before the traffic starts, so the frames it replays are among
     the first ones a sent (an attacker that began late replayed PNs 1,810-1,812 on a
-    quiet host). Whether b counts them late also needs their SA to have carried more than
-    the window's frames since (test_attack_was_counted_and_nothing_delivered)."""
+    quiet host), from the SA in use at the injection time (AN 1, after the rotation), once
+    it has carried more than the window's frames since them."""
     _, out, _ = result
     sent = json.loads((out / "variants" / "protected" / "attack.json").read_text())
     assert sent["replayed_pns"] and max(sent["replayed_pns"]) < SECTION["replay_window"], sent
+    assert sent["replayed_an"] == 1 and sent["replayed_in_window"] == 0, sent
 
 
 def test_capture_decrypts_with_the_keys_the_summary_names(result: tuple[dict, Path, str]) -> None:

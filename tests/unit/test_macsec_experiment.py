@@ -15,7 +15,13 @@ import yaml
 from testbed.errors import ConfigError
 from testbed.experiments.macsec.run import attack_entry, closing_note
 from testbed.experiments.macsec.schema import MacsecSection, check_timing, validate
-from testbed.macsec.attacker import InjectTime, capture, tampered_frame, untagged_frame
+from testbed.macsec.attacker import (
+    Captured,
+    InjectTime,
+    capture,
+    tampered_frame,
+    untagged_frame,
+)
 from testbed.macsec.config import LinkConfig
 from testbed.macsec.decrypt import decrypt_pcap
 from testbed.macsec.forwarder import build_secy
@@ -125,6 +131,17 @@ def test_attack_entry_accounts_for_every_frame() -> None:
     assert attack_entry(sent, link, "check")["delivered_to_tap"] == 4
 
 
+def test_replays_sent_inside_the_window_are_not_expected_late() -> None:
+    link = {"sides": {"a": _counters(OutPktsEncrypted=100), "b": _counters(InPktsOK=101)},
+            "tap": {}, "io": {"a": {"wire_tx": 100, "wire_rx": 0},
+                              "b": {"wire_rx": 103, "wire_tx": 0}}}
+    sent = {"tampered_sent": 0, "replayed_sent": 3, "untagged_sent": 0,
+            "replayed_in_window": 1}
+    entry = attack_entry(sent, link, "strict")
+    assert entry["expected_b"]["InPktsLate"] == 2 and entry["replayed_in_window"] == 1
+    assert entry["delivered_to_tap"] == 1  # the receiver's window accepted it
+
+
 def test_closing_note_names_throughput_and_counters() -> None:
     macsec = {"backend": "userspace", "suite": "gcm-aes-128",
               "throughput_mbps": {"protected": 18.5, "unprotected": 19.0, "ratio": 0.9737},
@@ -179,34 +196,56 @@ def test_attacker_frames() -> None:
     assert b.validate(good) is not None
 
 
+def _frame(src: bytes, pn: int, an: int = 0) -> bytes:
+    return b"\xff" * 6 + src + b"\x88\xe5" + bytes([0x2c | an, 0]) + pn.to_bytes(4, "big") \
+        + b"x" * 32
+
+
 def test_the_attacker_captures_until_the_time_the_run_writes(tmp_path: Path) -> None:
     """Frames seen before the injection time is written are kept (the oldest for replay,
     the newest as the template); capture ends once the written time has passed."""
     peer, other = b"\x02\x00\x00\x00\x00\x0a", b"\x02\x00\x00\x00\x00\x0b"
-
-    def frame(src: bytes, pn: int) -> bytes:
-        return b"\xff" * 6 + src + b"\x88\xe5\x2c\x00" + pn.to_bytes(4, "big") + b"x" * 32
-
     rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     at = tmp_path / "attacker.at"
 
     def run() -> None:
         for pn in range(1, 6):
-            tx.send(frame(peer, pn))
-            tx.send(frame(other, 100 + pn))
+            tx.send(_frame(peer, pn))
+            tx.send(_frame(other, 100 + pn))
         time.sleep(0.3)  # still capturing: no time written yet
-        tx.send(frame(peer, 6))
+        tx.send(_frame(peer, 6))
         at.write_text(f"{time.time() + 0.2:.3f}\n")
 
     t = threading.Thread(target=run)
     start = time.time()
     t.start()
+    seen = Captured(3)
     try:
-        oldest, newest = capture(rx, peer, 3, InjectTime(at))
+        capture(rx, peer, seen, InjectTime(at))
     finally:
         t.join()
         rx.close()
         tx.close()
-    assert [int.from_bytes(f[16:20], "big") for f in oldest] == [1, 2, 3]
-    assert newest is not None and int.from_bytes(newest[16:20], "big") == 6
+    assert [int.from_bytes(f[16:20], "big") for f in seen.replays()] == [1, 2, 3]
+    assert seen.newest is not None and int.from_bytes(seen.newest[16:20], "big") == 6
     assert 0.4 < time.time() - start < 30  # ended after the written time; 30: a hang guard
+
+
+def test_replays_come_from_the_sa_in_use_and_are_late_once_it_carried_the_window() -> None:
+    """Before a key rotation the replays are AN 0's first frames; after it, AN 1's (an
+    old SA's frames may be refused for their SA, not counted late). A replay is late once
+    its SA's highest PN is at least the window above it."""
+    peer = b"\x02\x00\x00\x00\x00\x0a"
+    seen = Captured(2)
+    for pn in range(1, 301):
+        seen.add(_frame(peer, pn, an=0))
+    assert [int.from_bytes(f[16:20], "big") for f in seen.replays()] == [1, 2]
+    assert seen.in_window(256) == 0 and seen.late_in(256) == 0
+    assert seen.in_window(299) == 1 and seen.late_in(299) > 0  # PN 2 + 299 > 300
+    for pn in range(1, 11):
+        seen.add(_frame(peer, pn, an=1))
+    assert [f[14] & 3 for f in seen.replays()] == [1, 1]
+    assert seen.in_window(256) == 2
+    eta = seen.late_in(256)
+    assert eta is None or eta > 0  # 248 more frames at the rate of AN 1 so far
+    assert Captured(2).late_in(256) is None  # no frame: no rate
