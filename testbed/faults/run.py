@@ -2,11 +2,11 @@
 
 The runner calls :func:`start` once traffic is starting and :meth:`FaultRun.stop`
 before teardown; :meth:`FaultRun.entries` (after teardown) turns what was written into
-the run's ``faults`` entries (:mod:`testbed.faults.accounting`). Probes: one
-``traffic.probe`` process per (host, plane, flow) for two host pairs on different
-switches of tier 0 (leaves, edge switches), every plane, ``FLOWS`` UDP ports each
-(so the switches' ECMP hashing spreads them over the spines, and a cut spine link hits
-some of them), at ``RATE`` per second.
+the run's ``faults`` entries (:mod:`testbed.faults.accounting`). Probes: a stream per
+(host, plane, flow) for two host pairs on different switches of tier 0 (leaves, edge
+switches), every plane, ``FLOWS`` UDP ports each (so the switches' ECMP hashing spreads
+them over the spines, and a cut spine link hits some of them), at ``RATE`` per second;
+one ``traffic.probe`` process a host sends all of that host's streams.
 """
 
 from __future__ import annotations
@@ -101,25 +101,24 @@ def start(live, faults, *, out: Path, t0: float, duration_s: float,
     run = FaultRun(live=live, out=out, schedule=Schedule(list(faults), actions), t0=t0)
     length = f"{duration_s + (t0 - time.time()) + 1:.3f}"
     for a, b in probe_pairs(spec):
-        for plane in range(spec.planes):
-            for flow in range(FLOWS):
-                port = str(PROBE_PORT + flow)
-                for me, peer in ((a, b), (b, a)):
-                    host = spec.hosts[me]
+        for me, peer in ((a, b), (b, a)):
+            # one process a host for all its streams (a plane and a flow each)
+            host, streams = spec.hosts[me], []
+            for plane in range(spec.planes):
+                for flow in range(FLOWS):
                     name = f"n{me}p{plane}f{flow}"
                     path = out / layout.probe_file(name)
-                    helper = live.fabric.spawn(
-                        host.name, f"probe-{name}",
-                        [sys.executable, "-m", "traffic.probe", "--name", name,
-                         "--bind", host.interface(plane, 0).ip,
-                         "--peer", f"n{peer}p{plane}f{flow}="
-                         f"{spec.hosts[peer].interface(plane, 0).ip}",
-                         "--rate", f"{RATE:g}", "--duration", length, "--port", port,
-                         "--out", str(path)],
-                        pid_dir=live.pid_dir, log=out / layout.probe_log(name))
-                    stack.callback(helper.stop)
-                    run.probes.append(helper)
+                    streams += ["--stream", ",".join((
+                        name, host.interface(plane, 0).ip, str(PROBE_PORT + flow), str(path),
+                        f"n{peer}p{plane}f{flow}={spec.hosts[peer].interface(plane, 0).ip}"))]
                     run.probe_files.append(path)
+            helper = live.fabric.spawn(
+                host.name, f"probe-n{me}",
+                [sys.executable, "-m", "traffic.probe", "--rate", f"{RATE:g}",
+                 "--duration", length, *streams],
+                pid_dir=live.pid_dir, log=out / layout.probe_log(f"n{me}"))
+            stack.callback(helper.stop)
+            run.probes.append(helper)
     run.schedule.start(t0)
     return run
 

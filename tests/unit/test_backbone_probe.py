@@ -84,3 +84,34 @@ def test_probe_over_loopback(tmp_path):
     assert start + 0.8 < ab.t0 + 4, f"b started {ba.t0 - ab.t0:.1f} s after a"
     w = window(ab, start, start + 0.8)
     assert w["expected"] in (80, 81) and w["lost"] <= 1
+
+
+def test_one_process_serves_several_streams(tmp_path):
+    """Two processes of two streams each (a port apiece, as a fault run's flows): every
+    stream's file has its own start line, only its peer's probes, and its sent count."""
+    base = [sys.executable, "-m", "traffic.probe", "--rate", "50", "--duration", "2"]
+
+    def streams(me: str, bind: str, peer: str, addr: str) -> list[str]:
+        return [arg for flow in (0, 1) for arg in (
+            "--stream", f"{me}{flow},{bind},{47990 + flow},{tmp_path / f'{me}{flow}.jsonl'},"
+                        f"{peer}{flow}={addr}")]
+
+    pa = subprocess.Popen(base + streams("a", "127.0.0.1", "b", "127.0.0.2"))
+    pb = subprocess.Popen(base + streams("b", "127.0.0.2", "a", "127.0.0.1"))
+    assert pa.wait(30) == 0 and pb.wait(30) == 0
+    for me, peer in (("a", "b"), ("b", "a")):
+        for flow in (0, 1):
+            lines = [json.loads(x) for x in (tmp_path / f"{me}{flow}.jsonl").read_text()
+                     .splitlines()]
+            assert lines[0]["start"] == f"{me}{flow}" and lines[0]["peers"] == [f"{peer}{flow}"]
+            arrivals = lines[1:-1]
+            assert arrivals and {(r["s"], r["d"]) for r in arrivals} == {(f"{peer}{flow}",
+                                                                          f"{me}{flow}")}
+            assert lines[-1] == {"stop": f"{me}{flow}", "sent": {f"{peer}{flow}": 100}}
+
+
+def test_a_stream_without_a_peer_is_refused():
+    done = subprocess.run([sys.executable, "-m", "traffic.probe", "--duration", "1",
+                           "--stream", "a,127.0.0.1,47990,/dev/null"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "NAME,BIND,PORT,OUT,PEER=IP" in done.stderr
