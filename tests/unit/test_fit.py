@@ -397,8 +397,18 @@ def test_scenarios_say_where_each_was_checked_clean(tmp_path, capsys):
 
 
 def test_the_shipped_table_holds_only_measurements():
-    # filled by make bench BENCH=clean --record, never by hand: empty until then
-    assert checked.load() == {}
+    """Filled by ``make bench BENCH=clean`` with ``--record``, never by hand: every entry
+    names a shipped scenario, has every field the bench writes, counts each of the
+    scenario's variants once per seed, and kept the idle share a clean run needs."""
+    table = checked.load()
+    for name, entry in table.items():
+        path = checked.CHECKED_FILE.parent / f"{name}.yaml"
+        assert path.is_file(), name
+        assert set(entry) == set(checked.FIELDS), (name, entry)
+        variants = scenario.load(str(path)).variants
+        assert entry["variants"] == len(variants) * len(entry["seeds"]), (name, entry)
+        assert len(entry["seeds"]) >= 3 and entry["cpu_headroom"] >= 0.10, (name, entry)
+        assert entry["busiest_thread_cores"] <= 0.9, (name, entry)
 
 
 @pytest.mark.parametrize("entry,why", [
