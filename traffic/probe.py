@@ -79,9 +79,11 @@ class Stream:
         >>> s.name, s.bind, s.port, s.peers, s.out.name
         ('n0p0f1', '10.0.0.1', 47001, {'n7p0f1': '10.0.0.8'}, 'p.jsonl')
         """
-        name, bind, port, out, *peers = text.split(",")
+        name, bind, port, out, *peers = text.split(",") + [""] * (4 - text.count(","))
         if not peers or not all("=" in p for p in peers):
             raise ValueError(f"--stream {text!r}: want NAME,BIND,PORT,OUT,PEER=IP[,...]")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"--stream {text!r}: PORT must be 1..65535, not {port!r}")
         return cls(name, bind, int(port), dict(p.split("=", 1) for p in peers), Path(out))
 
 

@@ -15,8 +15,7 @@ and if that SA has not yet carried the window's frames since them (a slow host, 
 just rotated) it goes on capturing until it has: at most WAIT_LATE_S, and not at all when
 the SA's rate so far would not get there in that time (a window larger than the run's
 traffic). Frames it still had to send within the window are counted in
-``replayed_in_window``. Then it sends,
-toward the victim (``--victim-mac``):
+``replayed_in_window``. Then it sends, toward the victim (``--victim-mac``):
 
 * ``--replayed N`` old captured frames, unchanged (the receiver must count them late);
 * ``--tampered N`` copies of the newest frame with the PN moved ahead and one
@@ -178,13 +177,13 @@ def attack(args: argparse.Namespace) -> dict[str, object]:
         # until there is a frame and the replays are late, while they can be in time
         later = time.time() + (WAIT_LATE_S if args.replayed else 5)
 
-        def ready() -> bool:
+        def enough() -> bool:
             if seen.newest is None or not args.replayed:
                 return seen.newest is not None
             eta = seen.late_in(args.window)  # past the wait's end: sent in the window
             return eta is not None and (eta == 0 or eta > later - time.time())
 
-        capture(rx, peer, seen, lambda: later, ready)
+        capture(rx, peer, seen, lambda: later, enough)
     finally:
         rx.close()
     oldest, newest = seen.replays(), seen.newest

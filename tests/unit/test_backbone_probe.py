@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from testbed.backbone.analysis import PairLog, fault_figures, load, loss_timeline, window
 from traffic.probe import decode, encode
 
@@ -110,8 +112,14 @@ def test_one_process_serves_several_streams(tmp_path):
             assert lines[-1] == {"stop": f"{me}{flow}", "sent": {f"{peer}{flow}": 100}}
 
 
-def test_a_stream_without_a_peer_is_refused():
+@pytest.mark.parametrize("stream,why", [
+    ("a,127.0.0.1,47990,/dev/null", "NAME,BIND,PORT,OUT,PEER=IP"),
+    ("a,127.0.0.1", "NAME,BIND,PORT,OUT,PEER=IP"),
+    ("a,127.0.0.1,http,/dev/null,b=127.0.0.2", "PORT must be 1..65535, not 'http'"),
+    ("a,127.0.0.1,70000,/dev/null,b=127.0.0.2", "PORT must be 1..65535"),
+])
+def test_a_bad_stream_is_one_line_and_exit_2(tmp_path, stream, why):
     done = subprocess.run([sys.executable, "-m", "traffic.probe", "--duration", "1",
-                           "--stream", "a,127.0.0.1,47990,/dev/null"],
-                          capture_output=True, text=True)
-    assert done.returncode == 2 and "NAME,BIND,PORT,OUT,PEER=IP" in done.stderr
+                           "--stream", stream], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and why in done.stderr.splitlines()[-1], done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing created
