@@ -30,9 +30,11 @@ a quarter and loses the rest at its sending end's full queue.
 from __future__ import annotations
 
 import errno
+import fcntl
 import select
 import socket
 import struct
+import termios
 import threading
 import time
 from collections.abc import Sequence
@@ -58,6 +60,7 @@ LOSS_MAX = 0.005
 OFFER = 0.97  # of the link's rate: a queue that took a burst drains again
 OFFER_MIN = 0.95
 TICK_S = 0.001
+DEADLINE = 1.5  # windows a sender may take when its link's queue holds frames back
 RCVBUF_BYTES = 16 * 1024 * 1024
 SOL_PACKET = 263
 PACKET_STATISTICS = 6  # struct tpacket_stats: packets, drops (reset when read)
@@ -148,46 +151,55 @@ def _socket(end: End, receive: bool = False) -> socket.socket:
                                RCVBUF_BYTES if receive else 0)
 
 
+def _queued(sock: socket.socket) -> int:
+    """The bytes of this socket's frames not yet through its interface (``SIOCOUTQ``:
+    their kernel buffers, charged until the frame leaves the link's queue)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(4)))[0]
+
+
 def _send(sock: socket.socket, template: bytearray, mbps: float, window_s: float,
           queue_bytes: int, got: Measured) -> None:
-    """Frames paced at :data:`OFFER` of ``mbps`` for ``window_s``, sent in ticks (what is
-    due). The sender keeps a shadow of the link's egress queue (filled by what it sends,
-    drained at the link's configured rate) and never fills it beyond half: after a
-    stall (the machine's scheduler, not the link) the frames that would are skipped, not
-    offered, so a link is not blamed for bursts its queue was never built to take."""
+    """Frames paced at :data:`OFFER` of ``mbps``, sent in ticks (what is due). The sender
+    never lets more than half the link's egress queue wait (read from the kernel, not
+    assumed): when the queue has not drained (a stall of the machine's scheduler, or a
+    link slower than its rate) the due frames are held, not sent into a full queue, and
+    go once it drains, until :data:`DEADLINE` windows have passed. Frames still held
+    then are lost at the sending end's full queue (a slow link); frames never sent
+    because the sender itself fell behind are not offered (the machine)."""
     size = len(template)
     interval = size * 8 / (OFFER * mbps * 1e6)
-    drain = mbps * 1e6 / 8  # bytes a second
+    room = max(1, queue_bytes // 2 // size)  # frames that may wait in the link's queue
     planned = int(window_s / interval)
     got.planned = planned
-    start = last = time.perf_counter()
-    shadow = 0.0
+    start = time.perf_counter()
+    truesize = 0  # one frame's kernel buffer, as the queue counts it
     seq = 0
-    while seq < planned:
+    held = False
+    while seq < planned and time.perf_counter() - start < DEADLINE * window_s:
         now = time.perf_counter()
-        if now - start > window_s + 0.1:  # the machine fell behind: what was offered counts
-            break
         due = min(planned, int((now - start) / interval) + 1)
+        held = False
         while seq < due:
-            now = time.perf_counter()
-            shadow = max(0.0, shadow - (now - last) * drain)
-            last = now
-            if shadow + size > queue_bytes / 2:
-                seq += 1  # skipped: would only fill the queue the stall left behind
-                continue
-            shadow += size
+            queued = _queued(sock)
+            if truesize and queued + truesize > room * truesize:
+                held = True  # the queue has not drained: these wait
+                break
             struct.pack_into("!I", template, 14 + HEADER.size - 4, seq)
             got.sent_at.extend([0.0] * (seq + 1 - len(got.sent_at)))
-            got.sent_at[seq] = now
+            got.sent_at[seq] = time.perf_counter()
             try:
                 sock.send(template)
             except OSError as exc:
                 if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
                     return  # the interface went away: nothing more to offer
                 got.refused += 1
+            truesize = max(truesize, _queued(sock) - queued)
             got.offered += 1
             seq += 1
         time.sleep(TICK_S)
+    if held:  # the link's queue never drained enough: the rest is its loss
+        got.refused += planned - seq
+        got.offered += planned - seq
 
 
 def _receive(socks: dict[int, tuple[socket.socket, int]], got: dict[int, Measured],

@@ -290,10 +290,11 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
     default = next(p for p in planned if not p.dscp and not p.sources)
     lines = [f"qdisc add dev {dev} root handle 1: htb default {default.minor:x}",
              f"class add dev {dev} parent 1: classid 1:1 htb rate {link} ceil {link} "
-             f"burst {burst(mbps, mtu)}"]
+             f"burst {burst(mbps, mtu)} cburst {burst(mbps, mtu)}"]
     for p in planned:
         lines.append(f"class add dev {dev} parent 1:1 classid {p.classid} htb "
                      f"rate {p.rate_kbit}kbit ceil {link} burst {burst(mbps, mtu)} "
+                     f"cburst {burst(mbps, mtu)} "
                      f"prio {0 if p.strict else 1} quantum {mtu + 18}")
         if p.lossless:
             leaf = f"tbf rate {link} burst {burst(mbps, mtu)} limit {p.limit}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,12 @@ def test_hosts_are_configured_as_the_spec_says(live):
                 host.name, ["tc", "-j", "qdisc", "show", "dev", intf.name]).stdout)
             if live.fabric.caps.htb:  # shaped like the switch ports: HTB over the buffer
                 assert [q["kind"] for q in qdiscs] == ["htb", "bfifo"]
+                # the ceiling's bucket as deep as the rate's: a timer that fires late
+                # keeps its tokens, and the link its rate
+                shown = live.fabric.run(host.name, ["tc", "class", "show", "dev",
+                                                    intf.name]).stdout
+                burst, cburst = re.search(r" burst (\d+)b cburst (\d+)b", shown).groups()
+                assert burst == cburst and int(burst) >= 2 * spec.mtu, shown
             if live.fabric.caps.ovs_datapath == "user":
                 features = live.fabric.run(host.name, ["ethtool", "-k", intf.name]).stdout
                 for name in ("tx-checksumming", "scatter-gather", "tcp-segmentation-offload",

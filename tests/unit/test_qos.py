@@ -85,6 +85,10 @@ def test_roce_profile_tc_lines():
             "flowid 1:11") in lines
     assert any("protocol 0x88b5" in ln and "flowid 1:ff" in ln for ln in lines)
     assert sum(p.rate_kbit for p in planned) == 20_000
+    # every class's ceiling bucket as deep as its rate's (tc's default is one small frame:
+    # a late timer would cost the port its rate)
+    classes = [ln for ln in lines if ln.startswith("class add") and "ceil 20mbit" in ln]
+    assert classes and all("burst 9018 cburst 9018 " in ln + " " for ln in classes)
 
 
 def test_tc_lines_are_accepted_by_tc():
