@@ -30,6 +30,78 @@ def test_a_direction_passes_at_its_rate_and_fails_below_it_or_lossy():
     assert "the machine dropped 3 frames" in links.verdict(d, overrun)
 
 
+
+class _Queue:
+    """A link's egress queue in front of a packet socket, in real time: it drains at
+    ``fraction`` of the link's rate except during ``stall`` (from, for: seconds after
+    the first frame), holds ``queue_bytes`` and refuses a frame beyond (ENOBUFS)."""
+
+    TRUESIZE = 9000  # what the kernel charges a frame while it waits
+
+    def __init__(self, mbps: float, size: int, fraction: float = 1.0,
+                 stall: tuple[float, float] = (0.0, 0.0), queue_bytes: int = 64000):
+        self.per_s = fraction * mbps * 1e6 / 8 / size
+        self.limit = queue_bytes // size
+        self.stall = stall
+        self.waiting = 0.0
+        self.start = self.last = None
+        self.taken = self.overfilled = 0
+
+    def _drain(self) -> None:
+        import time
+
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = self.last = now
+        a, b = self.start + self.stall[0], self.start + self.stall[0] + self.stall[1]
+        stalled = max(0.0, min(now, b) - max(self.last, a))
+        self.waiting = max(0.0, self.waiting - (now - self.last - stalled) * self.per_s)
+        self.last = now
+
+    def queued(self) -> int:
+        self._drain()
+        return int(-(-self.waiting // 1)) * self.TRUESIZE  # a frame partly sent still waits
+
+    def send(self, frame: bytes) -> int:
+        import errno
+
+        self._drain()
+        if self.waiting + 1 > self.limit:
+            self.overfilled += 1
+            raise OSError(errno.ENOBUFS, "the queue is full")
+        self.waiting += 1
+        self.taken += 1
+        return len(frame)
+
+
+def _send_through(monkeypatch, queue: _Queue, mbps: float, size: int) -> links.Measured:
+    monkeypatch.setattr(links, "_queued", lambda sock: sock.queued())
+    got = links.Measured()
+    links._send(queue, bytearray(size), mbps, 0.2, 64000, got)
+    return got
+
+
+def test_the_sender_holds_frames_while_a_stalled_queue_drains(monkeypatch):
+    """A healthy link whose queue stalls 40 ms (a late timer, a busy machine): the
+    sender waits for the queue instead of overfilling it, and every frame goes."""
+    size = links.frame_bytes(100, 9000, 0.2)
+    queue = _Queue(100, size, stall=(0.05, 0.04))
+    got = _send_through(monkeypatch, queue, 100, size)
+    assert got.planned > 100 and got.offered == got.planned == queue.taken
+    assert got.refused == 0 and queue.overfilled == 0
+
+
+def test_a_slow_links_held_frames_are_its_loss(monkeypatch):
+    """A link at a quarter of its rate: the sender never overfills its queue, and what it
+    still holds when the time is up is lost at the sending end."""
+    size = links.frame_bytes(100, 9000, 0.2)
+    queue = _Queue(100, size, fraction=0.25)
+    got = _send_through(monkeypatch, queue, 100, size)
+    assert queue.overfilled == 0 and got.offered == got.planned
+    assert got.refused == got.planned - queue.taken
+    assert 0.5 < got.refused / got.planned < 0.7  # 1.5 windows at a quarter: 0.39 sent
+
+
 def _paths(slow: set[str] = frozenset(), lossy_spine: str | None = None):
     """Every path of the spec with made-up probes: 0.2 ms, 5 ms on a path that crosses a
     link of ``slow``, all lost through ``lossy_spine``."""
