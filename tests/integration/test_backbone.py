@@ -98,7 +98,9 @@ def test_link_cut_reroutes_without_intervention(tmp_path):
         assert "p1-p2-1" in cut["path_before"][pair]["links"]
         assert "p1-p2-1" not in cut["path_after"][pair]["links"]
         assert "unreachable" not in cut["path_after"][pair]["nodes"]
-        assert "p1-p2-1" in restore["path_after"][pair]["links"]  # back on the best link
+        # back on the best link (the whole reading when not: once in a shared CI pass
+        # the reading after the restore had no links at all)
+        assert "p1-p2-1" in restore["path_after"][pair]["links"], restore["path_after"]
     assert cut["reachability_after"] == 1.0
     assert cut["restore_ms"] is not None and cut["restore_ms"] < 1000
     assert cut["lost_packets"] <= 200  # at most one second of probes on both pairs
