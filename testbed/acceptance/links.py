@@ -193,7 +193,8 @@ def _send(sock: socket.socket, template: bytearray, mbps: float, window_s: float
                 if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
                     return  # the interface went away: nothing more to offer
                 got.refused += 1
-            truesize = max(truesize, _queued(sock) - queued)
+            if not truesize:  # same-size frames: the first growth is one frame's
+                truesize = max(0, _queued(sock) - queued)
             got.offered += 1
             seq += 1
         time.sleep(TICK_S)

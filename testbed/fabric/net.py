@@ -767,8 +767,9 @@ class Fabric:
             return
         rate = f"{mbps:g}mbit"
         ipr.tc("add", "htb", index, 0x10000, default=HTB_MINOR)
-        burst = burst_bytes(mbps, self.spec.mtu)  # ceil's too: else a late timer's tokens
-        ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,  # are lost
+        # the ceiling's bucket as deep as the rate's: else a late timer's tokens are lost
+        burst = burst_bytes(mbps, self.spec.mtu)
+        ipr.tc("add-class", "htb", index, 0x10000 | HTB_MINOR, parent=0x10000,
                rate=rate, ceil=rate, burst=burst, cburst=burst, prio=1)
         if self.red and switch:
             self._red(ipr, index, mbps)

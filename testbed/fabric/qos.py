@@ -286,18 +286,18 @@ def tc_lines(dev: str, mbps: float, mtu: int, planned: list[PlannedClass],
     """``tc -batch`` lines that give ``dev`` its class tree (the port has no root qdisc
     yet). ``lossy_leaf``: the lossy classes' leaf instead of a byte FIFO (``{limit}`` is
     filled in), e.g. an ECN-marking RED queue."""
-    link = f"{mbps:g}mbit"
+    link, bucket = f"{mbps:g}mbit", burst(mbps, mtu)
     default = next(p for p in planned if not p.dscp and not p.sources)
+    # every ceiling's bucket as deep as its rate's: else a late timer's tokens are lost
     lines = [f"qdisc add dev {dev} root handle 1: htb default {default.minor:x}",
              f"class add dev {dev} parent 1: classid 1:1 htb rate {link} ceil {link} "
-             f"burst {burst(mbps, mtu)} cburst {burst(mbps, mtu)}"]
+             f"burst {bucket} cburst {bucket}"]
     for p in planned:
         lines.append(f"class add dev {dev} parent 1:1 classid {p.classid} htb "
-                     f"rate {p.rate_kbit}kbit ceil {link} burst {burst(mbps, mtu)} "
-                     f"cburst {burst(mbps, mtu)} "
+                     f"rate {p.rate_kbit}kbit ceil {link} burst {bucket} cburst {bucket} "
                      f"prio {0 if p.strict else 1} quantum {mtu + 18}")
         if p.lossless:
-            leaf = f"tbf rate {link} burst {burst(mbps, mtu)} limit {p.limit}"
+            leaf = f"tbf rate {link} burst {bucket} limit {p.limit}"
         elif lossy_leaf:
             leaf = lossy_leaf.format(limit=p.limit)
         else:
